@@ -1,0 +1,40 @@
+"""hf-unified-embed: one embedding model for retrieval and semantic similarity on the Hugging Face stack.
+
+The public API is re-exported here. Submodules are imported on first use so that light commands
+(``hf-unified-embed validate``) do not pay for importing torch and sentence-transformers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# One entry per submodule; each owner keeps its own line up to date.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "schema": (
+        "TASK_TYPES",
+        "UNIFIED_FEATURES",
+        "UnifiedSchemaError",
+        "unified_features",
+        "validate_unified",
+    ),
+    "cards": ("render_template", "template_path"),
+}
+
+_NAME_TO_MODULE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_NAME_TO_MODULE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _NAME_TO_MODULE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hf_unified_embed' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

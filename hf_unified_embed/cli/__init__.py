@@ -1,0 +1,1 @@
+"""The ``hf-unified-embed`` command line: one module per group of subcommands."""

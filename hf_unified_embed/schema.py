@@ -1,0 +1,192 @@
+"""The unified training-instance schema (CoDiEmb §2.1 plus INSTRUCTOR's instructions).
+
+One row is one training instance ``(task, query, {d+}, {d-}, {y+}, {y-})`` with the instructions of
+its task. Every adapter, the builder, the curriculum and the training bridge speak this schema.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from datasets import Dataset, DatasetDict, Features, List, Value
+
+TASK_TYPES: tuple[str, ...] = ("retrieval", "sts", "pair_classification", "classification", "clustering")
+
+UNIFIED_FEATURES = Features(
+    {
+        "task": Value("string"),
+        "task_type": Value("string"),
+        "query_instruction": Value("string"),
+        "document_instruction": Value("string"),
+        "query": Value("string"),
+        "positives": List(Value("string")),
+        "negatives": List(Value("string")),
+        "positive_scores": List(Value("float32")),
+        "negative_scores": List(Value("float32")),
+    }
+)
+
+#: Optional column added by the curriculum planner: φ = cos(q, d+) − cos(q, d−) (Data-CUBE Eq. 8).
+DIFFICULTY_COLUMN = "difficulty"
+DIFFICULTY_FEATURE = Value("float32")
+
+UNIFIED_COLUMNS: tuple[str, ...] = tuple(UNIFIED_FEATURES)
+INSTRUCTION_COLUMNS: tuple[str, str] = ("query_instruction", "document_instruction")
+
+
+class UnifiedSchemaError(ValueError):
+    """A row or dataset does not follow the unified schema.
+
+    The message names where the problem is (source file, task, row index, field) so it can be fixed
+    in the input; the same facts are kept as attributes for programs.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        task: str | None = None,
+        row: int | None = None,
+        field: str | None = None,
+        source: str | None = None,
+    ) -> None:
+        self.task, self.row, self.field, self.source = task, row, field, source
+        where = [
+            f"{label} {value!r}" if label != "row" else f"row {value}"
+            for label, value in (("file", source), ("task", task), ("row", row), ("field", field))
+            if value is not None
+        ]
+        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+
+
+def unified_features(with_difficulty: bool = False) -> Features:
+    """The declared features, optionally with the curriculum's ``difficulty`` column."""
+    features = Features(dict(UNIFIED_FEATURES))
+    if with_difficulty:
+        features[DIFFICULTY_COLUMN] = DIFFICULTY_FEATURE
+    return features
+
+
+def _check_scores(scores: Any, texts: Any, name: str, text_name: str) -> str | None:
+    if scores is None:
+        return f"{name} is missing (use [] for no scores)"
+    if len(scores) not in (0, len(texts)):
+        return f"has {len(scores)} scores for {len(texts)} {text_name}; lengths must match (or scores be empty)"
+    for score in scores:
+        if score is None or not math.isfinite(score):
+            return f"contains a non-finite score {score!r}"
+        if not 0.0 <= score <= 1.0:
+            return f"contains {score!r}, outside [0, 1]; adapters must normalise scores"
+    return None
+
+
+def validate_row(row: Mapping[str, Any], index: int, source: str | None = None) -> None:
+    """Check one unified row; raise :class:`UnifiedSchemaError` naming the row and field."""
+    task = row.get("task")
+
+    def fail(field: str, message: str) -> UnifiedSchemaError:
+        return UnifiedSchemaError(message, task=task, row=index, field=field, source=source)
+
+    if not task or not isinstance(task, str):
+        raise fail("task", "task name must be a non-empty string")
+    if row.get("task_type") not in TASK_TYPES:
+        raise fail("task_type", f"unknown task_type {row.get('task_type')!r}; expected one of {list(TASK_TYPES)}")
+    for field in ("query_instruction", "document_instruction"):
+        if not isinstance(row.get(field), str):
+            raise fail(field, "instruction must be a string ('' for none)")
+    query = row.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise fail("query", "query is empty")
+    positives, negatives = row.get("positives"), row.get("negatives")
+    if positives is None or negatives is None:
+        raise fail("positives" if positives is None else "negatives", "list is missing (use [] for none)")
+    for field, texts in (("positives", positives), ("negatives", negatives)):
+        for text in texts:
+            if not isinstance(text, str) or not text.strip():
+                raise fail(field, f"contains an empty or non-string text {text!r}")
+    if not positives and row["task_type"] in ("retrieval", "sts", "pair_classification"):
+        raise fail("positives", f"a {row['task_type']} row needs at least one positive")
+    for field, texts, text_name in (
+        ("positive_scores", positives, "positives"),
+        ("negative_scores", negatives, "negatives"),
+    ):
+        problem = _check_scores(row.get(field), texts, field, text_name)
+        if problem:
+            raise fail(field, problem)
+    if row["task_type"] == "sts" and len(row["positive_scores"]) != len(positives):
+        raise fail("positive_scores", f"an sts row needs exactly one score per positive, got {row['positive_scores']!r}")
+    difficulty = row.get(DIFFICULTY_COLUMN)
+    if difficulty is not None and not math.isfinite(difficulty):
+        raise fail(DIFFICULTY_COLUMN, f"difficulty must be finite, got {difficulty!r}")
+
+
+def check_columns(column_names: Iterable[str], task: str | None = None, source: str | None = None) -> None:
+    """Raise if required columns are missing or unknown ones are present."""
+    names = set(column_names)
+    missing = [c for c in UNIFIED_COLUMNS if c not in names]
+    extra = sorted(names - set(UNIFIED_COLUMNS) - {DIFFICULTY_COLUMN})
+    if missing:
+        raise UnifiedSchemaError(f"missing columns {missing}", task=task, field=missing[0], source=source)
+    if extra:
+        raise UnifiedSchemaError(
+            f"unexpected columns {extra}; the unified schema has {list(UNIFIED_COLUMNS)} (+ optional difficulty)",
+            task=task,
+            field=extra[0],
+            source=source,
+        )
+
+
+class InstructionTracker:
+    """Checks that every row of a task carries the same instructions (they become per-task prompts)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[str, str, str]] = {}
+
+    def check(self, row: Mapping[str, Any], index: int, source: str | None = None) -> None:
+        task = row["task"]
+        current = (row["task_type"], row["query_instruction"], row["document_instruction"])
+        first = self._seen.setdefault(task, current)
+        if first == current:
+            return
+        for position, field in enumerate(("task_type", *INSTRUCTION_COLUMNS)):
+            if first[position] != current[position]:
+                raise UnifiedSchemaError(
+                    f"differs within the task ({current[position]!r} vs {first[position]!r} in earlier rows); "
+                    "instructions and task_type must be uniform per task",
+                    task=task,
+                    row=index,
+                    field=field,
+                    source=source,
+                )
+
+
+def _iter_rows(dataset: Dataset, batch_size: int = 1_000) -> Iterable[dict[str, Any]]:
+    # Arrow batches are far faster to read than row-by-row indexing.
+    for batch in dataset.iter(batch_size=batch_size):
+        columns = list(batch)
+        for values in zip(*(batch[c] for c in columns)):  # type: ignore[call-overload]
+            yield dict(zip(columns, values))
+
+
+def validate_unified(dataset: Dataset | DatasetDict | Iterable[Mapping[str, Any]], source: str | None = None) -> None:
+    """Validate a unified dataset (a ``Dataset``, a ``DatasetDict`` of tasks, or an iterable of rows).
+
+    Raises :class:`UnifiedSchemaError` naming the task, row index and field of the first problem.
+    Row indices count within each dataset of a ``DatasetDict``.
+    """
+    if isinstance(dataset, DatasetDict):
+        for name, split in dataset.items():
+            validate_unified(split, source=source or name)
+        return
+    rows: Iterable[Mapping[str, Any]]
+    if isinstance(dataset, Dataset):
+        check_columns(dataset.column_names, source=source)
+        rows = _iter_rows(dataset)
+    else:
+        rows = dataset
+    tracker = InstructionTracker()
+    for index, row in enumerate(rows):
+        validate_row(row, index, source)
+        tracker.check(row, index, source)
