@@ -1,0 +1,138 @@
+"""Model cards of trained models: sentence-transformers' own card plus the unified-training sections.
+
+:class:`UnifiedModelCardData` subclasses ``SentenceTransformerModelCardData``, so the trainer fills
+everything it normally does (datasets, losses with configs, hyper-parameters, logs, citations). On
+top it renders ``cards/model_card.md.j2`` — the unified training data, the curriculum with its
+plots, the loss per task type, the sampler, the evaluation suite (also as ``model-index``) and the
+merge recipe — inserted before sentence-transformers' "Training Details" section.
+
+Two behaviours differ from the stock card on purpose:
+
+* dataset and base-model ids are kept when the Hub cannot be reached (``HF_HUB_OFFLINE=1`` or
+  ``local_files_only``); the stock card silently drops ids it cannot look up;
+* evaluation results from :mod:`hf_unified_embed.evaluation` join the ``model-index`` metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub.constants import HF_HUB_OFFLINE
+from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardData
+
+from hf_unified_embed.cards import template_path
+
+_SECTIONS_TEMPLATE = "model_card.md.j2"
+_INSERT_BEFORE = "## Training Details"
+
+
+def composed_template_path() -> Path:
+    """sentence-transformers' card template with this package's sections inserted.
+
+    ``huggingface_hub.ModelCard.from_template`` renders a single file without a Jinja loader, so the
+    two templates are joined as text once and cached by content hash.
+    """
+    base = Path(SentenceTransformerModelCardData.template_path).read_text(encoding="utf-8")
+    sections = template_path(_SECTIONS_TEMPLATE).read_text(encoding="utf-8")
+    head, marker, tail = base.partition(_INSERT_BEFORE)
+    composed = f"{head}{sections}\n{marker}{tail}" if marker else f"{base}\n{sections}"
+    digest = hashlib.sha256(composed.encode()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / "hf_unified_embed" / f"model_card_{digest}.md"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".tmp")
+        partial.write_text(composed, encoding="utf-8")
+        partial.replace(path)
+    return path
+
+
+@dataclass
+class UnifiedModelCardData(SentenceTransformerModelCardData):
+    """Card data of a model trained (or merged) with hf-unified-embed.
+
+    Args:
+        unified_tasks: one dict per training task: ``task``, ``task_type``, ``rows``,
+            ``positives_per_row``, ``negatives_per_row``, ``query_instruction``, ``document_instruction``.
+        unified_dataset_id: Hub id (or local path) of the unified dataset the tasks come from.
+        curriculum: the curriculum plan summary: ``task_order``, ``score``, ``method`` and ``plots``
+            (paths relative to the model folder).
+        task_losses: per task type, the loss class name and its ``get_config_dict()``.
+        sampler: the batch sampler's settings.
+        evaluation: rows ``{"name", "kind", "metric", "value", "split"}`` from the evaluation suite.
+        model_index_results: ``model-index`` ``results`` entries for the YAML metadata.
+        diagnostics: embedding-space diagnostics per evaluation set (CoDiEmb §4).
+        merge: the merge recipe when the model is a merge.
+        base_model_id: the Hub id of the base model, kept even when offline.
+        images: extra PNGs (paths relative to the model folder) to show under "Training plots".
+    """
+
+    unified_tasks: list[dict[str, Any]] = field(default_factory=list)
+    unified_dataset_id: str | None = None
+    curriculum: dict[str, Any] | None = None
+    task_losses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sampler: dict[str, Any] | None = None
+    evaluation: list[dict[str, Any]] = field(default_factory=list)
+    model_index_results: list[dict[str, Any]] = field(default_factory=list)
+    diagnostics: dict[str, dict[str, float]] = field(default_factory=dict)
+    merge: dict[str, Any] | None = None
+    base_model_id: str | None = None
+    images: list[dict[str, str]] = field(default_factory=list)
+
+    template_path: Path = field(default_factory=composed_template_path, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.add_tags("hf-unified-embed")
+        if self.unified_dataset_id and not Path(self.unified_dataset_id).exists():
+            self._keep_dataset_id(self.unified_dataset_id)
+        if self.base_model_id:
+            self.base_model = self.base_model_id
+
+    @property
+    def offline(self) -> bool:
+        return bool(self.local_files_only or HF_HUB_OFFLINE)
+
+    def _keep_dataset_id(self, dataset_id: str) -> None:
+        if dataset_id not in self.datasets:
+            self.datasets.append(dataset_id)
+
+    def validate_datasets(
+        self, dataset_list: list[dict[str, Any]], infer_languages: bool | None = None
+    ) -> list[dict[str, Any]]:
+        if not self.offline:
+            return super().validate_datasets(dataset_list, infer_languages)
+        # The stock card deletes ids it cannot look up; offline nothing can be looked up, so keep them.
+        for dataset in dataset_list:
+            if "id" in dataset:
+                dataset.setdefault("name", dataset["id"])
+                self._keep_dataset_id(dataset["id"])
+        return dataset_list
+
+    def set_base_model(self, model_id: str, revision: str | None = None) -> bool:
+        if self.base_model_id:
+            self.base_model = self.base_model_id
+            return True
+        return super().set_base_model(model_id, revision)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        if self.model_index_results:
+            index = data.get("model-index") or [{"name": self.model_name or "model", "results": []}]
+            index[0].setdefault("results", []).extend(self.model_index_results)
+            data["model-index"] = index
+        if self.merge:
+            data["base_model"] = self.merge.get("base_models") or data.get("base_model")
+        if self.datasets:
+            data["datasets"] = list(self.datasets)
+        self._cached_dict = data
+        return data
+
+    def to_yaml(self, line_break: str | None = None) -> str:
+        text = super().to_yaml(line_break=line_break)
+        if self.merge:
+            text += "\nbase_model_relation: merge"
+        return text
