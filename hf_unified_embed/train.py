@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 from datasets import DatasetDict
 from torch import nn
@@ -135,6 +136,9 @@ def _training_arguments(recipe: TrainRecipe, checkpoint_dir: Path, task_order: l
         balance=recipe.sampler.balance,
     )
     settings: dict[str, Any] = {"report_to": "none", "save_strategy": "no", "seed": recipe.seed}
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
+        # transformers only sets up DDP on CPU when told to; otherwise every process trains alone.
+        settings.update(use_cpu=True, ddp_backend="gloo")
     settings.update(recipe.training_args)
     settings.setdefault("output_dir", str(checkpoint_dir))
     return SentenceTransformerTrainingArguments(multi_dataset_batch_sampler=sampler, **settings)

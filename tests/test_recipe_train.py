@@ -1,0 +1,177 @@
+"""The training recipe, ``train_from_recipe``/``hf-unified-embed train`` and the trained model's card."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from huggingface_hub import ModelCard
+
+from hf_unified_embed.recipe import RecipeError, load_recipe, recipe_from_dict
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE_RECIPE = REPO / "examples" / "recipes" / "sample.yaml"
+
+
+@pytest.fixture(scope="module")
+def unified_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from hf_unified_embed.data import build_unified, save_unified
+
+    out = tmp_path_factory.mktemp("unified") / "data"
+    save_unified(build_unified(SAMPLE_RECIPE), out)
+    return out
+
+
+def _recipe(unified_dir: Path, base: str, output: Path, **extra: object) -> dict:
+    recipe = {
+        "base_model": base,
+        "data": {"path": str(unified_dir), "tasks": ["stsb", "wikiqa"], "max_rows_per_task": 24},
+        "losses": {"retrieval": {"name": "MultiPositiveInfoNCELoss"}, "sts": "CoDiEmbSTSLoss"},
+        "negatives_per_query": 2,
+        "training_args": {"max_steps": 2, "per_device_train_batch_size": 4},
+        "output_dir": str(output),
+    }
+    recipe.update(extra)
+    return recipe
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"lossess": {}}, "unknown key"),
+        ({"data": None}, "'data' is required"),
+        ({"data": {"path": "x", "taskz": []}}, "unknown key(s) ['taskz'] in 'data'"),
+        ({"losses": {"sts": {"temperature": 1}}}, "losses.sts"),
+        ({"curriculum": {"plan": "p.json", "teacher": "t"}}, "exactly one"),
+        ({"training_args": [1]}, "'training_args' must be a mapping"),
+    ],
+)
+def test_recipe_errors_name_the_key(change: dict, message: str) -> None:
+    raw = {"data": "x", "losses": {"sts": "PearsonLoss"}, "output_dir": "o", **change}
+    with pytest.raises(RecipeError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        recipe_from_dict(raw, origin="r.yaml")
+
+
+def test_load_recipe_reports_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data: [unclosed\n")
+    with pytest.raises(RecipeError, match="bad.yaml: not valid YAML"):
+        load_recipe(bad)
+    with pytest.raises(RecipeError, match="does not exist"):
+        load_recipe(tmp_path / "missing.yaml")
+
+
+def test_offline_card_keeps_dataset_and_base_model_ids() -> None:
+    from hf_unified_embed.model_card import UnifiedModelCardData
+
+    card = UnifiedModelCardData(
+        unified_dataset_id="org/unified-data",
+        train_datasets=[{"name": "stsb", "id": "org/unified-data"}],
+        base_model_id="sentence-transformers/all-MiniLM-L6-v2",
+        local_files_only=True,
+    )
+    assert card.train_datasets[0]["id"] == "org/unified-data"
+    assert card.datasets == ["org/unified-data"]
+    assert card.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def test_train_from_recipe_writes_model_card_and_recipe(unified_dir: Path, tiny_model_path: str, tmp_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.train import RECIPE_FILENAME, train_from_recipe
+
+    out = tmp_path / "model"
+    recipe = recipe_from_dict(_recipe(unified_dir, tiny_model_path, out, base_model_id="org/tiny-bert"))
+    outcome = train_from_recipe(recipe)
+
+    assert outcome.model_dir == out and outcome.train_loss is not None
+    assert not list(tmp_path.glob(".model.*")), "the staging folder must be renamed away"
+    model = SentenceTransformer(str(out))
+    assert model.encode(["a sentence"]).shape == (1, 32)
+    resolved = yaml.safe_load((out / RECIPE_FILENAME).read_text())
+    assert resolved["data"]["tasks"] == ["stsb", "wikiqa"] and resolved["base_model"] == tiny_model_path
+
+    card = ModelCard.load(out / "README.md")
+    assert card.data.base_model == "org/tiny-bert"
+    assert "hf-unified-embed" in card.data.tags
+    text = card.text
+    assert "### Unified Training Data" in text and "| wikiqa | retrieval |" in text
+    assert "`MultiPositiveInfoNCELoss`" in text and "`CoDiEmbSTSLoss`" in text and '"temperature": 0.02' in text
+    assert "CurriculumBatchSampler" in text
+    # sentence-transformers' own sections stay
+    assert "### Direct Usage (Sentence Transformers)" in text and "## Training Details" in text
+
+    with pytest.raises(FileExistsError, match="not empty"):
+        train_from_recipe(recipe)
+
+
+def test_train_cli_with_curriculum_plan_and_evaluation(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path
+) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.cli.main import main
+    from hf_unified_embed.curriculum import plan_curriculum
+    from hf_unified_embed.data import load_unified, save_unified
+
+    tasks = load_unified(unified_dir, tasks=["stsb", "wikiqa"])
+    result = plan_curriculum(SentenceTransformer(tiny_model_path), tasks, n_samples=8, iterations=1_000)
+    curriculum_dir = tmp_path / "curriculum"
+    save_unified(result.tasks, curriculum_dir)
+    plan_path = result.plan.save(curriculum_dir / "curriculum_plan.json")
+    suite = {
+        "name": "tiny",
+        "evaluations": [
+            {"name": "stsb-sample", "kind": "sts", "source": "stsb", "data_files": str(REPO / "examples/data/stsb-train.tsv")}
+        ],
+    }
+    recipe_path = tmp_path / "recipe.yaml"
+    recipe = _recipe(
+        curriculum_dir,
+        tiny_model_path,
+        tmp_path / "model",
+        curriculum={"plan": str(plan_path)},
+        sampler={"instance_order": "easy_to_hard", "batch_sizes": {"wikiqa": 4, "stsb": 8}},
+        evaluation=suite,
+    )
+    recipe_path.write_text(yaml.safe_dump(recipe))
+
+    assert main(["train", str(recipe_path), "--max-steps", "2"]) == 0
+    out = tmp_path / "model"
+    text = ModelCard.load(out / "README.md").text
+    assert "### Curriculum (Data-CUBE)" in text and "task_similarity.png" in text
+    assert (out / "task_similarity.png").is_file()
+    assert "### Unified Evaluation Suite" in text and "stsb-sample" in text
+    card = ModelCard.load(out / "README.md")
+    assert card.data.to_dict()["model-index"][0]["results"], "evaluation must reach the model-index"
+    assert (out / "evaluation.json").is_file()
+
+
+def test_train_cli_bad_recipe_exits_nonzero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hf_unified_embed.cli.main import main
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({"data": "d", "losses": {"sts": "NoSuchLoss"}, "output_dir": "o", "typo": 1}))
+    assert main(["train", str(recipe)]) == 2
+    assert "unknown key(s) ['typo']" in capsys.readouterr().err
+
+
+@pytest.mark.multiprocess
+def test_train_cli_under_torchrun_two_processes(unified_dir: Path, tiny_model_path: str, tmp_path: Path) -> None:
+    recipe_path = tmp_path / "recipe.yaml"
+    out = tmp_path / "model"
+    recipe_path.write_text(yaml.safe_dump(_recipe(unified_dir, tiny_model_path, out)))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29561",
+        "-m", "hf_unified_embed.cli.main", "train", str(recipe_path),
+    ]  # fmt: skip
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    assert (out / "model.safetensors").is_file()
+    card = (out / "README.md").read_text()
+    assert "| world_size | `2` |" in card
