@@ -136,8 +136,22 @@ def main() -> None:
     curriculum_dir, curriculum_plan = plan(data_dir, output, base)
 
     stage("3/6 train an IR-leaning and an STS-leaning run (same base, same curriculum)")
-    ir_run = train("ir-leaning", curriculum_dir, output, base, args.max_steps, {"wikiqa": 16, "trecqa": 16, "stsb": 4, "sick": 4, "msrp": 4})
-    sts_run = train("sts-leaning", curriculum_dir, output, base, args.max_steps, {"wikiqa": 4, "trecqa": 4, "stsb": 16, "sick": 16, "msrp": 16})
+    ir_run = train(
+        "ir-leaning",
+        curriculum_dir,
+        output,
+        base,
+        args.max_steps,
+        {"wikiqa": 16, "trecqa": 16, "stsb": 4, "sick": 4, "msrp": 4},
+    )
+    sts_run = train(
+        "sts-leaning",
+        curriculum_dir,
+        output,
+        base,
+        args.max_steps,
+        {"wikiqa": 4, "trecqa": 4, "stsb": 16, "sick": 16, "msrp": 16},
+    )
 
     stage("4/6 hierarchical merge (CoDiEmb Eq. 10–12: per-layer weights from the runs' deltas)")
     merged = merge_models(

@@ -131,7 +131,7 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
         self._cached_dict = data
         return data
 
-    def to_yaml(self, line_break: str | None = None) -> str:
+    def to_yaml(self, line_break: Any = None, original_order: list[str] | None = None) -> str:
         text = super().to_yaml(line_break=line_break)
         if self.merge:
             text += "\nbase_model_relation: merge"

@@ -22,6 +22,7 @@ import yaml
 from datasets import DatasetDict
 from torch import nn
 
+from hf_unified_embed.model_card import UnifiedModelCardData
 from hf_unified_embed.recipe import TrainRecipe
 
 logger = logging.getLogger(__name__)
@@ -104,9 +105,8 @@ def _curriculum(recipe: TrainRecipe, tasks: DatasetDict, work_dir: Path) -> tupl
     return tasks, summary
 
 
-def _card_data(recipe: TrainRecipe, tasks: DatasetDict) -> Any:
+def _card_data(recipe: TrainRecipe, tasks: DatasetDict) -> UnifiedModelCardData:
     from hf_unified_embed.data.hub_layout import task_summary
-    from hf_unified_embed.model_card import UnifiedModelCardData
 
     unified_tasks = [{"task": name, **task_summary(dataset)} for name, dataset in tasks.items()]
     dataset_id = None if Path(recipe.data.path).exists() else recipe.data.path
@@ -171,7 +171,8 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
     try:
         tasks = _load_tasks(recipe)
         tasks, curriculum = _curriculum(recipe, tasks, staging)
-        model = SentenceTransformer(recipe.resolved_base_model(), model_card_data=_card_data(recipe, tasks))
+        card = _card_data(recipe, tasks)
+        model = SentenceTransformer(recipe.resolved_base_model(), model_card_data=card)
         # A trained model gets a freshly generated card, not the base model's README.
         model._model_card_text = None
         if recipe.peft:
@@ -180,8 +181,10 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
             model.add_adapter(LoraConfig(**recipe.peft))
         if recipe.instructions:
             exclude_instructions_from_pooling(model)
-        specs = {key: (resolve_loss_class(spec["name"]), {k: v for k, v in spec.items() if k != "name"})
-                 for key, spec in recipe.losses.items()}
+        specs = {
+            key: (resolve_loss_class(spec["name"]), {k: v for k, v in spec.items() if k != "name"})
+            for key, spec in recipe.losses.items()
+        }
         losses = losses_for_tasks(model, tasks, specs)
         collator = UnifiedDataCollator.for_losses(
             model,
@@ -206,7 +209,6 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
             shutil.rmtree(staging, ignore_errors=True)
             return TrainingOutcome(output_dir, result.training_loss, None)
 
-        card = model.model_card_data
         card.task_losses = _task_losses(tasks, losses)
         card.sampler = {
             "class": "CurriculumBatchSampler",
@@ -249,8 +251,11 @@ def _task_losses(tasks: DatasetDict, losses: dict[str, nn.Module]) -> dict[str, 
     by_type: dict[str, dict[str, Any]] = {}
     for name, loss in losses.items():
         task_type = tasks[name][0]["task_type"] if len(tasks[name]) else "unknown"
-        config = loss.get_config_dict() if hasattr(loss, "get_config_dict") else {}
-        by_type.setdefault(task_type, {"name": type(loss).__name__, "config": json.loads(json.dumps(config, default=str))})
+        get_config = getattr(loss, "get_config_dict", None)
+        config = get_config() if callable(get_config) else {}
+        by_type.setdefault(
+            task_type, {"name": type(loss).__name__, "config": json.loads(json.dumps(config, default=str))}
+        )
     return by_type
 
 

@@ -59,7 +59,7 @@ def test_recipe_errors_name_the_key(change: dict, message: str) -> None:
 def test_load_recipe_reports_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("data: [unclosed\n")
-    with pytest.raises(RecipeError, match="bad.yaml: not valid YAML"):
+    with pytest.raises(RecipeError, match=r"bad\.yaml: not valid YAML"):
         load_recipe(bad)
     with pytest.raises(RecipeError, match="does not exist"):
         load_recipe(tmp_path / "missing.yaml")
@@ -79,7 +79,9 @@ def test_offline_card_keeps_dataset_and_base_model_ids() -> None:
     assert card.base_model == "sentence-transformers/all-MiniLM-L6-v2"
 
 
-def test_train_from_recipe_writes_model_card_and_recipe(unified_dir: Path, tiny_model_path: str, tmp_path: Path) -> None:
+def test_train_from_recipe_writes_model_card_and_recipe(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path
+) -> None:
     from sentence_transformers import SentenceTransformer
 
     from hf_unified_embed.train import RECIPE_FILENAME, train_from_recipe
@@ -126,7 +128,12 @@ def test_train_cli_with_curriculum_plan_and_evaluation(
     suite = {
         "name": "tiny",
         "evaluations": [
-            {"name": "stsb-sample", "kind": "sts", "source": "stsb", "data_files": str(REPO / "examples/data/stsb-train.tsv")}
+            {
+                "name": "stsb-sample",
+                "kind": "sts",
+                "source": "stsb",
+                "data_files": str(REPO / "examples/data/stsb-train.tsv"),
+            }
         ],
     }
     recipe_path = tmp_path / "recipe.yaml"
