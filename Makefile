@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/hf-unified-embed demo --output-dir outputs/demo
+	$(BIN)/python examples/demo.py --output-dir outputs/demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

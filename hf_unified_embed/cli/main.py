@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from hf_unified_embed import __version__
 
-COMMAND_MODULES: tuple[str, ...] = ("data",)
+COMMAND_MODULES: tuple[str, ...] = ("data", "publish", "curriculum", "train", "merge", "evaluate")
 
 
 class CLIError(Exception):

@@ -1,5 +1,27 @@
 """Loss classes (one per file) following the sentence-transformers loss API."""
 
+from hf_unified_embed.losses.angle_joint import AnglEJointLoss
 from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses.codiemb_sts import CoDiEmbSTSLoss
+from hf_unified_embed.losses.curriculum_infonce import CurriculumInfoNCELoss
+from hf_unified_embed.losses.gur import GURLoss
+from hf_unified_embed.losses.instructor import InstructorLoss
+from hf_unified_embed.losses.mid_layer_infonce import MidLayerInfoNCELoss
+from hf_unified_embed.losses.multi_positive_infonce import MultiPositiveInfoNCELoss
+from hf_unified_embed.losses.pearson import PearsonLoss
+from hf_unified_embed.losses.pro import PROLoss
+from hf_unified_embed.losses.rank_kl import RankKLLoss
 
-__all__ = ["EmbeddingLoss"]
+__all__ = [
+    "AnglEJointLoss",
+    "CoDiEmbSTSLoss",
+    "CurriculumInfoNCELoss",
+    "EmbeddingLoss",
+    "GURLoss",
+    "InstructorLoss",
+    "MidLayerInfoNCELoss",
+    "MultiPositiveInfoNCELoss",
+    "PROLoss",
+    "PearsonLoss",
+    "RankKLLoss",
+]

@@ -1,0 +1,204 @@
+"""Merge two fine-tuned checkpoints, evaluate the merge, write its card and publish it.
+
+Give two model folders with ``--models``, or let the script train two short runs first from the
+packaged all-MiniLM-L6-v2 (an IR-leaning run on WikiQA + TrecQA train, an STS-leaning run on STS-B +
+SICK train, through :func:`hf_unified_embed.train.train_from_recipe`). Then:
+
+1. merge them with ``--method soup`` (uniform weight average, Wortsman et al., 2022) or
+   ``hierarchical`` (CoDiEmb Eq. 10–12: per-layer weights from each run's delta to the base);
+2. evaluate base, inputs and merge on the development sets (STS-B dev, SICK trial, TrecQA dev);
+3. rewrite the merge's card with the results as ``model-index``;
+4. :func:`hf_unified_embed.publishing.push_folder`: without ``--repo-id``, or with ``--dry-run``,
+   print the files and card that would be sent; with ``--repo-id`` and no ``--dry-run`` it really
+   creates the repository and uploads (needs a Hub token and network).
+
+Run::
+
+    .venv/bin/python examples/merge_and_publish.py --max-steps 2              # quick check, dry run
+    .venv/bin/python examples/merge_and_publish.py --models run-a run-b --method soup --dry-run \\
+        --repo-id me/minilm-soup
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+PLACEHOLDER_REPO_ID = "your-name/all-MiniLM-L6-v2-merged"
+
+
+def dev_suite(data_root: Path) -> dict[str, Any]:
+    """Development sets only: the choice of method or inputs may be made on these."""
+    return {
+        "name": "development",
+        "data_root": str(data_root),
+        "diagnostics": False,
+        "evaluations": [
+            {
+                "name": "stsb-dev",
+                "kind": "sts",
+                "source": "stsb",
+                "data_files": "sts/stsbenchmark/sts-dev.csv",
+                "split": "validation",
+            },
+            {
+                "name": "sick-trial",
+                "kind": "sts",
+                "source": "sick",
+                "data_files": "sts/sick2014/SICK_trial.txt",
+                "split": "validation",
+            },
+            {
+                "name": "trecqa-dev",
+                "kind": "reranking",
+                "source": "trecqa",
+                "data_files": "ir/trecqa/dev.csv",
+                "split": "validation",
+            },
+        ],
+    }
+
+
+def train_run(name: str, tasks: list[str], data_dir: Path, base: str, args: argparse.Namespace) -> Path:
+    from hf_unified_embed.recipe import recipe_from_dict
+    from hf_unified_embed.train import train_from_recipe
+
+    recipe = recipe_from_dict(
+        {
+            "base_model": base,
+            "model_name": f"all-MiniLM-L6-v2 {name}",
+            "data": {"path": str(data_dir), "tasks": tasks},
+            "losses": {"retrieval": {"name": "MultiPositiveInfoNCELoss"}, "sts": {"name": "CoDiEmbSTSLoss"}},
+            "instructions": False,
+            "sampler": {"interleave": "shuffled"},
+            "training_args": {
+                "max_steps": args.max_steps,
+                "per_device_train_batch_size": 32,
+                "learning_rate": 2e-5,
+                "warmup_steps": 0.1,
+                "logging_steps": 10,
+            },
+            "output_dir": str(args.output_dir / name),
+            "seed": args.seed,
+        },
+        origin=f"examples/merge_and_publish.py:{name}",
+    )
+    return train_from_recipe(recipe, overwrite=True).model_dir
+
+
+def train_inputs(base: str, args: argparse.Namespace) -> tuple[Path, Path]:
+    from hf_unified_embed.data import build_unified, save_unified
+
+    root = args.data_root
+    sources = [
+        ("stsb", "stsb", "sts", "sts/stsbenchmark/sts-train.csv"),
+        ("sick", "sick", "sts", "sts/sick2014/SICK_train.txt"),
+        ("wikiqa", "wikiqa", "retrieval", "ir/wikiqa/train.tsv"),
+        ("trecqa", "trecqa", "retrieval", "ir/trecqa/train.csv"),
+    ]
+    data = build_unified(
+        {
+            "sources": [
+                {"name": name, "format": fmt, "task_type": task_type, "data_files": str(root / path)}
+                for name, fmt, task_type, path in sources
+            ]
+        }
+    )
+    data_dir = args.output_dir / "data"
+    save_unified(data, data_dir, overwrite=True)
+    ir_run = train_run("ir-leaning", ["wikiqa", "trecqa"], data_dir, base, args)
+    sts_run = train_run("sts-leaning", ["stsb", "sick"], data_dir, base, args)
+    return ir_run, sts_run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--models",
+        nargs=2,
+        type=Path,
+        metavar=("IR_MODEL", "STS_MODEL"),
+        help="two checkpoints of one architecture (for hierarchical: IR-leaning first)",
+    )
+    parser.add_argument("--method", choices=["soup", "hierarchical"], default="hierarchical")
+    parser.add_argument("--base-model", help="the common base; default: the packaged all-MiniLM-L6-v2")
+    parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
+    parser.add_argument("--output-dir", type=Path, default=Path("outputs/merge-and-publish"))
+    parser.add_argument(
+        "--max-steps", type=int, default=100, help="steps of each run trained when --models is not given"
+    )
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--repo-id", help=f"Hub repository; without it a dry run for {PLACEHOLDER_REPO_ID}")
+    parser.add_argument("--private", action="store_true")
+    parser.add_argument("--dry-run", action="store_true", help="only list what would be uploaded")
+    args = parser.parse_args()
+
+    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.evaluation import run_suite
+    from hf_unified_embed.merge import merge_models
+    from hf_unified_embed.publishing import push_folder
+    from hf_unified_embed.recipe import packaged_minilm_path
+
+    base = args.base_model or packaged_minilm_path()
+    ir_model, sts_model = args.models if args.models else train_inputs(base, args)
+    params: dict[str, Any] = (
+        {
+            "ir_models": [ir_model],
+            "sts_models": [sts_model],
+            "base": base,
+            "ir_specialist": ir_model,
+            "sts_specialist": sts_model,
+        }
+        if args.method == "hierarchical"
+        else {}
+    )
+    repo_id = args.repo_id or PLACEHOLDER_REPO_ID
+    merged_dir = args.output_dir / f"merged-{args.method}"
+
+    def merge(evaluation_results: Sequence[Mapping[str, Any]] = ()) -> Path:
+        return merge_models(
+            [ir_model, sts_model],
+            args.method,
+            merged_dir,
+            model_name=repo_id,
+            evaluation_results=evaluation_results,
+            overwrite=True,
+            **params,
+        )
+
+    merge()
+    suite = dev_suite(args.data_root)
+    results = {
+        name: run_suite(SentenceTransformer(str(path), device="cpu"), suite, show_progress_bar=False)
+        for name, path in [
+            ("base", base),
+            ("ir", ir_model),
+            ("sts", sts_model),
+            (f"merged ({args.method})", merged_dir),
+        ]
+    }
+    entries = [(entry.name, entry.primary_metric) for entry in results["base"].entries]
+    print("\n" + "model".ljust(22) + "".join(f"{name} {metric}".ljust(26) for name, metric in entries))
+    for name, result in results.items():
+        print(name.ljust(22) + "".join(f"{result[entry].primary_value:.4f}".ljust(26) for entry, _ in entries))
+
+    # The same merge again, now with the card carrying the evaluation as model-index.
+    merge([vars(result) for result in results[f"merged ({args.method})"].eval_results()])
+    dry_run = args.dry_run or args.repo_id is None
+    outcome = push_folder(merged_dir, repo_id, private=args.private, dry_run=dry_run)
+    if dry_run:
+        print("\n" + outcome.describe())
+    else:
+        print(f"\npushed {merged_dir} to https://huggingface.co/{repo_id}: {outcome}")
+
+
+if __name__ == "__main__":
+    main()

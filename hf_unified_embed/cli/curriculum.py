@@ -1,0 +1,162 @@
+"""``hf-unified-embed curriculum``: plan a Data-CUBE curriculum for a unified dataset.
+
+    hf-unified-embed curriculum DATA --teacher MODEL -o OUT
+
+writes OUT as the Hub layout of DATA with a float32 ``difficulty`` column, plus
+``curriculum_plan.json`` (task order, similarity, parameters, per-task statistics) and two PNGs.
+Encoding the distinct texts — the expensive part — can be split over processes or machines:
+
+    hf-unified-embed curriculum DATA --teacher MODEL -o OUT --shard 0/4    # ... up to 3/4, anywhere
+    hf-unified-embed curriculum DATA --teacher MODEL -o OUT --merge        # reads OUT.shards/
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import uuid
+from pathlib import Path
+
+from hf_unified_embed.cli.main import CLIError
+
+logger = logging.getLogger(__name__)
+
+SIMILARITY_PLOT = "task_similarity.png"
+DIFFICULTY_PLOT = "difficulty_histograms.png"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "curriculum",
+        help="order tasks and score instance difficulty with a teacher model (Data-CUBE)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("data", help="unified dataset folder or Hub repository (as written by `build`)")
+    parser.add_argument("--teacher", required=True, help="sentence-transformers model path or id (the teacher)")
+    parser.add_argument("-o", "--output", required=True, type=Path, help="output folder")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    parser.add_argument("--tasks", help="comma-separated tasks to plan (default: all)")
+    parser.add_argument("--split", default="train", help="split to read (default: train)")
+    parser.add_argument("--n-samples", type=int, default=200, help="queries per task representation (Eq. 4)")
+    parser.add_argument("--method", choices=("annealing", "two_opt", "exact"), default="annealing")
+    parser.add_argument("--iterations", type=int, default=2_000_000, help="annealing moves (paper: ~2M)")
+    parser.add_argument("--initial-temperature", type=float, help="annealing start temperature (default: auto)")
+    parser.add_argument("--cooling-rate", type=float, help="geometric cooling factor per move (default: auto)")
+    parser.add_argument("--no-polish", action="store_true", help="skip the 2-opt polish after annealing")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-difficulty", action="store_true", help="only order tasks; add no difficulty column")
+    parser.add_argument(
+        "--negative-pool", type=int, default=1_024, help="rows without negatives: other positives to compare with"
+    )
+    parser.add_argument("--batch-size", type=int, default=64, help="encoding batch size")
+    parser.add_argument("--device", help="torch device for the teacher (default: the model's choice)")
+    parser.add_argument("--shard", help="I/N: only encode shard I (0-based) of N of the distinct texts, then exit")
+    parser.add_argument("--merge", action="store_true", help="use the embeddings of all shards instead of encoding")
+    parser.add_argument("--shard-dir", type=Path, help="folder for shard embeddings (default: OUTPUT.shards)")
+    parser.set_defaults(func=run)
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    try:
+        index, count = (int(part) for part in value.split("/"))
+    except ValueError:
+        raise CLIError(f"--shard {value!r}: expected I/N, e.g. 0/4") from None
+    if count < 1 or not 0 <= index < count:
+        raise CLIError(f"--shard {value!r}: need N >= 1 and 0 <= I < N (shards are numbered from 0)")
+    return index, count
+
+
+def _check_output(data: str, output: Path, overwrite: bool) -> None:
+    if Path(data).exists() and Path(data).resolve() == output.resolve():
+        raise CLIError(f"output {output} is the input dataset; write the curriculum to a new folder")
+    if output.exists() and not output.is_dir():
+        raise FileExistsError(f"{output} exists and is not a folder")
+    if output.is_dir() and any(output.iterdir()) and not overwrite:
+        raise FileExistsError(f"{output} is not empty; pass --overwrite to replace it")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.shard and args.merge:
+        raise CLIError("--shard encodes one shard and --merge combines them; use one of them")
+    if (args.shard or args.merge) and args.no_difficulty:
+        raise CLIError("--shard/--merge split the difficulty encoding; they make no sense with --no-difficulty")
+    output: Path = args.output
+    shard_dir: Path = args.shard_dir or output.with_name(f"{output.name}.shards")
+    shard = parse_shard(args.shard) if args.shard else None
+    if shard is None:
+        _check_output(args.data, output, args.overwrite)
+
+    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.curriculum import (
+        DistinctTexts,
+        difficulty_from_embeddings,
+        plan_curriculum,
+        plot_difficulty_histograms,
+        plot_task_similarity,
+    )
+    from hf_unified_embed.curriculum.texts import load_shards, save_shard
+    from hf_unified_embed.data import load_unified, save_unified
+
+    tasks = load_unified(args.data, args.tasks.split(",") if args.tasks else None, split=args.split)
+    model = SentenceTransformer(args.teacher, device=args.device)
+
+    difficulty = None
+    if shard is not None or args.merge:
+        distinct = DistinctTexts.from_tasks(tasks)
+        fingerprint = distinct.fingerprint(args.teacher)
+        if shard is not None:
+            index, count = shard
+            embeddings = distinct.encode(model, distinct.shard_ids(index, count), batch_size=args.batch_size)
+            path = save_shard(shard_dir, index, count, embeddings, fingerprint)
+            print(f"shard {index}/{count}: {len(embeddings)} of {len(distinct)} distinct texts -> {path}")
+            return 0
+        embeddings = load_shards(shard_dir, distinct, fingerprint)
+        difficulty = difficulty_from_embeddings(distinct, embeddings, args.negative_pool, args.seed)
+
+    result = plan_curriculum(
+        model,
+        tasks,
+        teacher_name=args.teacher,
+        n_samples=args.n_samples,
+        method=args.method,
+        iterations=args.iterations,
+        initial_temperature=args.initial_temperature,
+        cooling_rate=args.cooling_rate,
+        polish=not args.no_polish,
+        seed=args.seed,
+        score_instances=not args.no_difficulty,
+        difficulty=difficulty,
+        negative_pool=args.negative_pool,
+        batch_size=args.batch_size,
+    )
+
+    # Dataset, plan and plots appear together or not at all: build them in a sibling, then rename.
+    output = output.resolve()
+    staging = output.parent / f".{output.name}.curriculum-{uuid.uuid4().hex[:8]}"
+    try:
+        save_unified(result.tasks, staging)
+        result.plan.save(staging)
+        plot_task_similarity(result.plan, staging / SIMILARITY_PLOT)
+        if result.difficulty:
+            plot_difficulty_histograms(result.difficulty, staging / DIFFICULTY_PLOT, order=result.plan.order)
+        _check_output(args.data, output, args.overwrite)
+        if output.exists():
+            trash = output.parent / f".{output.name}.old-{uuid.uuid4().hex[:8]}"
+            output.rename(trash)
+            staging.rename(output)
+            shutil.rmtree(trash)
+        else:
+            staging.rename(output)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+    plan = result.plan
+    print(f"task order ({len(plan.order)} tasks, Eq. 6 score {plan.score:.4f}): {' -> '.join(plan.order)}")
+    print(f"wrote {output} (dataset{' with difficulty' if result.difficulty else ''}, plan and plots)")
+    if args.merge:
+        print(f"the shard embeddings in {shard_dir} are no longer needed")
+    return 0

@@ -1,0 +1,94 @@
+"""``hf-unified-embed merge``: a thin layer over :func:`hf_unified_embed.merge.run_merge`.
+
+Either a YAML recipe (see :mod:`hf_unified_embed.merge.config`) or flags for the simple cases::
+
+    hf-unified-embed merge merge.yaml
+    hf-unified-embed merge --method soup --models run-1 run-2 run-3 -o soup-out
+    hf-unified-embed merge --method slerp --models a b --t 0.3 -o slerp-out
+    hf-unified-embed merge --method task_arithmetic --models a b --base base --weights 0.6 0.4 -o ta-out
+
+Flags given together with a YAML file override its values.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from hf_unified_embed.cli.main import CLIError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "merge",
+        help="merge checkpoints (soup, slerp, task_arithmetic, CoDiEmb hierarchical) into a new model folder",
+        description="Stream-merge model folders of one architecture into a new sentence-transformers folder with a card.",
+    )
+    parser.add_argument("config", nargs="?", help="YAML merge recipe")
+    parser.add_argument("--method", help="soup, slerp, task_arithmetic or hierarchical")
+    parser.add_argument("--models", nargs="+", metavar="PATH", help="input model folders")
+    parser.add_argument("-o", "--output-dir", help="folder to create")
+    parser.add_argument("--weights", nargs="+", type=float, help="per-model weights (soup, task_arithmetic)")
+    parser.add_argument("--normalize", action="store_true", default=None, help="soup: rescale weights to sum to 1")
+    parser.add_argument("--t", nargs="+", type=float, help="slerp: one t, or a list interpolated over the layers")
+    parser.add_argument("--base", help="task_arithmetic / hierarchical: the base model")
+    parser.add_argument("--temperature", type=float, help="hierarchical: τ of CoDiEmb Eq. 11")
+    parser.add_argument(
+        "--reference", help="input (index or path) whose config, tokenizer and non-float tensors are used"
+    )
+    parser.add_argument("--max-shard-size", help="per safetensors shard, e.g. 2GB")
+    parser.add_argument("--model-name", help="Hub id of the merged model, for the card")
+    parser.add_argument("--overwrite", action="store_true", default=None, help="replace a non-empty output folder")
+    parser.add_argument("--no-card", action="store_true", help="do not write README.md")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.set_defaults(func=run)
+
+
+def _recipe(args: argparse.Namespace) -> dict[str, Any]:
+    import yaml
+
+    data: dict[str, Any] = {}
+    if args.config:
+        with open(args.config, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle) or {}
+        if not isinstance(data, dict):
+            raise CLIError(f"{args.config}: expected a mapping at the top level")
+    parameters = dict(data.get("parameters") or {})
+    for flag, key in (
+        ("weights", "weights"),
+        ("normalize", "normalize"),
+        ("base", "base"),
+        ("temperature", "temperature"),
+    ):
+        if getattr(args, flag) is not None:
+            parameters[key] = getattr(args, flag)
+    if args.t is not None:
+        parameters["t"] = args.t[0] if len(args.t) == 1 else args.t
+    if parameters:
+        data["parameters"] = parameters
+    overrides = {
+        "method": args.method,
+        "models": args.models,
+        "output_dir": args.output_dir,
+        "max_shard_size": args.max_shard_size,
+        "overwrite": args.overwrite,
+    }
+    data.update({key: value for key, value in overrides.items() if value is not None})
+    if args.reference is not None:
+        data["reference"] = int(args.reference) if args.reference.isdigit() else args.reference
+    if args.model_name is not None:
+        data["card"] = {**(data.get("card") or {}), "model_name": args.model_name}
+    if args.no_card:
+        data["write_card"] = False
+    return data
+
+
+def run(args: argparse.Namespace) -> int:
+    from hf_unified_embed.merge import MergeConfig, run_merge
+
+    if not args.config and not (args.method and args.models and args.output_dir):
+        raise CLIError("give a YAML recipe, or --method, --models and --output-dir")
+    config = MergeConfig.from_dict(_recipe(args), source=args.config or "command line")
+    output = run_merge(config, show_progress=not args.no_progress)
+    print(output)
+    return 0

@@ -1,0 +1,73 @@
+"""Unified embedding data: source adapters, the ``datasets`` builder, recipes and the Hub layout.
+
+Raw files become rows of the unified schema (:mod:`hf_unified_embed.schema`) through *source
+formats*, registered by name. ``build_unified(recipe)`` runs each recipe source through its format
+inside :class:`UnifiedEmbedBuilder` and returns a validated ``DatasetDict`` keyed by task;
+``save_unified`` writes it as a Hub dataset folder (parquet per task + card) and ``load_unified``
+reads a folder or Hub repository back.
+
+Adding a source format
+----------------------
+Create one module in ``hf_unified_embed/data/adapters/`` (every module there is imported when the
+registry is first used) with a generator decorated by :func:`register_source_format`::
+
+    from hf_unified_embed.data.registry import AdapterContext, SourceRow, register_source_format
+
+    @register_source_format("raw-text")
+    def read_raw_text(files, context: AdapterContext, *, min_chars: int = 20) -> Iterator[SourceRow]:
+        \"\"\"One-line description shown by ``source_format_names``/docs.\"\"\"
+        for path in files:
+            for line, text in ...:
+                if len(text) < min_chars:
+                    context.skip("too short")   # counted in the build summary
+                    continue
+                yield f"{path}:{line}", {"query": text, "positives": [...]}
+
+Keyword-only parameters are the format's ``options`` (unknown options are rejected); raise
+:class:`SourceFormatError` with ``file``, ``line``, ``field`` and ``expected`` for bad input.
+Rows need only ``query`` and the lists they use; the recipe fills ``task``, ``task_type`` and the
+instructions. Scores must be normalised to [0, 1] (document the mapping in the docstring).
+Other packages can register formats through the ``hf_unified_embed.source_formats`` entry-point group.
+"""
+
+from hf_unified_embed.data.builder import (
+    BuildResult,
+    UnifiedEmbedBuilder,
+    UnifiedSourceConfig,
+    build_unified,
+    build_unified_with_report,
+)
+from hf_unified_embed.data.hub_layout import load_unified, render_dataset_card, save_unified, task_summary
+from hf_unified_embed.data.recipe import BuildRecipe, RecipeError, SourceSpec, load_recipe
+from hf_unified_embed.data.registry import (
+    AdapterContext,
+    SourceFormat,
+    SourceFormatError,
+    SourceRow,
+    get_source_format,
+    register_source_format,
+    source_format_names,
+)
+
+__all__ = [
+    "AdapterContext",
+    "BuildRecipe",
+    "BuildResult",
+    "RecipeError",
+    "SourceFormat",
+    "SourceFormatError",
+    "SourceRow",
+    "SourceSpec",
+    "UnifiedEmbedBuilder",
+    "UnifiedSourceConfig",
+    "build_unified",
+    "build_unified_with_report",
+    "get_source_format",
+    "load_recipe",
+    "load_unified",
+    "register_source_format",
+    "render_dataset_card",
+    "save_unified",
+    "source_format_names",
+    "task_summary",
+]

@@ -1,0 +1,137 @@
+"""Answer-selection files (question, candidate sentence, 0/1 label), grouped into retrieval rows.
+
+Consecutive rows with the same question form one unified row: candidates labelled 1 become the
+``positives`` and candidates labelled 0 the hard ``negatives``. Questions without any correct
+candidate are skipped and counted. Scores are left empty: binary relevance is already expressed
+by the positive/negative split.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from hf_unified_embed.data.readers import Quoting, iter_delimited, read_header, require_text
+from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, register_source_format
+
+_QUOTING: dict[str, Quoting] = {"minimal": csv.QUOTE_MINIMAL, "none": csv.QUOTE_NONE}
+
+PRESETS = {
+    # TrecQA (Wang et al. 2007, Yao et al. 2013 csv): qtext,label,atext with quoted fields.
+    "trecqa": {"question_column": "qtext", "candidate_column": "atext", "label_column": "label", "delimiter": ","},
+    # WikiQA: QuestionID, Question, SentenceID, Sentence, Label; sentences hold bare quote
+    # characters, so fields are not quoted. A few rows of the distributed train file still use
+    # the original 7-column layout; they are skipped and counted.
+    "wikiqa": {
+        "question_column": "Question",
+        "candidate_column": "Sentence",
+        "label_column": "Label",
+        "delimiter": "\t",
+        "quoting": "none",
+        "on_malformed": "skip",
+    },
+}
+
+
+def _groups(
+    path: Path,
+    header: list[str],
+    positions: dict[str, int],
+    columns: tuple[str, str, str],
+    options: dict[str, Any],
+    context: AdapterContext,
+) -> Iterator[tuple[int, str, list[str], list[str]]]:
+    """``(first_line, question, positives, negatives)`` for each run of consecutive rows of a question."""
+    question_column, candidate_column, label_column = columns
+    finished: set[str] = set()
+    group: tuple[int, str, list[str], list[str]] | None = None
+    for line, fields in iter_delimited(
+        path, delimiter=options["delimiter"], quoting=_QUOTING[options["quoting"]], header=True
+    ):
+        if len(fields) != len(header):
+            if options["on_malformed"] == "skip":
+                context.skip(f"row with {len(fields)} fields instead of {len(header)}")
+                continue
+            raise SourceFormatError(
+                f"found {len(fields)} fields", file=path, line=line, expected=f"{len(header)} like the header {header}"
+            )
+        question = require_text(fields[positions[question_column]], file=path, line=line, field=question_column)
+        candidate = require_text(fields[positions[candidate_column]], file=path, line=line, field=candidate_column)
+        label = fields[positions[label_column]].strip()
+        if label not in (options["positive_label"], options["negative_label"]):
+            raise SourceFormatError(
+                f"got {label!r}",
+                file=path,
+                line=line,
+                field=label_column,
+                expected=f"{options['positive_label']!r} or {options['negative_label']!r}",
+            )
+        if group is None or question != group[1]:
+            if group is not None:
+                finished.add(group[1])
+                yield group
+            if question in finished:
+                raise SourceFormatError(
+                    "question appears again after other questions",
+                    file=path,
+                    line=line,
+                    field=question_column,
+                    expected="all rows of a question to be consecutive",
+                )
+            group = (line, question, [], [])
+        (group[2] if label == options["positive_label"] else group[3]).append(candidate)
+    if group is not None:
+        yield group
+
+
+@register_source_format("answer-selection", presets=PRESETS)
+def read_answer_selection(
+    files: Sequence[Path],
+    context: AdapterContext,
+    *,
+    question_column: str = "question",
+    candidate_column: str = "candidate",
+    label_column: str = "label",
+    delimiter: str = "\t",
+    quoting: Literal["minimal", "none"] = "minimal",
+    positive_label: str = "1",
+    negative_label: str = "0",
+    require_negatives: bool = False,
+    on_malformed: Literal["error", "skip"] = "error",
+) -> Iterator[SourceRow]:
+    """Delimited question/candidate/label rows with a header (presets ``trecqa``, ``wikiqa``).
+
+    A question whose rows are not consecutive is an error (its group would be split in two).
+    """
+    if quoting not in _QUOTING:
+        raise SourceFormatError(f"got {quoting!r}", field="quoting", expected=f"one of {list(_QUOTING)}")
+    options = {
+        "delimiter": delimiter,
+        "quoting": quoting,
+        "positive_label": positive_label,
+        "negative_label": negative_label,
+        "on_malformed": on_malformed,
+    }
+    columns = (question_column, candidate_column, label_column)
+    for path in files:
+        header = read_header(path, delimiter=delimiter, quoting=_QUOTING[quoting])
+        positions = {}
+        for column in columns:
+            if column not in header:
+                raise SourceFormatError(
+                    f"column {column!r} not in header {header}",
+                    file=path,
+                    line=1,
+                    field=column,
+                    expected="the configured column names",
+                )
+            positions[column] = header.index(column)
+        for line, question, positives, negatives in _groups(path, header, positions, columns, options, context):
+            if not positives:
+                context.skip("question without a correct candidate")
+            elif require_negatives and not negatives:
+                context.skip("question without an incorrect candidate")
+            else:
+                yield f"{path}:{line}", {"query": question, "positives": positives, "negatives": negatives}

@@ -1,0 +1,222 @@
+"""``UnifiedEmbedBuilder`` (a ``datasets`` builder with one config per source) and ``build_unified``."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import tempfile
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import datasets
+from datasets import BuilderConfig, DatasetDict, DatasetInfo, DownloadMode, GeneratorBasedBuilder, SplitGenerator
+from datasets.exceptions import DatasetGenerationError
+from datasets.fingerprint import get_temporary_cache_files_directory
+
+from hf_unified_embed.data.readers import resolve_files
+from hf_unified_embed.data.recipe import BuildRecipe, SourceSpec, load_recipe
+from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, get_source_format
+from hf_unified_embed.schema import (
+    DIFFICULTY_COLUMN,
+    UNIFIED_COLUMNS,
+    InstructionTracker,
+    UnifiedSchemaError,
+    validate_row,
+)
+
+logger = logging.getLogger(__name__)
+
+_LIST_COLUMNS = ("positives", "negatives", "positive_scores", "negative_scores")
+_TASK_COLUMNS = ("task", "task_type", "query_instruction", "document_instruction")
+
+
+@dataclass
+class UnifiedSourceConfig(BuilderConfig):
+    """A builder config for one recipe source."""
+
+    source: SourceSpec | None = None
+    base_dir: str | None = None
+
+
+class UnifiedEmbedBuilder(GeneratorBasedBuilder):
+    """Builds one recipe source into the unified schema (``UNIFIED_FEATURES``), validating every row.
+
+    Used locally (datasets 5 has no loading scripts)::
+
+        builder = UnifiedEmbedBuilder(cache_dir=tmp, config_name="stsb", source=spec)
+        builder.download_and_prepare(download_mode="force_redownload")
+        dataset = builder.as_dataset(split=spec.split)
+
+    Rows that an adapter deliberately skips are counted in ``builder.skipped``.
+    """
+
+    BUILDER_CONFIG_CLASS = UnifiedSourceConfig
+    config: UnifiedSourceConfig
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.skipped: Counter[str] = Counter()
+
+    @property
+    def source(self) -> SourceSpec:
+        if self.config.source is None:
+            raise ValueError(
+                "UnifiedEmbedBuilder needs a source: UnifiedEmbedBuilder(config_name=..., source=SourceSpec(...))"
+            )
+        return self.config.source
+
+    def _info(self) -> DatasetInfo:
+        spec = self.source
+        return DatasetInfo(
+            description=spec.source or f"{spec.format} files",
+            features=get_source_format(spec.format).features(spec.options),
+            license=spec.license or "",
+        )
+
+    def _split_generators(self, dl_manager: Any) -> list[SplitGenerator]:
+        return [SplitGenerator(name=self.source.split, gen_kwargs={})]
+
+    def _generate_examples(self) -> Iterator[tuple[int, dict[str, Any]]]:  # type: ignore[override]
+        spec = self.source
+        source_format = get_source_format(spec.format)
+        base_dir = Path(self.config.base_dir) if self.config.base_dir else None
+        files = resolve_files(spec.data_files, base_dir)
+        context = AdapterContext(spec.name, self.skipped)
+        with_difficulty = DIFFICULTY_COLUMN in source_format.features(spec.options)
+        tracker = InstructionTracker()
+        rows = source_format.rows(files, context, spec.options)
+        for index, (location, raw) in enumerate(itertools.islice(rows, spec.max_rows)):
+            row = complete_row(raw, spec, location, with_difficulty)
+            validate_row(row, index, source=location)
+            tracker.check(row, index, source=location)
+            yield index, row
+
+
+def complete_row(
+    raw: Mapping[str, Any], spec: SourceSpec, location: str, with_difficulty: bool = False
+) -> dict[str, Any]:
+    """Fill an adapter's row with the recipe's task columns; the recipe wins where it sets a value."""
+    allowed = set(UNIFIED_COLUMNS) | ({DIFFICULTY_COLUMN} if with_difficulty else set())
+    extra = sorted(set(raw) - allowed)
+    if extra:
+        raise UnifiedSchemaError(
+            f"adapter {spec.format!r} produced unknown columns {extra}",
+            task=spec.name,
+            field=extra[0],
+            source=location,
+        )
+    row = {column: raw.get(column) for column in allowed}
+    for column in _LIST_COLUMNS:
+        if row[column] is None:
+            row[column] = []
+    row["task"] = row["task"] or spec.name
+    row["task_type"] = spec.task_type or row["task_type"]
+    if row["task_type"] is None:
+        raise UnifiedSchemaError(
+            "no task_type: set task_type in the recipe source (this format does not store one per row)",
+            task=row["task"],
+            field="task_type",
+            source=location,
+        )
+    query_instruction, document_instruction = spec.instructions_for(row["task_type"])
+    row["query_instruction"] = query_instruction if query_instruction is not None else (row["query_instruction"] or "")
+    if document_instruction is not None:
+        row["document_instruction"] = document_instruction
+    elif row["document_instruction"] is None:
+        row["document_instruction"] = (
+            row["query_instruction"]
+            if row["task_type"] in ("sts", "pair_classification", "classification", "clustering")
+            else ""
+        )
+    return row
+
+
+@dataclass
+class BuildResult:
+    """What a build produced: the tasks, the source of each and the rows skipped per task."""
+
+    dataset: DatasetDict
+    sources: dict[str, SourceSpec] = field(default_factory=dict)
+    skipped: dict[str, Counter[str]] = field(default_factory=dict)
+
+
+def _original_error(error: BaseException) -> BaseException:
+    # datasets wraps generator failures in DatasetGenerationError; users need the located cause.
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, (SourceFormatError, UnifiedSchemaError, FileNotFoundError)):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    return error
+
+
+def build_source(
+    spec: SourceSpec, *, base_dir: Path | None, cache_dir: str | Path
+) -> tuple[datasets.Dataset, Counter[str]]:
+    """Build one source into an Arrow-backed ``Dataset`` under ``cache_dir``."""
+    builder = UnifiedEmbedBuilder(
+        cache_dir=str(cache_dir), config_name=spec.name, source=spec, base_dir=str(base_dir) if base_dir else None
+    )
+    try:
+        # Always regenerate: a cached copy would hide changed inputs and errors.
+        builder.download_and_prepare(download_mode=DownloadMode.FORCE_REDOWNLOAD)
+    except DatasetGenerationError as error:
+        raise _original_error(error) from None
+    dataset = builder.as_dataset(split=spec.split)
+    assert isinstance(dataset, datasets.Dataset)
+    return dataset, builder.skipped
+
+
+def build_unified_with_report(
+    recipe: BuildRecipe | Mapping[str, Any] | str | Path,
+    *,
+    split: str | None = None,
+    cache_dir: str | Path | None = None,
+) -> BuildResult:
+    """Like :func:`build_unified`, also returning each task's source and skipped-row counts."""
+    plan = load_recipe(recipe)
+    specs = [spec for spec in plan.sources if split is None or spec.split == split]
+    if not specs:
+        raise ValueError(f"{plan.origin}: no source has split {split!r}; splits are {plan.splits}")
+    if cache_dir is None:
+        # A fresh folder per build, removed when the process exits: nothing stale is ever reused.
+        cache_dir = tempfile.mkdtemp(prefix="unified-build-", dir=get_temporary_cache_files_directory())
+    result = BuildResult(DatasetDict())
+    for spec in specs:
+        dataset, skipped = build_source(spec, base_dir=plan.base_dir, cache_dir=cache_dir)
+        if skipped:
+            logger.info("%s: skipped %s", spec.name, dict(skipped))
+        tasks = dataset.unique("task") if len(dataset) else [spec.name]
+        for task in tasks:
+            part = (
+                dataset
+                if len(tasks) == 1
+                else dataset.filter(lambda names, t=task: [n == t for n in names], input_columns="task", batched=True)
+            )
+            if task in result.dataset:
+                raise ValueError(
+                    f"{plan.origin}: task {task!r} is produced by two sources; build one split at a time (split=...) or rename a source"
+                )
+            result.dataset[task] = part
+            result.sources[task] = spec
+            result.skipped[task] = skipped
+    return result
+
+
+def build_unified(
+    recipe: BuildRecipe | Mapping[str, Any] | str | Path,
+    *,
+    split: str | None = None,
+    cache_dir: str | Path | None = None,
+) -> DatasetDict:
+    """Build a recipe into a validated ``DatasetDict`` keyed by task name.
+
+    Args:
+        recipe: a :class:`BuildRecipe`, a dict ``{"sources": [...]}`` or a YAML file path.
+        split: build only the sources of this split (default: all; task names must then be unique).
+        cache_dir: where the Arrow files go; default a fresh temporary folder removed at exit.
+    """
+    return build_unified_with_report(recipe, split=split, cache_dir=cache_dir).dataset

@@ -1,0 +1,292 @@
+"""The Hub layout of a unified dataset: ``data/<task>/<split>-*.parquet`` plus a ``README.md`` card.
+
+The card's YAML front matter declares one ``configs`` entry per task and an ``all`` config, so
+``datasets.load_dataset(folder_or_repo, "stsb")`` works the same for a local folder and a Hub repo.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from datasets import Dataset, DatasetDict, DatasetInfo, SplitDict, SplitInfo, load_dataset
+from datasets.info import DatasetInfosDict
+from huggingface_hub import DatasetCard, DatasetCardData
+
+from hf_unified_embed.cards import render_template
+from hf_unified_embed.data.recipe import SourceSpec
+from hf_unified_embed.schema import UNIFIED_FEATURES, validate_unified
+
+ALL_CONFIG = "all"
+CARD_TEMPLATE = "dataset_card.md.j2"
+DEFAULT_MAX_SHARD_BYTES = 500 * 1024**2
+
+# Meaning of each column, shown in the card's schema section.
+COLUMN_DOCS = {
+    "task": "task / sub-dataset name",
+    "task_type": "retrieval, sts, pair_classification, classification or clustering",
+    "query_instruction": "instruction for the query side ('' if none)",
+    "document_instruction": "instruction for the document side (symmetric tasks: the query's)",
+    "query": "the anchor text",
+    "positives": "relevant documents (STS: the second sentence)",
+    "negatives": "hard negatives (may be empty)",
+    "positive_scores": "scores in [0, 1] aligned with positives, or empty",
+    "negative_scores": "scores in [0, 1] aligned with negatives, or empty",
+    "difficulty": "curriculum difficulty φ = cos(q, d+) − cos(q, d−) (optional)",
+}
+
+
+def _mean_length(column: pa.ChunkedArray) -> float:
+    if len(column) == 0:
+        return 0.0
+    return float(pc.mean(pc.list_value_length(column)).as_py() or 0.0)
+
+
+def task_summary(dataset: Dataset) -> dict[str, Any]:
+    """Row count, list sizes, score range and instructions of one task (read from Arrow, no Python rows)."""
+    table = dataset.with_format("arrow")[:]  # zero-copy slices of the memory-mapped Arrow data
+    scores = pa.chunked_array(
+        [
+            *pc.list_flatten(table.column("positive_scores")).chunks,
+            *pc.list_flatten(table.column("negative_scores")).chunks,
+        ],
+        type=pa.float32(),
+    )
+    score_range = pc.min_max(scores).as_py() if len(scores) else {"min": None, "max": None}
+    first = dataset[0] if len(dataset) else {}
+    return {
+        "rows": len(dataset),
+        "task_type": first.get("task_type", ""),
+        "positives_per_row": round(_mean_length(table.column("positives")), 2),
+        "negatives_per_row": round(_mean_length(table.column("negatives")), 2),
+        "score_min": score_range["min"],
+        "score_max": score_range["max"],
+        "query_instruction": first.get("query_instruction", ""),
+        "document_instruction": first.get("document_instruction", ""),
+    }
+
+
+def _as_splits(data: DatasetDict | Mapping[str, DatasetDict]) -> dict[str, dict[str, Dataset]]:
+    """``{split: {task: Dataset}}`` from a task-keyed DatasetDict (each Dataset knows its split) or a split mapping."""
+    if isinstance(data, DatasetDict) or all(isinstance(value, Dataset) for value in data.values()):
+        splits: dict[str, dict[str, Dataset]] = {}
+        for task, dataset in data.items():
+            assert isinstance(dataset, Dataset)
+            splits.setdefault(str(dataset.split or "train"), {})[task] = dataset
+        return splits
+    return {split: dict(tasks) for split, tasks in data.items()}
+
+
+def render_dataset_card(
+    splits: Mapping[str, Mapping[str, Dataset]],
+    *,
+    sources: Mapping[str, SourceSpec] | None = None,
+    skipped: Mapping[str, Counter[str]] | None = None,
+    pretty_name: str = "Unified embedding training data",
+    shard_files: Mapping[tuple[str, str], list[str]] | None = None,
+) -> str:
+    """The README.md of a unified dataset folder (YAML front matter + task table + schema)."""
+    sources = sources or {}
+    tasks = list(dict.fromkeys(task for tasks in splits.values() for task in tasks))
+    infos = DatasetInfosDict()
+    rows_table = []
+    notes: dict[str, dict[str, Any]] = {}
+    for task in tasks:
+        split_dict = SplitDict()
+        features = None
+        for split, datasets_by_task in splits.items():
+            if task not in datasets_by_task:
+                continue
+            dataset = datasets_by_task[task]
+            features = dataset.features
+            split_dict.add(SplitInfo(name=split, num_examples=len(dataset), num_bytes=dataset.data.nbytes))
+            summary = task_summary(dataset)
+            spec = sources.get(task)
+            rows_table.append(
+                {
+                    "task": task,
+                    "split": split,
+                    **summary,
+                    "source": (spec.source or spec.format) if spec else "",
+                    "license": (spec.license or "unknown") if spec else "unknown",
+                    "skipped": dict((skipped or {}).get(task, {})),
+                }
+            )
+        infos[task] = DatasetInfo(features=features or UNIFIED_FEATURES, config_name=task, splits=split_dict)
+        spec = sources.get(task)
+        notes[task] = {
+            "source": spec.source if spec and spec.source else (spec.format if spec else "unknown"),
+            "license": spec.license if spec and spec.license else "unknown",
+            "format": spec.format if spec else "unified",
+        }
+    configs: list[dict[str, Any]] = [
+        {
+            "config_name": task,
+            "data_files": [
+                {"split": split, "path": f"data/{task}/{split}-*.parquet"} for split in splits if task in splits[split]
+            ],
+        }
+        for task in tasks
+    ]
+    configs.append(
+        {
+            "config_name": ALL_CONFIG,
+            "data_files": [{"split": split, "path": f"data/*/{split}-*.parquet"} for split in splits],
+            "default": True,
+        }
+    )
+    licenses = sorted({note["license"] for note in notes.values()})
+    card_data = DatasetCardData(
+        pretty_name=pretty_name,
+        license=licenses[0].lower() if len(licenses) == 1 and licenses[0] != "unknown" else "other",
+        task_categories=["sentence-similarity", "text-retrieval"],
+        tags=["sentence-transformers", "embeddings", "hf-unified-embed"],
+        configs=configs,
+        source_notes=notes,
+    )
+    infos.to_dataset_card_data(card_data)
+    schema = (
+        [
+            {"name": name, "dtype": _dtype(feature), "meaning": COLUMN_DOCS.get(name, "")}
+            for name, feature in (infos[tasks[0]].features or UNIFIED_FEATURES).items()
+        ]
+        if tasks
+        else []
+    )
+    return render_template(
+        CARD_TEMPLATE,
+        front_matter=card_data.to_yaml(),
+        pretty_name=pretty_name,
+        tasks=rows_table,
+        schema=schema,
+        notes=notes,
+        splits=list(splits),
+    )
+
+
+def _dtype(feature: Any) -> str:
+    inner = getattr(feature, "feature", None)
+    return f"list[{inner.dtype}]" if inner is not None else str(getattr(feature, "dtype", feature))
+
+
+def _check_target(out_dir: Path, overwrite: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FileExistsError(f"{out_dir} exists and is not a folder")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out_dir} is not empty; pass overwrite=True (CLI: --overwrite) to replace it")
+
+
+def save_unified(
+    data: DatasetDict | Mapping[str, DatasetDict],
+    out_dir: str | Path,
+    *,
+    overwrite: bool = False,
+    sources: Mapping[str, SourceSpec] | None = None,
+    skipped: Mapping[str, Counter[str]] | None = None,
+    pretty_name: str = "Unified embedding training data",
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+) -> Path:
+    """Write the Hub layout: ``data/<task>/<split>-NNNNN-of-NNNNN.parquet`` and ``README.md``.
+
+    ``data`` is a task-keyed ``DatasetDict`` (each dataset saved under its own ``split``, default
+    ``train``) or ``{split: DatasetDict}``. Everything is validated and written to a temporary
+    sibling folder that replaces ``out_dir`` only at the end; a non-empty ``out_dir`` is refused
+    unless ``overwrite``.
+    """
+    out_dir = Path(out_dir).resolve()
+    _check_target(out_dir, overwrite)
+    splits = _as_splits(data)
+    if not any(splits.values()):
+        raise ValueError("nothing to save: the dataset has no tasks")
+    for tasks in splits.values():
+        for task, dataset in tasks.items():
+            validate_unified(dataset, source=task)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        for split, tasks in splits.items():
+            for task, dataset in tasks.items():
+                num_shards = max(1, math.ceil(dataset.data.nbytes / max_shard_bytes))
+                folder = staging / "data" / task
+                folder.mkdir(parents=True, exist_ok=True)
+                for index in range(num_shards):
+                    shard = dataset.shard(num_shards, index, contiguous=True)
+                    shard.to_parquet(str(folder / f"{split}-{index:05d}-of-{num_shards:05d}.parquet"))
+        card = render_dataset_card(splits, sources=sources, skipped=skipped, pretty_name=pretty_name)
+        (staging / "README.md").write_text(card, encoding="utf-8")
+        _replace(staging, out_dir, overwrite)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return out_dir
+
+
+def _replace(staging: Path, out_dir: Path, overwrite: bool) -> None:
+    _check_target(out_dir, overwrite)  # again: something may have appeared meanwhile
+    if out_dir.exists():
+        trash = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
+        out_dir.rename(trash)
+        staging.rename(out_dir)
+        shutil.rmtree(trash)
+    else:
+        staging.rename(out_dir)
+
+
+def read_card(repo_id_or_dir: str | Path, *, token: str | None = None) -> DatasetCard:
+    """The dataset card of a unified folder or Hub dataset repository."""
+    local = Path(repo_id_or_dir)
+    if local.is_dir():
+        readme = local / "README.md"
+        if not readme.is_file():
+            raise FileNotFoundError(f"{local} has no README.md; is it a folder written by save_unified?")
+        return DatasetCard.load(readme)
+    return DatasetCard.load(str(repo_id_or_dir), repo_type="dataset", token=token)
+
+
+def unified_tasks(card: DatasetCard) -> dict[str, list[str]]:
+    """``{task: [splits]}`` declared by a unified dataset card (the ``all`` config excluded)."""
+    configs = card.data.to_dict().get("configs") or []
+    return {
+        config["config_name"]: [entry["split"] for entry in config.get("data_files", [])]
+        for config in configs
+        if config.get("config_name") != ALL_CONFIG
+    }
+
+
+def load_unified(
+    repo_id_or_dir: str | Path,
+    tasks: list[str] | None = None,
+    split: str = "train",
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    cache_dir: str | None = None,
+) -> DatasetDict:
+    """Load the tasks of a unified folder or Hub repo (all tasks that have ``split`` by default).
+
+    Each task is read with ``datasets.load_dataset(repo_id_or_dir, task, split=split)``.
+    """
+    declared = unified_tasks(read_card(repo_id_or_dir, token=token))
+    if tasks is None:
+        tasks = [task for task, splits in declared.items() if split in splits]
+    unknown = [task for task in tasks if task not in declared]
+    if unknown:
+        raise ValueError(f"{repo_id_or_dir}: unknown task(s) {unknown}; the card declares {sorted(declared)}")
+    missing = [task for task in tasks if split not in declared[task]]
+    if missing:
+        raise ValueError(f"{repo_id_or_dir}: task(s) {missing} have no split {split!r}")
+    result = DatasetDict()
+    for task in tasks:
+        dataset = load_dataset(
+            str(repo_id_or_dir), task, split=split, revision=revision, token=token, cache_dir=cache_dir
+        )
+        assert isinstance(dataset, Dataset)
+        result[task] = dataset
+    return result

@@ -1,0 +1,182 @@
+"""Streaming readers shared by the adapters: delimited text, JSON lines / arrays, CSV and Parquet.
+
+Each yields one record at a time with its 1-based line (or row) number, so memory does not grow
+with the file and errors can point at the exact place.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import math
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from hf_unified_embed.data.registry import SourceFormatError
+
+Quoting = Literal[0, 1, 2, 3]  # csv.QUOTE_MINIMAL, QUOTE_ALL, QUOTE_NONNUMERIC, QUOTE_NONE
+
+# Some STS and QA files hold very long fields; the csv module's default limit is 128 KiB.
+csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+
+JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
+CSV_SUFFIXES = {".csv": ",", ".tsv": "\t"}
+PARQUET_SUFFIXES = (".parquet",)
+
+
+def resolve_files(data_files: str | Path | Sequence[str | Path], base_dir: Path | None = None) -> list[Path]:
+    """Expand globs and relative paths (against ``base_dir``); every pattern must match something."""
+    patterns = [data_files] if isinstance(data_files, (str, Path)) else list(data_files)
+    if not patterns:
+        raise SourceFormatError("no input files given", field="data_files", expected="a path, glob or list of them")
+    files: list[Path] = []
+    for pattern in patterns:
+        path = Path(pattern).expanduser()
+        if base_dir is not None and not path.is_absolute():
+            path = base_dir / path
+        matches = sorted(glob.glob(str(path))) if glob.has_magic(str(path)) else ([str(path)] if path.exists() else [])
+        if not matches:
+            raise SourceFormatError(
+                "file not found", file=path, field="data_files", expected="an existing path or glob"
+            )
+        files.extend(Path(match) for match in matches)
+    return files
+
+
+def iter_delimited(
+    path: Path, *, delimiter: str = "\t", quoting: Quoting = csv.QUOTE_NONE, header: bool = False
+) -> Iterator[tuple[int, list[str]]]:
+    """``(line_number, fields)`` of a delimited text file; a UTF-8 byte-order mark is dropped.
+
+    With ``header=True`` the first line is skipped (use :func:`read_header` to look at it).
+    """
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
+        for fields in reader:
+            if header:
+                header = False
+                continue
+            if not fields or (len(fields) == 1 and not fields[0].strip()):
+                continue
+            yield reader.line_num, fields
+
+
+def read_header(path: Path, *, delimiter: str, quoting: Quoting = csv.QUOTE_MINIMAL) -> list[str]:
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        return next(csv.reader(handle, delimiter=delimiter, quoting=quoting), [])
+
+
+def iter_json_records(path: Path) -> Iterator[tuple[int, Any]]:
+    """Records of a JSON-lines file, or of a top-level JSON array (read incrementally).
+
+    Numbers are line numbers for JSON lines and 1-based element numbers for an array.
+    """
+    with open(path, encoding="utf-8-sig") as handle:
+        first = ""
+        while not first:
+            chunk = handle.read(1)
+            if not chunk:
+                return
+            first = chunk.strip()
+        handle.seek(0)
+        if first == "[":
+            yield from _iter_json_array(path, handle)
+            return
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield number, json.loads(line)
+            except json.JSONDecodeError as error:
+                raise SourceFormatError(
+                    f"invalid JSON: {error.msg}", file=path, line=number, expected="one JSON object per line"
+                ) from None
+
+
+def _iter_json_array(path: Path, handle: Any, chunk_size: int = 1 << 20) -> Iterator[tuple[int, Any]]:
+    # MEDI ships as one multi-GB JSON array: decode element by element from a sliding buffer.
+    decoder = json.JSONDecoder()
+    buffer = handle.read(chunk_size).lstrip().removeprefix("\ufeff").lstrip()[1:]
+    position, number, exhausted = 0, 0, False
+    while True:
+        while position < len(buffer) and buffer[position] in " \t\r\n,":
+            position += 1
+        if position < len(buffer) and buffer[position] == "]":
+            return
+        try:
+            value, end = decoder.raw_decode(buffer, position)
+        except json.JSONDecodeError as error:
+            if exhausted:
+                raise SourceFormatError(
+                    f"invalid JSON: {error.msg}",
+                    file=path,
+                    line=number + 1,
+                    expected="a JSON array of objects (element number)",
+                ) from None
+            more = handle.read(chunk_size)
+            exhausted = not more
+            buffer, position = buffer[position:] + more, 0
+            continue
+        if end == len(buffer) and not exhausted:
+            # A number or literal may continue in the next chunk; decode again with more text.
+            more = handle.read(chunk_size)
+            exhausted = not more
+            buffer, position = buffer[position:] + more, 0
+            continue
+        number += 1
+        yield number, value
+        position = end
+
+
+def iter_table_records(
+    path: Path, *, delimiter: str | None = None, batch_size: int = 4_096
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Dict records of a JSON-lines/JSON, CSV/TSV (header row) or Parquet file, chosen by suffix."""
+    suffix = path.suffix.lower()
+    if suffix in JSON_SUFFIXES:
+        for number, record in iter_json_records(path):
+            if not isinstance(record, dict):
+                raise SourceFormatError(
+                    f"got {type(record).__name__}", file=path, line=number, expected="a JSON object"
+                )
+            yield number, record
+    elif suffix in CSV_SUFFIXES or delimiter is not None:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            reader = csv.DictReader(handle, delimiter=delimiter or CSV_SUFFIXES[suffix])
+            for record in reader:
+                yield reader.line_num, record
+    elif suffix in PARQUET_SUFFIXES:
+        import pyarrow.parquet as pq
+
+        number = 0
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
+            for record in batch.to_pylist():
+                number += 1
+                yield number, record
+    else:
+        raise SourceFormatError(
+            f"unsupported file type {suffix!r}", file=path, expected=".jsonl/.json, .csv/.tsv or .parquet"
+        )
+
+
+def require_text(value: Any, *, file: Path, line: int, field: str) -> str:
+    """A non-empty string with surrounding whitespace removed."""
+    if not isinstance(value, str) or not value.strip():
+        raise SourceFormatError(f"got {value!r}", file=file, line=line, field=field, expected="a non-empty string")
+    return value.strip()
+
+
+def parse_score(value: Any, *, file: Path, line: int, field: str, low: float, high: float) -> float:
+    """Map a raw score in ``[low, high]`` linearly onto [0, 1]; anything else is an error."""
+    try:
+        score = float(value)
+    except (TypeError, ValueError):
+        score = math.nan
+    if not math.isfinite(score) or not low <= score <= high:
+        raise SourceFormatError(
+            f"got {value!r}", file=file, line=line, field=field, expected=f"a number in [{low:g}, {high:g}]"
+        )
+    return (score - low) / (high - low)

@@ -1,0 +1,149 @@
+"""Build recipes: which raw sources become which unified tasks, as validated data classes.
+
+A recipe is YAML (or a dict) of the form::
+
+    sources:
+      - name: stsb                    # the task name (and datasets config name)
+        format: stsb                  # a registered source format
+        data_files: ../data/stsb-train.tsv   # path, glob or list; relative to the recipe file
+        task_type: sts
+        query_instruction: "Represent the sentence for semantic similarity: "
+        document_instruction: null    # null: same as the query's for symmetric task types, else ""
+        split: train                  # optional, default train
+        max_rows: 1000                # optional cap after skipping
+        options: {}                   # format-specific keyword options
+        license: CC-BY-SA-4.0         # optional, shown in the dataset card
+        source: "STS Benchmark (Cer et al., 2017)"   # optional, shown in the dataset card
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hf_unified_embed.schema import TASK_TYPES
+
+#: Task types whose two sides are the same kind of text, so they share one instruction.
+SYMMETRIC_TASK_TYPES = frozenset({"sts", "pair_classification", "classification", "clustering"})
+
+
+class RecipeError(ValueError):
+    """A recipe is malformed; the message names the recipe, the source and the field."""
+
+
+@dataclass
+class SourceSpec:
+    """One raw source → one unified task (or several, for formats that carry a task per row)."""
+
+    name: str
+    format: str
+    data_files: str | list[str]
+    task_type: str | None = None
+    query_instruction: str | None = None
+    document_instruction: str | None = None
+    split: str = "train"
+    max_rows: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    license: str | None = None
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        def fail(field_name: str, message: str) -> RecipeError:
+            return RecipeError(f"source {self.name!r}, field {field_name!r}: {message}")
+
+        if not isinstance(self.name, str) or not self.name.strip() or "/" in self.name:
+            raise RecipeError(f"source name {self.name!r} must be a non-empty string without '/'")
+        if self.name == "all":
+            raise fail("name", "'all' is reserved for the config that holds every task")
+        if self.task_type is not None and self.task_type not in TASK_TYPES:
+            raise fail("task_type", f"got {self.task_type!r}; expected one of {list(TASK_TYPES)}")
+        for name in ("query_instruction", "document_instruction"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise fail(name, "expected a string or null")
+        if self.max_rows is not None and (not isinstance(self.max_rows, int) or self.max_rows < 1):
+            raise fail("max_rows", f"got {self.max_rows!r}; expected a positive integer")
+        if not isinstance(self.options, dict):
+            raise fail("options", "expected a mapping of format options")
+        if not self.data_files:
+            raise fail("data_files", "expected a path, glob or list of them")
+
+    def instructions_for(self, task_type: str) -> tuple[str | None, str | None]:
+        """The (query, document) instructions this recipe imposes; ``None`` leaves the row's own."""
+        document = self.document_instruction
+        if document is None and self.query_instruction is not None:
+            document = self.query_instruction if task_type in SYMMETRIC_TASK_TYPES else ""
+        return self.query_instruction, document
+
+
+@dataclass
+class BuildRecipe:
+    """A list of sources plus the folder that relative ``data_files`` are resolved against."""
+
+    sources: list[SourceSpec]
+    base_dir: Path | None = None
+    origin: str = "<recipe>"
+
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise RecipeError(f"{self.origin}: the recipe has no sources")
+        seen: set[tuple[str, str]] = set()
+        for spec in self.sources:
+            key = (spec.name, spec.split)
+            if key in seen:
+                raise RecipeError(
+                    f"{self.origin}: source {spec.name!r} appears twice for split {spec.split!r}; list several data_files in one source instead"
+                )
+            seen.add(key)
+
+    @property
+    def splits(self) -> list[str]:
+        return list(dict.fromkeys(spec.split for spec in self.sources))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], base_dir: Path | None = None, origin: str = "<recipe>") -> BuildRecipe:
+        if not isinstance(data, Mapping) or not isinstance(data.get("sources"), list):
+            raise RecipeError(f"{origin}: expected a mapping with a 'sources' list")
+        known = {f.name for f in fields(SourceSpec)}
+        specs = []
+        for index, entry in enumerate(data["sources"]):
+            if not isinstance(entry, Mapping):
+                raise RecipeError(f"{origin}: sources[{index}] must be a mapping")
+            unknown = sorted(set(entry) - known)
+            missing = [name for name in ("name", "format", "data_files") if name not in entry]
+            if unknown or missing:
+                problem = f"unknown field(s) {unknown}" if unknown else f"missing field(s) {missing}"
+                raise RecipeError(
+                    f"{origin}: sources[{index}] ({entry.get('name', '?')}): {problem}; fields are {sorted(known)}"
+                )
+            try:
+                specs.append(SourceSpec(**entry))
+            except RecipeError as error:
+                raise RecipeError(f"{origin}: sources[{index}]: {error}") from None
+        unknown_top = sorted(set(data) - {"sources"})
+        if unknown_top:
+            raise RecipeError(f"{origin}: unknown top-level field(s) {unknown_top}")
+        return cls(specs, base_dir=base_dir, origin=origin)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> BuildRecipe:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"recipe not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as error:
+            raise RecipeError(f"{path}: invalid YAML: {error}") from None
+        return cls.from_dict(data, base_dir=path.resolve().parent, origin=str(path))
+
+
+def load_recipe(recipe: BuildRecipe | Mapping[str, Any] | str | Path) -> BuildRecipe:
+    """Accept a :class:`BuildRecipe`, a dict or the path of a YAML file."""
+    if isinstance(recipe, BuildRecipe):
+        return recipe
+    if isinstance(recipe, Mapping):
+        return BuildRecipe.from_dict(recipe)
+    return BuildRecipe.from_yaml(recipe)

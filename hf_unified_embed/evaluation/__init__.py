@@ -1,0 +1,56 @@
+"""Evaluation suites for embedding models, and CoDiEmb's embedding-space diagnostics.
+
+``run_suite(model, "suite.yaml")`` reads each evaluation set through the unified data adapters,
+scores it with a sentence-transformers evaluator (STS, retrieval, reranking, pair classification)
+and returns :class:`SuiteResults` with a flat table, the CoDiEmb §4 diagnostics and ``model-index``
+entries for the model card. ``build_sequential_evaluator`` gives the same suite to a trainer.
+"""
+
+from hf_unified_embed.evaluation.diagnostics import (
+    DIAGNOSTIC_METRICS,
+    EmbeddingSpaceDiagnostics,
+    embedding_space_diagnostics,
+    token_matrix_diagnostics,
+)
+from hf_unified_embed.evaluation.evaluators import (
+    AnswerRerankingEvaluator,
+    EncodeOnceMixin,
+    GradedInformationRetrievalEvaluator,
+    PairClassificationEvaluator,
+    STSEvaluator,
+)
+from hf_unified_embed.evaluation.inputs import EvaluationDataError
+from hf_unified_embed.evaluation.results import EntryResult, SuiteResults
+from hf_unified_embed.evaluation.suite import (
+    DiagnosticsConfig,
+    EvaluationSuite,
+    SuiteEntry,
+    SuiteError,
+    build_evaluators,
+    build_sequential_evaluator,
+    load_suite,
+    run_suite,
+)
+
+__all__ = [
+    "DIAGNOSTIC_METRICS",
+    "AnswerRerankingEvaluator",
+    "DiagnosticsConfig",
+    "EmbeddingSpaceDiagnostics",
+    "EncodeOnceMixin",
+    "EntryResult",
+    "EvaluationDataError",
+    "EvaluationSuite",
+    "GradedInformationRetrievalEvaluator",
+    "PairClassificationEvaluator",
+    "STSEvaluator",
+    "SuiteEntry",
+    "SuiteError",
+    "SuiteResults",
+    "build_evaluators",
+    "build_sequential_evaluator",
+    "embedding_space_diagnostics",
+    "load_suite",
+    "run_suite",
+    "token_matrix_diagnostics",
+]

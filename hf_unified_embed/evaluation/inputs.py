@@ -1,0 +1,178 @@
+"""Unified rows → the inputs of each sentence-transformers evaluator.
+
+The unified schema (:mod:`hf_unified_embed.schema`) stores every evaluation set the same way: a
+``query``, its ``positives`` / ``negatives`` and optional normalised scores. These functions turn a
+task's rows into what each evaluator kind reads. Scores stay as the adapters normalised them
+(Spearman, Pearson and average precision do not depend on a linear rescaling, nor does nDCG on a
+common scale of the gains).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+
+from hf_unified_embed.data.readers import iter_json_records, require_text, resolve_files
+from hf_unified_embed.data.registry import SourceFormatError
+
+
+class EvaluationDataError(ValueError):
+    """An evaluation set's rows cannot feed its evaluator kind; names the set, row and field."""
+
+    def __init__(self, message: str, *, evaluation: str, row: int | None = None, field: str | None = None) -> None:
+        where = f"evaluation {evaluation!r}" + (f", row {row}" if row is not None else "")
+        where += f", field {field!r}" if field is not None else ""
+        super().__init__(f"{where}: {message}")
+
+
+def _rows(dataset: Dataset | Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+    if isinstance(dataset, Dataset):
+        for batch in dataset.iter(batch_size=1_000):
+            columns = list(batch)
+            for values in zip(*(batch[c] for c in columns)):  # type: ignore[call-overload]
+                yield dict(zip(columns, values))
+    else:
+        yield from dataset
+
+
+@dataclass
+class ScoredPairs:
+    """Sentence pairs with one gold value each (STS scores or 0/1 paraphrase labels)."""
+
+    sentences1: list[str] = field(default_factory=list)
+    sentences2: list[str] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+
+    def texts(self) -> list[str]:
+        return list(dict.fromkeys([*self.sentences1, *self.sentences2]))
+
+
+def sts_pairs(dataset: Dataset | Iterable[Mapping[str, Any]], evaluation: str) -> ScoredPairs:
+    """Every (query, text, score) of positives and of scored negatives; each text needs a score."""
+    pairs = ScoredPairs()
+    for index, row in enumerate(_rows(dataset)):
+        for side in ("positives", "negatives"):
+            texts, scores = row[side], row[f"{side[:-1]}_scores"]
+            if texts and len(scores) != len(texts):
+                raise EvaluationDataError(
+                    f"{len(texts)} {side} but {len(scores)} scores; STS evaluation needs a score per text",
+                    evaluation=evaluation,
+                    row=index,
+                    field=f"{side[:-1]}_scores",
+                )
+            for text, score in zip(texts, scores):
+                pairs.sentences1.append(row["query"])
+                pairs.sentences2.append(text)
+                pairs.scores.append(float(score))
+    if len(set(pairs.scores)) < 2:
+        raise EvaluationDataError(
+            f"needs at least two distinct gold scores for a correlation, got {sorted(set(pairs.scores))}",
+            evaluation=evaluation,
+        )
+    return pairs
+
+
+def labelled_pairs(
+    dataset: Dataset | Iterable[Mapping[str, Any]], evaluation: str, label_threshold: float = 0.5
+) -> ScoredPairs:
+    """Binary-labelled pairs: a scored text is a paraphrase when its score ≥ ``label_threshold``;
+    unscored positives are label 1 and unscored negatives label 0."""
+    pairs = ScoredPairs()
+    for row in _rows(dataset):
+        for side, default in (("positives", 1), ("negatives", 0)):
+            texts, scores = row[side], row[f"{side[:-1]}_scores"]
+            labels = [int(score >= label_threshold) for score in scores] if scores else [default] * len(texts)
+            for text, label in zip(texts, labels):
+                pairs.sentences1.append(row["query"])
+                pairs.sentences2.append(text)
+                pairs.scores.append(label)
+    if len(set(pairs.scores)) < 2:
+        raise EvaluationDataError(
+            f"needs pairs of both labels for average precision, got only label {pairs.scores[:1]}",
+            evaluation=evaluation,
+        )
+    return pairs
+
+
+def reranking_samples(dataset: Dataset | Iterable[Mapping[str, Any]], evaluation: str) -> list[dict[str, Any]]:
+    """One ``{"query", "positive", "negative"}`` sample per row, as :class:`RerankingEvaluator` reads.
+
+    Rows without a negative cannot be ranked; the evaluator leaves them out (as TrecQA's "clean"
+    test set does) and the count is in the results as ``num_examples``.
+    """
+    samples = [
+        {"query": row["query"], "positive": list(row["positives"]), "negative": list(row["negatives"])}
+        for row in _rows(dataset)
+    ]
+    if not any(sample["positive"] and sample["negative"] for sample in samples):
+        raise EvaluationDataError("no row has both a positive and a negative to rank", evaluation=evaluation)
+    return samples
+
+
+@dataclass
+class RetrievalInputs:
+    """Queries, a corpus and graded judgements; texts double as ids (identical texts are one document)."""
+
+    queries: dict[str, str]
+    corpus: dict[str, str]
+    relevance: dict[str, dict[str, float]]
+
+    def texts(self) -> list[str]:
+        return list(dict.fromkeys([*self.queries.values(), *self.corpus.values()]))
+
+
+def read_corpus_files(data_files: str | Sequence[str], base_dir: Path | None, include_title: bool = True) -> list[str]:
+    """Document texts of BEIR-style ``corpus.jsonl`` files (``{"_id", "title", "text"}`` records).
+
+    The title is prefixed to the text as BEIR and the ``beir`` source format do.
+    """
+    texts = []
+    for path in resolve_files(data_files, base_dir):
+        for line, record in iter_json_records(path):
+            if not isinstance(record, dict):
+                raise SourceFormatError(f"got {type(record).__name__}", file=path, line=line, expected="a JSON object")
+            text = require_text(record.get("text"), file=path, line=line, field="text")
+            title = record.get("title")
+            if include_title and isinstance(title, str) and title.strip():
+                text = f"{title.strip()} {text}"
+            texts.append(text)
+    return texts
+
+
+def retrieval_inputs(
+    dataset: Dataset | Iterable[Mapping[str, Any]], evaluation: str, extra_corpus: Iterable[str] = ()
+) -> RetrievalInputs:
+    """Each row's query against the corpus of every row's positives and negatives plus ``extra_corpus``.
+
+    A positive's grade is its score (1.0 when the row has no scores); negatives and unjudged
+    documents have grade 0. A query appearing in several rows collects all their judgements.
+    """
+    queries: dict[str, str] = {}
+    corpus: dict[str, str] = {}
+    relevance: dict[str, dict[str, float]] = {}
+    for index, row in enumerate(_rows(dataset)):
+        query = row["query"]
+        queries[query] = query
+        scores = row["positive_scores"] or [1.0] * len(row["positives"])
+        grades = relevance.setdefault(query, {})
+        for text, score in zip(row["positives"], scores):
+            if score <= 0:
+                raise EvaluationDataError(
+                    f"positive with score {score}; a relevant document needs a grade > 0",
+                    evaluation=evaluation,
+                    row=index,
+                    field="positive_scores",
+                )
+            corpus[text] = text
+            grades[text] = max(grades.get(text, 0.0), float(score))
+        for text in row["negatives"]:
+            corpus[text] = text
+    for text in extra_corpus:
+        corpus[text] = text
+    if not relevance:
+        raise EvaluationDataError("no queries with a relevant document", evaluation=evaluation)
+    return RetrievalInputs(queries, corpus, relevance)

@@ -1,0 +1,462 @@
+"""Evaluation suites: a YAML list of evaluation sets → sentence-transformers evaluators → results.
+
+A suite is YAML (or a dict, or a bare list of entries)::
+
+    name: shared-benchmarks          # optional, shown in results and cards
+    data_root: ../../../shared/data  # relative data paths resolve here (default: the suite's folder)
+    batch_size: 64                   # encoding batch size of every evaluator
+    diagnostics: {max_texts: 512}    # CoDiEmb §4 diagnostics per set; false to skip
+    evaluations:
+      - name: sts13                  # unique; prefixes the metric keys
+        kind: sts                    # sts | retrieval | reranking | pair_classification
+        source: semeval-sts          # a registered source format (hf_unified_embed.data) ...
+        data_files: sts/semeval/2013/*.tsv
+        options: {}                  # ... with its options
+      - name: my-dev
+        kind: sts
+        unified: outputs/unified     # ... or a unified folder / Hub repo,
+        task: stsb                   # its task (default: the entry name)
+        split: validation            # and split (default: test; for BEIR folders the qrels file)
+      - name: msmarco
+        kind: retrieval
+        source: beir                 # its corpus.jsonl joins the corpus; see corpus_files
+        data_files: ir/msmarco-dl-subset
+        evaluator: {relevance_threshold: 0.5}   # extra arguments of the evaluator class
+        dataset_id: mteb/msmarco     # optional Hub id for the model-index
+
+Kinds and their evaluators (all score with cosine similarity):
+
+============================  ====================================================  ======================
+kind                          evaluator                                              reported metrics
+============================  ====================================================  ======================
+``sts``                       :class:`STSEvaluator` (``EmbeddingSimilarityEvaluator``) Spearman*, Pearson
+``retrieval``                 :class:`GradedInformationRetrievalEvaluator`           nDCG@10*, MRR@10, Recall@10/100
+``reranking``                 :class:`AnswerRerankingEvaluator` (``RerankingEvaluator``) MAP*, MRR@10, nDCG@10
+``pair_classification``       :class:`PairClassificationEvaluator` (``BinaryClassificationEvaluator``) AP*, F1, accuracy
+============================  ====================================================  ======================
+
+(* the primary metric.) Rows are read through the unified data adapters, so STS files, BEIR folders,
+TrecQA and MSRP parse exactly as they do for training.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from datasets import Dataset
+from sentence_transformers.sentence_transformer.evaluation import SequentialEvaluator
+from sentence_transformers.util import cos_sim
+from tqdm.auto import tqdm
+
+from hf_unified_embed.evaluation.diagnostics import EmbeddingSpaceDiagnostics, embedding_space_diagnostics
+from hf_unified_embed.evaluation.evaluators import (
+    AnswerRerankingEvaluator,
+    GradedInformationRetrievalEvaluator,
+    PairClassificationEvaluator,
+    STSEvaluator,
+)
+from hf_unified_embed.evaluation.inputs import (
+    labelled_pairs,
+    read_corpus_files,
+    reranking_samples,
+    retrieval_inputs,
+    sts_pairs,
+)
+from hf_unified_embed.evaluation.results import EntryResult, SuiteResults
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
+
+logger = logging.getLogger(__name__)
+
+#: Evaluator kind → the unified task type its rows have.
+KIND_TASK_TYPES: dict[str, str] = {
+    "sts": "sts",
+    "retrieval": "retrieval",
+    "reranking": "retrieval",
+    "pair_classification": "pair_classification",
+}
+
+
+class SuiteError(ValueError):
+    """A suite definition is malformed; the message names the suite, the entry and the field."""
+
+
+@dataclass
+class DiagnosticsConfig:
+    """How the CoDiEmb §4 diagnostics are computed: at most ``max_texts`` distinct texts per set
+    (a seeded random sample when there are more), encoded ``batch_size`` at a time."""
+
+    max_texts: int = 512
+    batch_size: int = 32
+    seed: int = 0
+    rtol: float | None = None
+
+
+@dataclass
+class SuiteEntry:
+    """One evaluation set: where its rows come from and which evaluator scores it."""
+
+    name: str
+    kind: str
+    source: str | None = None
+    data_files: str | list[str] | None = None
+    unified: str | None = None
+    task: str | None = None
+    split: str = "test"
+    options: dict[str, Any] = field(default_factory=dict)
+    evaluator: dict[str, Any] = field(default_factory=dict)
+    corpus_files: str | list[str] | None = None
+    dataset_id: str | None = None
+    diagnostics: bool = True
+
+    def __post_init__(self) -> None:
+        def fail(field_name: str, message: str) -> SuiteError:
+            return SuiteError(f"entry {self.name!r}, field {field_name!r}: {message}")
+
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise SuiteError(f"entry name {self.name!r} must be a non-empty string")
+        if self.kind not in KIND_TASK_TYPES:
+            raise fail("kind", f"got {self.kind!r}; expected one of {list(KIND_TASK_TYPES)}")
+        if (self.source is None) == (self.unified is None):
+            raise fail(
+                "source", "give either 'source' (a source format) with 'data_files', or 'unified' (a folder or repo)"
+            )
+        if self.source is not None and not self.data_files:
+            raise fail("data_files", f"source {self.source!r} needs data_files (a path, glob or list)")
+        if self.unified is not None and (self.data_files or self.options):
+            raise fail("unified", "a unified dataset takes 'task' and 'split', not 'data_files' or 'options'")
+        for name in ("options", "evaluator"):
+            if not isinstance(getattr(self, name), dict):
+                raise fail(name, "expected a mapping")
+        if self.corpus_files is not None and self.kind != "retrieval":
+            raise fail("corpus_files", "only retrieval entries have a corpus")
+
+    @property
+    def source_options(self) -> dict[str, Any]:
+        # A BEIR folder holds one qrels file per split; the entry's split picks it.
+        if self.source == "beir":
+            return {"qrels_split": self.split, **self.options}
+        return dict(self.options)
+
+
+@dataclass
+class EvaluationSuite:
+    """A named list of evaluation sets plus the settings shared by all of them."""
+
+    entries: list[SuiteEntry]
+    name: str = "evaluation-suite"
+    data_root: Path | None = None
+    batch_size: int = 32
+    diagnostics: DiagnosticsConfig | None = field(default_factory=DiagnosticsConfig)
+    origin: str = "<suite>"
+
+    def __post_init__(self) -> None:
+        if not self.entries:
+            raise SuiteError(f"{self.origin}: the suite has no evaluations")
+        names = [entry.name for entry in self.entries]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise SuiteError(f"{self.origin}: evaluation names must be unique; repeated: {duplicates}")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise SuiteError(f"{self.origin}: batch_size must be a positive integer, got {self.batch_size!r}")
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        base_dir: Path | None = None,
+        origin: str = "<suite>",
+    ) -> EvaluationSuite:
+        """Build from parsed YAML; ``base_dir`` anchors a relative ``data_root`` (default: cwd)."""
+        if isinstance(data, Sequence) and not isinstance(data, str):
+            data = {"evaluations": list(data)}
+        if not isinstance(data, Mapping) or not isinstance(data.get("evaluations"), list):
+            raise SuiteError(
+                f"{origin}: expected a mapping with an 'evaluations' list (or a bare list of evaluations)"
+            )
+        known_top = {"name", "data_root", "batch_size", "diagnostics", "evaluations"}
+        unknown_top = sorted(set(data) - known_top)
+        if unknown_top:
+            raise SuiteError(f"{origin}: unknown top-level field(s) {unknown_top}; fields are {sorted(known_top)}")
+        known = {f.name for f in fields(SuiteEntry)}
+        entries = []
+        for index, item in enumerate(data["evaluations"]):
+            where = f"{origin}: evaluations[{index}]"
+            if not isinstance(item, Mapping):
+                raise SuiteError(f"{where}: expected a mapping, got {type(item).__name__}")
+            unknown = sorted(set(item) - known)
+            missing = [name for name in ("name", "kind") if name not in item]
+            if unknown or missing:
+                problem = f"unknown field(s) {unknown}" if unknown else f"missing field(s) {missing}"
+                raise SuiteError(f"{where} ({item.get('name', '?')}): {problem}; fields are {sorted(known)}")
+            try:
+                entries.append(SuiteEntry(**item))
+            except SuiteError as error:
+                raise SuiteError(f"{where}: {error}") from None
+        data_root = data.get("data_root")
+        root = Path(data_root).expanduser() if data_root is not None else base_dir
+        if root is not None and base_dir is not None and not root.is_absolute():
+            root = base_dir / root
+        return cls(
+            entries,
+            name=str(data.get("name", "evaluation-suite")),
+            data_root=root,
+            batch_size=data.get("batch_size", 32),
+            diagnostics=_diagnostics_config(data.get("diagnostics", True), origin),
+            origin=origin,
+        )
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> EvaluationSuite:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"evaluation suite not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as error:
+            raise SuiteError(f"{path}: invalid YAML: {error}") from None
+        return cls.from_dict(data, base_dir=path.resolve().parent, origin=str(path))
+
+
+def _diagnostics_config(value: Any, origin: str) -> DiagnosticsConfig | None:
+    if value is False or value is None:
+        return None
+    if value is True:
+        return DiagnosticsConfig()
+    if not isinstance(value, Mapping):
+        raise SuiteError(
+            f"{origin}: diagnostics must be true, false or a mapping of {[f.name for f in fields(DiagnosticsConfig)]}"
+        )
+    known = {f.name for f in fields(DiagnosticsConfig)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise SuiteError(f"{origin}: diagnostics: unknown field(s) {unknown}; fields are {sorted(known)}")
+    return DiagnosticsConfig(**value)
+
+
+def load_suite(
+    suite: EvaluationSuite | Mapping[str, Any] | Sequence[Mapping[str, Any]] | str | Path,
+    data_root: str | Path | None = None,
+) -> EvaluationSuite:
+    """Accept an :class:`EvaluationSuite`, a dict / list or a YAML path; ``data_root`` overrides the suite's."""
+    if isinstance(suite, EvaluationSuite):
+        loaded = suite
+    elif isinstance(suite, (str, Path)):
+        loaded = EvaluationSuite.from_yaml(suite)
+    else:
+        loaded = EvaluationSuite.from_dict(suite)
+    if data_root is not None:
+        loaded.data_root = Path(data_root).expanduser()
+    return loaded
+
+
+def load_entry_rows(suite: EvaluationSuite) -> dict[str, Dataset]:
+    """The validated unified rows of every entry, read through the data adapters (one build)."""
+    from hf_unified_embed.data import BuildRecipe, SourceSpec, build_unified_with_report, load_unified
+
+    rows: dict[str, Dataset] = {}
+    specs = [
+        SourceSpec(
+            name=entry.name,
+            format=entry.source,
+            data_files=entry.data_files,  # type: ignore[arg-type]
+            task_type=KIND_TASK_TYPES[entry.kind],
+            split=entry.split,
+            options=entry.source_options,
+        )
+        for entry in suite.entries
+        if entry.source is not None
+    ]
+    if specs:
+        report = build_unified_with_report(BuildRecipe(specs, base_dir=suite.data_root, origin=suite.origin))
+        for name, dataset in report.dataset.items():
+            if report.skipped.get(name):
+                logger.info("%s: skipped %s", name, dict(report.skipped[name]))
+            rows[name] = dataset
+    for entry in suite.entries:
+        if entry.unified is not None:
+            task = entry.task or entry.name
+            location = Path(entry.unified)
+            if suite.data_root is not None and not location.is_absolute() and (suite.data_root / location).exists():
+                location = suite.data_root / location
+            rows[entry.name] = load_unified(
+                location if location.exists() else entry.unified, [task], split=entry.split
+            )[task]
+    return rows
+
+
+def build_entry_evaluator(
+    entry: SuiteEntry, rows: Dataset, batch_size: int = 32, data_root: Path | None = None
+) -> BaseEvaluator:
+    """The sentence-transformers evaluator of one suite entry over its unified rows."""
+    options = dict(entry.evaluator)
+    options.setdefault("batch_size", batch_size)
+    try:
+        if entry.kind == "sts":
+            pairs = sts_pairs(rows, entry.name)
+            return STSEvaluator(
+                pairs.sentences1, pairs.sentences2, pairs.scores, name=entry.name, main_similarity="cosine", **options
+            )
+        if entry.kind == "pair_classification":
+            threshold = options.pop("label_threshold", 0.5)
+            pairs = labelled_pairs(rows, entry.name, label_threshold=threshold)
+            return PairClassificationEvaluator(
+                pairs.sentences1,
+                pairs.sentences2,
+                [int(label) for label in pairs.scores],
+                name=entry.name,
+                similarity_fn_names=["cosine"],
+                **options,
+            )
+        if entry.kind == "reranking":
+            evaluator = AnswerRerankingEvaluator(reranking_samples(rows, entry.name), name=entry.name, **options)
+            evaluator.primary_metric = "map"
+            return evaluator
+        corpus_files = entry.corpus_files
+        if corpus_files is None and entry.source == "beir":
+            data_files = [entry.data_files] if isinstance(entry.data_files, str) else list(entry.data_files or [])
+            corpus_files = [str(Path(folder) / "corpus.jsonl") for folder in data_files]
+        extra = read_corpus_files(corpus_files, data_root) if corpus_files else []
+        inputs = retrieval_inputs(rows, entry.name, extra_corpus=extra)
+        for key, default in (
+            ("mrr_at_k", [10]),
+            ("ndcg_at_k", [10]),
+            ("accuracy_at_k", [1, 10]),
+            ("precision_recall_at_k", [10, 100]),
+            ("map_at_k", [100]),
+        ):
+            options.setdefault(key, default)
+        return GradedInformationRetrievalEvaluator(
+            inputs.queries,
+            inputs.corpus,
+            inputs.relevance,
+            name=entry.name,
+            score_functions={"cosine": cos_sim},
+            main_score_function="cosine",
+            **options,
+        )
+    except TypeError as error:
+        raise SuiteError(f"entry {entry.name!r}, field 'evaluator': {error}") from None
+
+
+def build_evaluators(
+    suite: EvaluationSuite | Mapping[str, Any] | Sequence[Mapping[str, Any]] | str | Path,
+    data_root: str | Path | None = None,
+) -> dict[str, BaseEvaluator]:
+    """One evaluator per suite entry, keyed by entry name, in suite order."""
+    loaded = load_suite(suite, data_root)
+    rows = load_entry_rows(loaded)
+    return {
+        entry.name: build_entry_evaluator(entry, rows[entry.name], loaded.batch_size, loaded.data_root)
+        for entry in loaded.entries
+    }
+
+
+def build_sequential_evaluator(
+    suite: EvaluationSuite | Mapping[str, Any] | Sequence[Mapping[str, Any]] | str | Path,
+    data_root: str | Path | None = None,
+) -> SequentialEvaluator:
+    """The whole suite as one evaluator for ``SentenceTransformerTrainer(evaluator=...)``.
+
+    Its ``sequential_score`` (the metric ``metric_for_best_model="eval_sequential_score"`` selects) is
+    the mean of the entries' primary metrics.
+    """
+    return SequentialEvaluator(build_evaluators(suite, data_root).values(), main_score_function=statistics.fmean)
+
+
+def _entry_texts(evaluator: BaseEvaluator) -> list[str]:
+    if isinstance(evaluator, (STSEvaluator, PairClassificationEvaluator)):
+        return list(dict.fromkeys(map(str, [*evaluator.sentences1, *evaluator.sentences2])))
+    if isinstance(evaluator, AnswerRerankingEvaluator):
+        return list(
+            dict.fromkeys(text for s in evaluator.samples for text in (s["query"], *s["positive"], *s["negative"]))
+        )
+    if isinstance(evaluator, GradedInformationRetrievalEvaluator):
+        return list(dict.fromkeys(map(str, [*evaluator.queries, *evaluator.corpus])))
+    raise TypeError(f"no texts known for {type(evaluator).__name__}")
+
+
+def _num_examples(evaluator: BaseEvaluator) -> int:
+    if isinstance(evaluator, (STSEvaluator, PairClassificationEvaluator)):
+        return len(evaluator.sentences1)
+    if isinstance(evaluator, AnswerRerankingEvaluator):
+        return len(evaluator.samples)
+    if isinstance(evaluator, GradedInformationRetrievalEvaluator):
+        return len(evaluator.queries)
+    return 0
+
+
+def run_suite(
+    model: SentenceTransformer,
+    suite: EvaluationSuite | Mapping[str, Any] | Sequence[Mapping[str, Any]] | str | Path,
+    *,
+    data_root: str | Path | None = None,
+    diagnostics: bool | None = None,
+    output_path: str | None = None,
+    show_progress_bar: bool = True,
+) -> SuiteResults:
+    """Evaluate ``model`` on every entry of ``suite``.
+
+    Args:
+        model: the sentence-transformers model.
+        suite: an :class:`EvaluationSuite`, its dict / list form or a YAML path.
+        data_root: overrides the suite's ``data_root``.
+        diagnostics: compute the CoDiEmb §4 diagnostics; default as the suite says.
+        output_path: where the evaluators write their CSV files (none by default).
+        show_progress_bar: a tqdm bar over the suite entries.
+
+    Returns:
+        :class:`SuiteResults`: per-entry metrics, a flat table, the diagnostics and ``model-index``
+        entries (``huggingface_hub.EvalResult``) for the model card.
+
+    Example::
+
+        from sentence_transformers import SentenceTransformer
+        from hf_unified_embed.evaluation import run_suite
+
+        results = run_suite(SentenceTransformer("all-MiniLM-L6-v2"), "examples/suites/shared.yaml")
+        print(results.format_table())
+        card_yaml = {"model-index": results.model_index()}
+    """
+    loaded = load_suite(suite, data_root)
+    rows = load_entry_rows(loaded)
+    settings = loaded.diagnostics if diagnostics is not False else None
+    if diagnostics and settings is None:
+        settings = DiagnosticsConfig()
+    entries: list[EntryResult] = []
+    for entry in tqdm(loaded.entries, desc="Evaluating", unit="set", disable=not show_progress_bar):
+        evaluator = build_entry_evaluator(entry, rows[entry.name], loaded.batch_size, loaded.data_root)
+        raw = evaluator(model, output_path=output_path)
+        assert isinstance(raw, dict), "every suite evaluator returns a metrics dict"
+        prefix = f"{entry.name}_"
+        metrics = {key.removeprefix(prefix): float(value) for key, value in raw.items()}
+        space: EmbeddingSpaceDiagnostics | None = None
+        if settings is not None and entry.diagnostics:
+            texts = _entry_texts(evaluator)
+            if len(texts) > settings.max_texts:
+                texts = random.Random(settings.seed).sample(texts, settings.max_texts)
+            space = embedding_space_diagnostics(model, texts, batch_size=settings.batch_size, rtol=settings.rtol)
+        entries.append(
+            EntryResult(
+                name=entry.name,
+                kind=entry.kind,
+                metrics=metrics,
+                primary_metric=str(evaluator.primary_metric).removeprefix(prefix),
+                num_examples=_num_examples(evaluator),
+                split=entry.split,
+                dataset_id=entry.dataset_id,
+                task_name=evaluator.description,
+                diagnostics=space,
+            )
+        )
+    model_name = getattr(model.model_card_data, "model_name", None) or getattr(model.model_card_data, "model_id", None)
+    return SuiteResults(entries=entries, suite_name=loaded.name, model_name=model_name or "model")

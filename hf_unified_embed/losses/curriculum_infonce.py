@@ -1,0 +1,115 @@
+"""Data-CUBE's contrastive loss with the difficulty mask on too-difficult instances (Eq. 3 and Eq. 9)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hf_unified_embed.losses._checks import as_float, require_columns, require_labels, zero_loss
+from hf_unified_embed.losses._citations import DATA_CUBE
+from hf_unified_embed.losses.base import EmbeddingLoss
+
+
+class CurriculumInfoNCELoss(EmbeddingLoss):
+    def __init__(self, model: nn.Module, temperature: float = 0.01, difficulty_threshold: float | None = None) -> None:
+        r"""In-batch InfoNCE of Data-CUBE (Eq. 3) with its binary mask on too-difficult instances (Eq. 9).
+
+        Each row is an instance ``(q_j, s+_j, s-_j1..s-_jK)`` with a difficulty score precomputed by a
+        teacher model (Eq. 8, larger = easier)::
+
+            φ_j = sim(q_j, s+_j) − sim(q_j, s-_j)
+
+        The loss of row ``j`` is InfoNCE against every sentence of the batch (all positives and all hard
+        negatives; ``j``'s own positive is the target)::
+
+            ℓ_j = −log( e^{sim(q_j, s+_j)/τ} / (Σ_k e^{sim(q_j, s+_k)/τ} + Σ_k Σ_m e^{sim(q_j, s-_km)/τ}) )
+            loss = Σ_j α_j ℓ_j / Σ_j α_j,    α_j = 1 if φ_j ≥ δ else 0
+
+        so an instance whose positive the teacher could not tell from its negative (``φ_j < δ``, likely
+        noisy) is not learned, **but its sentences still serve as in-batch negatives** of the other rows.
+        Without ``difficulty_threshold`` no row is masked and this is plain in-batch InfoNCE.
+
+        **Where φ comes from:** the per-row difficulty travels as the batch *labels*. The training bridge's
+        collator puts the unified dataset's ``difficulty`` column (written by the curriculum planner) in
+        the label slot for this loss; with a plain ``datasets.Dataset``, name the column ``label``.
+
+        Decisions (see ``docs/losses.md``): Eq. 9 as printed sets ``α = 0`` for ``φ ≥ δ``, which would drop
+        the *easy* instances; the text says the mask removes the too *difficult* ones, which is what is
+        implemented. Eq. 3 as printed omits the ``−log`` and the positive term of the denominator; the
+        standard InfoNCE form above is used, averaged over the unmasked rows of the batch.
+
+        Args:
+            model: The SentenceTransformer model.
+            temperature: ``τ``. Data-CUBE (like INSTRUCTOR) uses 0.01.
+            difficulty_threshold: ``δ``; rows with ``φ < δ`` are masked. ``None`` disables the mask (labels
+                are then ignored).
+
+        References:
+            - Data-CUBE: Data Curriculum for Instruction-based Sentence Representation Learning, Eq. 3, 8, 9
+              (Findings of ACL 2024).
+
+        Requirements:
+            1. Task-homogeneous batches of (query, positive[, negatives]) rows.
+            2. With ``difficulty_threshold``: a float difficulty ``φ`` per row as the label.
+
+        Inputs:
+            +-------------------------------------------------------+-----------------------------------+
+            | Texts                                                 | Labels                            |
+            +=======================================================+===================================+
+            | (query, positive, negative_1, ..., negative_K−)       | float difficulty φ (or none       |
+            |                                                       | without ``difficulty_threshold``) |
+            +-------------------------------------------------------+-----------------------------------+
+
+        Relations:
+            - Without a threshold this is sentence-transformers' ``MultipleNegativesRankingLoss`` with
+              ``scale = 1/τ``.
+
+        Example:
+            ::
+
+                from datasets import Dataset
+                from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+
+                from hf_unified_embed.losses import CurriculumInfoNCELoss
+
+                model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
+                train_dataset = Dataset.from_dict({
+                    "query": ["what is the capital of france", "who wrote hamlet", "tallest mountain"],
+                    "positive": ["Paris is the capital of France.", "Hamlet is by Shakespeare.", "Everest is 8,849 m."],
+                    "negative": ["Lyon is in France.", "Macbeth is by Shakespeare.", "K2 is 8,611 m high."],
+                    "label": [0.41, 0.22, -0.03],  # φ from a teacher model; the last row gets masked
+                })
+                loss = CurriculumInfoNCELoss(model, difficulty_threshold=0.0)
+                trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
+                trainer.train()
+        """
+        super().__init__(model)
+        if not temperature > 0:
+            raise ValueError(f"temperature must be positive, got {temperature}.")
+        self.temperature = temperature
+        self.difficulty_threshold = difficulty_threshold
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
+        name = type(self).__name__
+        require_columns(name, embeddings, 2, "query, positive, then any hard negatives")
+        queries = F.normalize(as_float(embeddings[0]), dim=-1)
+        documents = F.normalize(as_float(torch.cat(embeddings[1:])), dim=-1)
+        logits = queries @ documents.T / self.temperature
+        targets = torch.arange(len(queries), device=logits.device)
+        if self.difficulty_threshold is None:
+            return F.cross_entropy(logits, targets)
+        difficulty = require_labels(name, labels, len(queries), "the difficulty φ of each row")
+        kept = difficulty >= self.difficulty_threshold
+        if not bool(kept.any()):
+            return zero_loss(logits)
+        return F.cross_entropy(logits[kept], targets[kept])
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "difficulty_threshold": self.difficulty_threshold}
+
+    @property
+    def citation(self) -> str:
+        return DATA_CUBE

@@ -1,0 +1,118 @@
+"""INSTRUCTOR's bidirectional in-batch contrastive loss (§2.2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hf_unified_embed.losses._checks import as_float, require_columns
+from hf_unified_embed.losses._citations import INSTRUCTOR
+from hf_unified_embed.losses.base import EmbeddingLoss
+
+
+class InstructorLoss(EmbeddingLoss):
+    def __init__(self, model: nn.Module, temperature: float = 0.01, bidirectional: bool = True) -> None:
+        r"""The training objective of INSTRUCTOR (§2.2): a softmax over good and bad candidates, in both directions.
+
+        With ``s(x, y) = cos(E(I_x ⊕ x), E(I_y ⊕ y))`` and ``γ = temperature``:
+
+        - ``query_to_document``: each query ``x_i`` scores its own positive ``y+_i`` against the hard
+          negatives of **every** row of the batch::
+
+              −mean_i log( e^{s(x_i, y+_i)/γ} / (e^{s(x_i, y+_i)/γ} + Σ_j Σ_k e^{s(x_i, y-_jk)/γ}) )
+
+        - ``document_to_query`` (the "bidirectional in-batch sampled loss", with ``x`` and ``y`` swapped):
+          each positive ``y+_i`` scores its own query against **all** queries of the batch::
+
+              −mean_i log( e^{s(y+_i, x_i)/γ} / Σ_j e^{s(y+_i, x_j)/γ} )
+
+        The two directions are summed (returned as two named parts). The other queries' positives are not
+        candidates of the first direction, as in the INSTRUCTOR training code; so without hard-negative
+        columns that direction is constant 0 and only the second one trains. Instructions are not part of
+        the loss: give them to the trainer as ``prompts`` and keep them out of pooling with
+        ``Pooling(include_prompt=False)`` (see the training bridge).
+
+        Args:
+            model: The SentenceTransformer model.
+            temperature: ``γ``. INSTRUCTOR uses 0.01.
+            bidirectional: Add the ``document_to_query`` direction (INSTRUCTOR does).
+
+        References:
+            - One Embedder, Any Task: Instruction-Finetuned Text Embeddings, §2.2: https://arxiv.org/abs/2212.09741
+
+        Requirements:
+            1. Task-homogeneous batches (all rows from one task, so the in-batch candidates are comparable).
+            2. At least one hard-negative column for the ``query_to_document`` direction to be informative.
+
+        Inputs:
+            +-------------------------------------------------------+--------+
+            | Texts                                                 | Labels |
+            +=======================================================+========+
+            | (query, positive, negative_1, ..., negative_K−)       | none   |
+            +-------------------------------------------------------+--------+
+            | (query, positive)                                     | none   |
+            +-------------------------------------------------------+--------+
+
+        Relations:
+            - sentence-transformers' ``MultipleNegativesSymmetricRankingLoss`` also uses the other rows'
+              positives as candidates of the first direction.
+            - :class:`CurriculumInfoNCELoss` is the Data-CUBE loss trained on the same kind of data.
+
+        Example:
+            ::
+
+                from datasets import Dataset
+                from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+
+                from hf_unified_embed.losses import InstructorLoss
+
+                model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
+                train_dataset = Dataset.from_dict({
+                    "query": ["what is the capital of france", "who wrote hamlet"],
+                    "positive": ["Paris is the capital of France.", "Hamlet is a tragedy by Shakespeare."],
+                    "negative": ["Lyon is a city in France.", "Macbeth is a play by Shakespeare."],
+                })
+                loss = InstructorLoss(model)
+                trainer = SentenceTransformerTrainer(
+                    model=model,
+                    train_dataset=train_dataset,
+                    loss=loss,
+                    prompts={"query": "Represent the question for retrieving supporting documents: ",
+                             "positive": "Represent the document for retrieval: ",
+                             "negative": "Represent the document for retrieval: "},
+                )
+                trainer.train()
+        """
+        super().__init__(model)
+        if not temperature > 0:
+            raise ValueError(f"temperature must be positive, got {temperature}.")
+        self.temperature = temperature
+        self.bidirectional = bidirectional
+
+    def compute_loss_from_embeddings(
+        self, embeddings: list[Tensor], labels: Tensor | None = None
+    ) -> dict[str, Tensor]:
+        require_columns(type(self).__name__, embeddings, 2, "query, positive, then any hard negatives")
+        queries = F.normalize(as_float(embeddings[0]), dim=-1)
+        positives = F.normalize(as_float(embeddings[1]), dim=-1)
+        own = (queries * positives).sum(dim=-1, keepdim=True) / self.temperature
+        candidates = [own]
+        if len(embeddings) > 2:
+            negatives = F.normalize(as_float(torch.cat(embeddings[2:])), dim=-1)
+            candidates.append(queries @ negatives.T / self.temperature)
+        parts = {"query_to_document": (torch.logsumexp(torch.cat(candidates, dim=1), dim=1) - own.squeeze(1)).mean()}
+        if self.bidirectional:
+            logits = positives @ queries.T / self.temperature
+            targets = torch.arange(len(logits), device=logits.device)
+            parts["document_to_query"] = F.cross_entropy(logits, targets)
+        return parts
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "bidirectional": self.bidirectional}
+
+    @property
+    def citation(self) -> str:
+        return INSTRUCTOR

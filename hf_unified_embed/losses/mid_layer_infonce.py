@@ -1,0 +1,126 @@
+"""CoDiEmb's auxiliary in-batch InfoNCE on an intermediate Transformer layer (Eq. 9)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch.nn.functional as F
+from sentence_transformers.util import cos_sim
+from torch import Tensor, nn
+
+from hf_unified_embed.losses._checks import as_float, require_labels, require_pairs, zero_loss
+from hf_unified_embed.losses._citations import CODIEMB
+from hf_unified_embed.losses._hidden_states import embed_columns_with_layer
+from hf_unified_embed.losses.base import EmbeddingLoss
+
+
+def thresholded_infonce(
+    sentences1: Tensor, sentences2: Tensor, labels: Tensor, temperature: float, positive_threshold: float
+) -> Tensor:
+    """In-batch InfoNCE over pairs whose label reaches ``positive_threshold`` (CoDiEmb Eq. 9 / Eq. 13).
+
+    Row ``i`` with ``labels[i] >= positive_threshold`` scores ``sentences1[i]`` against every
+    ``sentences2[j]`` of the batch, ``j = i`` being the target; rows below the threshold are not anchors but
+    their second sentences stay in every denominator. Mean over the anchors; 0 when there are none.
+    """
+    anchors = labels >= positive_threshold
+    logits = cos_sim(as_float(sentences1), as_float(sentences2)) / temperature
+    if not bool(anchors.any()):
+        return zero_loss(logits)
+    targets = anchors.nonzero().squeeze(1)
+    return F.cross_entropy(logits[anchors], targets)
+
+
+class MidLayerInfoNCELoss(EmbeddingLoss):
+    def __init__(
+        self,
+        model: nn.Module,
+        layer: int | None = None,
+        temperature: float = 0.05,
+        positive_threshold: float = 0.8,
+    ) -> None:
+        r"""In-batch InfoNCE on the sentence embeddings of an *intermediate* Transformer layer (CoDiEmb Eq. 9).
+
+        For the pairs whose gold score reaches ``positive_threshold`` (the indicator ``1_label``)::
+
+            loss = −mean_{i: y_i ≥ threshold} log( e^{cos(g(x1_i), g(x2_i))/τ} / Σ_j e^{cos(g(x1_i), g(x2_j))/τ} )
+
+        where ``g`` is the model with its pooling (and any later modules) applied to the hidden states of
+        layer ``layer`` instead of the last one. Pairs below the threshold are not positives, but their
+        sentences still serve as in-batch negatives. The idea: shallow layers first learn pair-level
+        distinctions, the list-wise STS losses then refine the deep layers, and the extra loss shortens the
+        gradient path to the lower layers. A batch without any pair at or above the threshold gives 0.
+
+        The model need not be loaded with ``output_hidden_states=True``: the flag is switched on for the
+        forward pass of this loss only, and the final embeddings come from the same pass.
+
+        Args:
+            model: A SentenceTransformer whose first module is a ``Transformer``.
+            layer: Index into the hidden states (0 = embedding layer, ``n_layers`` = last layer, negative
+                values count from the end). ``None`` (default) takes ``len(hidden_states) // 2``, the
+                official CoDiEmb choice (layer 3 of a 6-layer MiniLM).
+            temperature: ``τ``. CoDiEmb uses 0.05 for its STS losses.
+            positive_threshold: Minimum gold score of a positive pair, on the labels' scale (the package's
+                STS labels are in ``[0, 1]``; 0.8 is 4/5 on the STS Benchmark scale).
+
+        References:
+            - CoDiEmb, Section 2.2, Equation 9: https://github.com/TencentCloudADP/youtu-embedding
+
+        Requirements:
+            1. Sentence pairs with float similarity labels, some at or above ``positive_threshold``.
+            2. A model whose first module is a Hugging Face ``Transformer`` that can return hidden states.
+
+        Inputs:
+            +-----------------------------+-------------------------------+
+            | Texts                       | Labels                        |
+            +=============================+===============================+
+            | (sentence1, sentence2)      | float similarity score        |
+            +-----------------------------+-------------------------------+
+
+        Relations:
+            - :class:`CoDiEmbSTSLoss` adds this loss to the list-wise STS losses (default weight 1).
+            - sentence-transformers' ``AdaptiveLayerLoss`` applies a loss at *every* layer instead.
+
+        Example:
+            ::
+
+                from datasets import Dataset
+                from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+
+                from hf_unified_embed.losses import MidLayerInfoNCELoss
+
+                model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
+                train_dataset = Dataset.from_dict({
+                    "sentence1": ["A man is playing a guitar.", "A woman is slicing onions.", "Kids play soccer."],
+                    "sentence2": ["A man plays the guitar.", "A man is eating pasta.", "Children are playing football."],
+                    "score": [0.96, 0.04, 0.84],
+                })
+                loss = MidLayerInfoNCELoss(model)
+                trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
+                trainer.train()
+        """
+        super().__init__(model)
+        if not temperature > 0:
+            raise ValueError(f"temperature must be positive, got {temperature}.")
+        self.layer = layer
+        self.temperature = temperature
+        self.positive_threshold = positive_threshold
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> Tensor:
+        _, intermediate = embed_columns_with_layer(self.model, sentence_features, self.layer)
+        return self.compute_loss_from_embeddings(intermediate, labels)
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
+        """The loss on the intermediate-layer sentence embeddings of the two columns."""
+        name = type(self).__name__
+        require_pairs(name, embeddings)
+        labels = require_labels(name, labels, embeddings[0].size(0), "a similarity score per pair")
+        return thresholded_infonce(embeddings[0], embeddings[1], labels, self.temperature, self.positive_threshold)
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"layer": self.layer, "temperature": self.temperature, "positive_threshold": self.positive_threshold}
+
+    @property
+    def citation(self) -> str:
+        return CODIEMB

@@ -1,0 +1,67 @@
+"""Checks run on headers before any tensor data is read, and on each tensor as it streams by."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from hf_unified_embed.merge.errors import MergeError
+from hf_unified_embed.merge.loader import LazyCheckpoint
+
+
+def is_mergeable(dtype: torch.dtype) -> bool:
+    """Floating-point tensors are merged; integer and bool buffers (position ids…) are copied."""
+    return dtype.is_floating_point
+
+
+def check_compatible(reference: LazyCheckpoint, others: Sequence[LazyCheckpoint]) -> None:
+    """Same architecture, same tensor names, shapes and dtypes, same vocabulary as ``reference``."""
+    ref_arch = reference.architecture()
+    ref_vocab = reference.vocabulary_fingerprint()
+    ref_names = set(reference.names)
+    for other in others:
+        if other is reference:
+            continue
+        arch = other.architecture()
+        for key in sorted(set(ref_arch) | set(arch)):
+            if ref_arch.get(key) != arch.get(key):
+                raise MergeError(
+                    f"{other.path}: different architecture from the reference {reference.path}: "
+                    f"{key} is {arch.get(key)!r}, expected {ref_arch.get(key)!r}"
+                )
+        vocab = other.vocabulary_fingerprint()
+        for file in sorted(set(ref_vocab) & set(vocab)):
+            if ref_vocab[file] != vocab[file]:
+                raise MergeError(
+                    f"{other.path}: tokenizer vocabulary ({file}) differs from the reference {reference.path}"
+                )
+        names = set(other.names)
+        if missing := sorted(ref_names - names):
+            raise MergeError(
+                f"{other.path}: tensor {missing[0]!r} is missing (present in the reference {reference.path})"
+            )
+        if extra := sorted(names - ref_names):
+            raise MergeError(f"{other.path}: extra tensor {extra[0]!r} (not in the reference {reference.path})")
+        for name in reference.names:
+            expected, found = reference.info(name), other.info(name)
+            if expected.shape != found.shape:
+                raise MergeError(
+                    f"{other.file_of(name)}: tensor {name!r} has shape {list(found.shape)}, "
+                    f"expected {list(expected.shape)} as in {reference.file_of(name)}"
+                )
+            if expected.dtype != found.dtype:
+                raise MergeError(
+                    f"{other.file_of(name)}: tensor {name!r} has dtype {found.dtype}, "
+                    f"expected {expected.dtype} as in {reference.file_of(name)}"
+                )
+
+
+def check_finite(tensor: torch.Tensor, name: str, source: Path | str) -> torch.Tensor:
+    """Raise if a floating-point tensor holds NaN or ±inf; returns the tensor."""
+    if tensor.is_floating_point() and not math.isfinite(float(tensor.sum(dtype=torch.float64))):
+        bad = int((~torch.isfinite(tensor)).sum())
+        raise MergeError(f"{source}: tensor {name!r} holds {bad} NaN/inf value(s)")
+    return tensor

@@ -1,0 +1,177 @@
+"""Validated configuration of one merge, as written in ``hf-unified-embed merge CONFIG.yaml``.
+
+Example ``merge.yaml``::
+
+    method: hierarchical
+    output_dir: outputs/merged
+    models:
+      - path: outputs/run-ir
+        id: my-org/minilm-ir          # the card's base_model entry (default: the path)
+      - outputs/run-sts
+      - outputs/run-mixed
+    parameters:
+      ir_models: [0, 2]               # indices into models, or paths
+      sts_models: [1, 2]
+      base: sentence-transformers/all-MiniLM-L6-v2-local-copy
+      ir_specialist: outputs/ir-only
+      sts_specialist: outputs/sts-only
+      temperature: 0.5
+    reference: 2                      # non-weight files and non-float tensors come from here
+    max_shard_size: 2GB
+    card:
+      model_name: my-org/minilm-merged
+      evaluation_results:
+        - {task_type: sentence-similarity, dataset_type: mteb/sts13-sts, dataset_name: STS13,
+           metric_type: cosine_spearman, metric_value: 0.81}
+
+Relative paths are taken relative to the current directory, as mergekit does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hf_unified_embed.merge.errors import MergeError
+from hf_unified_embed.merge.methods import get_merge_method
+from hf_unified_embed.merge.writer import parse_size
+
+DEFAULT_MAX_SHARD_SIZE = "2GB"
+
+
+@dataclasses.dataclass
+class ModelSpec:
+    """One input model folder and the id it goes by on the card (``base_model``)."""
+
+    path: Path
+    id: str | None = None
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+
+    @property
+    def card_id(self) -> str:
+        return self.id or str(self.path)
+
+    @classmethod
+    def parse(cls, entry: Any, where: str) -> ModelSpec:
+        if isinstance(entry, (str, Path)):
+            return cls(Path(entry))
+        if isinstance(entry, ModelSpec):
+            return entry
+        if isinstance(entry, Mapping) and "path" in entry and set(entry) <= {"path", "id"}:
+            return cls(Path(entry["path"]), entry.get("id"))
+        raise MergeError(f"{where}: expected a path or {{path: ..., id: ...}}, got {entry!r}")
+
+
+@dataclasses.dataclass
+class CardConfig:
+    """What the generated README.md says beyond the recipe.
+
+    Args:
+        model_name: the merged model's Hub id (used in the usage snippet and ``model-index``).
+        evaluation_results: dicts of ``huggingface_hub.EvalResult`` fields (``task_type``,
+            ``dataset_type``, ``dataset_name``, ``metric_type``, ``metric_value``, …).
+        language, license: copied into the card's metadata when given.
+    """
+
+    model_name: str | None = None
+    evaluation_results: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    language: str | list[str] | None = None
+    license: str | None = None
+
+    def __post_init__(self) -> None:
+        from huggingface_hub import EvalResult
+
+        for index, result in enumerate(self.evaluation_results):
+            try:
+                EvalResult(**result)
+            except TypeError as error:
+                raise MergeError(f"card.evaluation_results[{index}]: {error}") from error
+
+
+@dataclasses.dataclass
+class MergeConfig:
+    """Everything one merge needs; validated on construction (unknown method, bad sizes, bad references).
+
+    Args:
+        models: input model folders (paths or :class:`ModelSpec`).
+        method: a registered method name (``soup``, ``slerp``, ``task_arithmetic``, ``hierarchical``).
+        output_dir: the folder to create.
+        parameters: the method's parameters (``weights``, ``t``, ``base``, ``ir_models``, …).
+        reference: the input whose non-weight files (config, tokenizer, modules) and non-float tensors
+            are used: an index into ``models`` or a path; default the first model.
+        max_shard_size: bytes or a size string per safetensors shard.
+        overwrite: replace a non-empty ``output_dir``.
+        write_card: write README.md (and the delta heatmap for ``hierarchical``).
+        card: card options.
+    """
+
+    models: list[ModelSpec]
+    method: str
+    output_dir: Path
+    parameters: dict[str, Any] = dataclasses.field(default_factory=dict)
+    reference: int | str | Path | None = None
+    max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE
+    overwrite: bool = False
+    write_card: bool = True
+    card: CardConfig = dataclasses.field(default_factory=CardConfig)
+
+    def __post_init__(self) -> None:
+        self.models = [ModelSpec.parse(entry, f"models[{index}]") for index, entry in enumerate(self.models)]
+        self.output_dir = Path(self.output_dir)
+        get_merge_method(self.method)
+        try:
+            parse_size(self.max_shard_size)
+        except ValueError as error:
+            raise MergeError(str(error)) from error
+        if isinstance(self.card, Mapping):
+            self.card = CardConfig(**self.card)
+        if isinstance(self.reference, int) and not 0 <= self.reference < len(self.models):
+            raise MergeError(f"reference: index {self.reference} is out of range for {len(self.models)} models")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "config") -> MergeConfig:
+        if not isinstance(data, Mapping):
+            raise MergeError(f"{source}: expected a mapping at the top level")
+        known = {field.name for field in dataclasses.fields(cls)}
+        if unknown := sorted(set(data) - known):
+            raise MergeError(f"{source}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(known))}")
+        for required in ("models", "method", "output_dir"):
+            if required not in data and not (required == "models" and data.get("method") == "hierarchical"):
+                raise MergeError(f"{source}: missing key {required!r}")
+        values = dict(data)
+        values.setdefault("models", [])
+        if isinstance(values.get("card"), Mapping):
+            card_keys = {field.name for field in dataclasses.fields(CardConfig)}
+            if unknown := sorted(set(values["card"]) - card_keys):
+                raise MergeError(f"{source}: unknown key card.{unknown[0]}; known: {', '.join(sorted(card_keys))}")
+        try:
+            return cls(**values)
+        except TypeError as error:
+            raise MergeError(f"{source}: {error}") from error
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> MergeConfig:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as error:
+            raise MergeError(f"{path}: not valid YAML: {error}") from error
+        return cls.from_dict(data or {}, source=str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (paths as strings), for the recipe stored with the merged model."""
+        return {
+            "method": self.method,
+            "models": [{"path": str(spec.path), "id": spec.card_id} for spec in self.models],
+            "parameters": {
+                key: str(value) if isinstance(value, Path) else value for key, value in self.parameters.items()
+            },
+            "reference": str(self.reference) if isinstance(self.reference, Path) else self.reference,
+            "max_shard_size": self.max_shard_size,
+        }

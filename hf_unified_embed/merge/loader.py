@@ -1,0 +1,324 @@
+"""Lazy tensor access to one model folder, one tensor at a time.
+
+A :class:`LazyCheckpoint` reads only headers when it opens; :meth:`LazyCheckpoint.get_tensor` then
+reads a single tensor. safetensors files (single or sharded with ``model.safetensors.index.json``)
+go through ``safetensors.safe_open``; ``pytorch_model.bin`` files are opened with
+``torch.load(weights_only=True, mmap=True)`` so that only the tensors asked for are paged in.
+
+Which weights make up a model:
+
+* a sentence-transformers folder (``modules.json``): every module folder that holds weights — the
+  transformer (usually the root) and heads such as ``2_Dense/``. Tensors of a module in a sub-folder
+  are named ``"<folder>/<tensor>"`` (``2_Dense/linear.weight``);
+* a plain transformers folder: its root weights;
+* a PEFT LoRA adapter folder (``adapter_config.json`` without full weights): the adapter is merged
+  into its base model with ``peft`` first (``merge_and_unload``) and the merged weights are read
+  from a scratch folder. This is the one case that holds a whole model in memory, once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from hf_unified_embed.merge.errors import MergeError
+
+logger = logging.getLogger(__name__)
+
+SAFETENSORS_FILE = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+TORCH_FILE = "pytorch_model.bin"
+TORCH_INDEX = "pytorch_model.bin.index.json"
+ADAPTER_CONFIG = "adapter_config.json"
+WEIGHT_FILE_NAMES = (SAFETENSORS_INDEX, SAFETENSORS_FILE, TORCH_INDEX, TORCH_FILE)
+# Files that describe weights or a previous card: never copied from the reference input.
+_NOT_SUPPORT_FILES = (".safetensors", ".bin", ".safetensors.index.json", ".bin.index.json")
+_ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
+_VOCAB_FILES = ("vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
+
+_SAFETENSORS_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Shape and dtype of a stored tensor, known without reading its data."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def numel(self) -> int:
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * torch.empty((), dtype=self.dtype).element_size()
+
+
+class _TensorFile(Protocol):
+    path: Path
+
+    def names(self) -> list[str]: ...
+    def info(self, key: str) -> TensorInfo: ...
+    def get(self, key: str) -> torch.Tensor: ...
+
+
+class _SafetensorsFile:
+    """One memory-mapped safetensors file; its header is checked against the file size on open."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._handle = safe_open(str(path), framework="pt")
+        except (SafetensorError, OSError) as error:
+            raise MergeError(f"{path}: not a readable safetensors file (truncated or corrupt?): {error}") from error
+
+    def names(self) -> list[str]:
+        return list(self._handle.keys())
+
+    def info(self, key: str) -> TensorInfo:
+        view = self._handle.get_slice(key)
+        dtype = _SAFETENSORS_DTYPES.get(view.get_dtype())
+        if dtype is None:
+            raise MergeError(f"{self.path}: tensor {key!r} has unsupported dtype {view.get_dtype()}")
+        return TensorInfo(tuple(view.get_shape()), dtype)
+
+    def get(self, key: str) -> torch.Tensor:
+        try:
+            return self._handle.get_tensor(key)
+        except (SafetensorError, OSError) as error:
+            raise MergeError(f"{self.path}: cannot read tensor {key!r}: {error}") from error
+
+
+class _TorchBinFile:
+    """A ``pytorch_model.bin`` loaded with ``weights_only=True`` and memory-mapped."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as error:  # torch raises RuntimeError, UnpicklingError, EOFError… for bad files
+            raise MergeError(f"{path}: cannot load with torch.load(weights_only=True): {error}") from error
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise MergeError(f"{path}: expected a state dict of tensors")
+        self._state: dict[str, torch.Tensor] = state
+
+    def names(self) -> list[str]:
+        return list(self._state)
+
+    def info(self, key: str) -> TensorInfo:
+        tensor = self._state[key]
+        return TensorInfo(tuple(tensor.shape), tensor.dtype)
+
+    def get(self, key: str) -> torch.Tensor:
+        # A copy: .bin state dicts may hold views that share storage, which safetensors refuses to save.
+        return self._state[key].clone()
+
+
+def _open_weight_files(directory: Path) -> list[_TensorFile]:
+    """The weight files of one folder, preferring safetensors over .bin as transformers does."""
+    for index_name, opener in ((SAFETENSORS_INDEX, _SafetensorsFile), (TORCH_INDEX, _TorchBinFile)):
+        index_path = directory / index_name
+        if index_path.is_file():
+            try:
+                weight_map: dict[str, str] = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
+            except (json.JSONDecodeError, KeyError) as error:
+                raise MergeError(f"{index_path}: not a weight index (expected a 'weight_map'): {error}") from error
+            files: list[_TensorFile] = []
+            for shard in dict.fromkeys(weight_map.values()):
+                if not (directory / shard).is_file():
+                    raise MergeError(f"{index_path}: shard {shard!r} is missing")
+                files.append(opener(directory / shard))
+            listed = set(weight_map)
+            stored = {key for file in files for key in file.names()}
+            if listed != stored:
+                missing = sorted(listed - stored)[:3] or sorted(stored - listed)[:3]
+                raise MergeError(f"{index_path}: index and shards disagree on tensors such as {missing}")
+            return files
+    if (directory / SAFETENSORS_FILE).is_file():
+        return [_SafetensorsFile(directory / SAFETENSORS_FILE)]
+    if (directory / TORCH_FILE).is_file():
+        return [_TorchBinFile(directory / TORCH_FILE)]
+    return []
+
+
+def _merge_lora_adapter(adapter_dir: Path, scratch_dir: Path) -> Path:
+    """Merge a LoRA adapter into its base with peft and save the result; returns the saved folder."""
+    from peft import PeftConfig, PeftModel
+    from transformers import AutoModel
+
+    config = PeftConfig.from_pretrained(str(adapter_dir))
+    base_path = config.base_model_name_or_path
+    if not base_path or not Path(base_path).is_dir():
+        raise MergeError(
+            f"{adapter_dir / ADAPTER_CONFIG}: base_model_name_or_path {base_path!r} must be a local model folder"
+        )
+    logger.info("Merging the LoRA adapter %s into %s", adapter_dir, base_path)
+    base = AutoModel.from_pretrained(base_path, dtype="auto")
+    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    target = scratch_dir / hashlib.sha1(str(adapter_dir.resolve()).encode()).hexdigest()[:12]
+    merged.save_pretrained(str(target))
+    return target
+
+
+class LazyCheckpoint:
+    """Headers of every weight file of one model folder; tensors are read on request.
+
+    Args:
+        path: the model folder.
+        scratch_dir: where a LoRA adapter input is materialised after merging into its base.
+            Required only for adapter folders.
+    """
+
+    def __init__(self, path: str | Path, scratch_dir: Path | None = None) -> None:
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise MergeError(f"{self.path}: not a model folder")
+        self.adapter_base: Path | None = None
+        self._sources: dict[str, tuple[_TensorFile, str]] = {}
+        self._support_dirs: list[tuple[str, Path]] = []
+        for prefix, directory in self._module_dirs():
+            files = _open_weight_files(directory)
+            if not files and (directory / ADAPTER_CONFIG).is_file():
+                if scratch_dir is None:
+                    raise MergeError(f"{directory}: a LoRA adapter folder needs a scratch folder to merge into")
+                merged_dir = _merge_lora_adapter(directory, scratch_dir)
+                self.adapter_base = Path(
+                    json.loads((directory / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
+                )
+                # Files of the base (config.json…) come first so that the adapter folder's own files win.
+                self._support_dirs.append((prefix, self.adapter_base))
+                files = _open_weight_files(merged_dir)
+            for file in files:
+                for key in file.names():
+                    self._sources[prefix + key] = (file, key)
+        if not self._sources:
+            raise MergeError(
+                f"{self.path}: no weights found (expected one of {', '.join(WEIGHT_FILE_NAMES)} or a LoRA adapter)"
+            )
+        self._support_dirs.append(("", self.path))
+
+    def _module_paths(self) -> list[str]:
+        """Folders of the sentence-transformers modules ("" for the root); empty for a plain folder."""
+        modules_file = self.path / "modules.json"
+        if not modules_file.is_file():
+            return []
+        try:
+            modules = json.loads(modules_file.read_text(encoding="utf-8"))
+            return [str(module.get("path", "")) for module in modules]
+        except (json.JSONDecodeError, AttributeError, TypeError) as error:
+            raise MergeError(f"{modules_file}: not a sentence-transformers modules list: {error}") from error
+
+    def _module_dirs(self) -> Iterator[tuple[str, Path]]:
+        paths = self._module_paths()
+        if not paths:
+            yield "", self.path
+            return
+        for module_path in paths:
+            directory = self.path / module_path
+            if any((directory / name).is_file() for name in (*WEIGHT_FILE_NAMES, ADAPTER_CONFIG)):
+                yield (f"{module_path}/" if module_path else ""), directory
+
+    def __repr__(self) -> str:
+        return f"LazyCheckpoint({str(self.path)!r}, tensors={len(self._sources)})"
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._sources)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._sources
+
+    def info(self, name: str) -> TensorInfo:
+        file, key = self._sources[name]
+        return file.info(key)
+
+    def file_of(self, name: str) -> Path:
+        return self._sources[name][0].path
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        file, key = self._sources[name]
+        return file.get(key)
+
+    def architecture(self) -> dict[str, Any]:
+        """What must agree between inputs: model type and architectures of config.json, module types.
+
+        A LoRA adapter input answers for its base (read first) overridden by the adapter folder.
+        """
+        signature: dict[str, Any] = {}
+        for _, directory in self._support_dirs:
+            config_file = directory / "config.json"
+            if config_file.is_file():
+                config = json.loads(config_file.read_text(encoding="utf-8"))
+                signature["model_type"] = config.get("model_type")
+                signature["architectures"] = config.get("architectures")
+            modules_file = directory / "modules.json"
+            if modules_file.is_file():
+                modules = json.loads(modules_file.read_text(encoding="utf-8"))
+                # The class path moved between sentence-transformers versions; the class name did not.
+                signature["modules"] = [
+                    (m.get("path", ""), str(m.get("type", "")).rsplit(".", 1)[-1]) for m in modules
+                ]
+        return signature
+
+    def vocabulary_fingerprint(self) -> dict[str, str]:
+        """Hashes of the vocabulary files, so that inputs with different token ids are caught."""
+        fingerprint = {}
+        files = self.support_files()
+        for name in _VOCAB_FILES:
+            if name in files:
+                fingerprint[name] = hashlib.sha256(files[name].read_bytes()).hexdigest()
+        if "tokenizer.json" in files and not fingerprint:  # parsing it is slow; plain vocab files suffice
+            model = json.loads(files["tokenizer.json"].read_text(encoding="utf-8")).get("model", {})
+            fingerprint["tokenizer.json"] = hashlib.sha256(
+                json.dumps(model.get("vocab"), sort_keys=True).encode()
+            ).hexdigest()
+        return fingerprint
+
+    def support_files(self) -> dict[str, Path]:
+        """Non-weight files (configs, tokenizer, module folders) by relative output path.
+
+        Only the top level and the folders named in ``modules.json`` are looked at, so trainer
+        leftovers (``checkpoint-*/``, ``runs/``) are never picked up.
+        """
+        files: dict[str, Path] = {}
+        for prefix, directory in self._support_dirs:
+            for file in sorted(directory.iterdir()):
+                if file.is_file():
+                    files[prefix + file.name] = file
+        for module_path in filter(None, self._module_paths()):
+            for file in sorted((self.path / module_path).rglob("*")):
+                if file.is_file():
+                    files[f"{module_path}/{file.relative_to(self.path / module_path).as_posix()}"] = file
+        return {
+            name: file
+            for name, file in files.items()
+            if not file.name.endswith(_NOT_SUPPORT_FILES)
+            and file.name not in _ADAPTER_FILES
+            and not file.name.startswith(".")
+            and name != "README.md"
+        }

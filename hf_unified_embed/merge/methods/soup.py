@@ -1,0 +1,55 @@
+"""Model Soups: a uniform or weighted average of checkpoints (CoDiEmb Eq. 10)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+from hf_unified_embed.merge.errors import MergeError
+from hf_unified_embed.merge.methods.base import LayerGroups, LinearMergeMethod, check_weights, register_merge_method
+
+
+@register_merge_method
+@dataclasses.dataclass
+class Soup(LinearMergeMethod):
+    """θ = Σᵢ wᵢ θᵢ over whole checkpoints (Wortsman et al., 2022).
+
+    Args:
+        models: two or more checkpoints of one architecture.
+        weights: one weight per model; uniform when omitted. They must sum to 1 unless ``normalize``.
+        normalize: divide the weights by their sum instead of requiring that they sum to 1.
+
+    Example::
+
+        merge_models(["run-a", "run-b", "run-c"], "soup", "soup-out", weights=[0.5, 0.25, 0.25])
+    """
+
+    name = "soup"
+    weights: list[float] | None = None
+    normalize: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if len(self.models) < 2:
+            raise MergeError(f"soup needs at least two models, got {len(self.models)}")
+        if self.weights is None:
+            self.weights = [1.0 / len(self.models)] * len(self.models)
+            return
+        self.weights = check_weights(self.name, self.weights, len(self.models))
+        total = math.fsum(self.weights)
+        if self.normalize:
+            if total == 0.0:
+                raise MergeError("soup: weights sum to 0 and cannot be normalized")
+            self.weights = [weight / total for weight in self.weights]
+        elif abs(total - 1.0) > 1e-6:
+            raise MergeError(f"soup: weights {self.weights} sum to {total:g}, not 1 (pass normalize=True to rescale)")
+
+    def coefficients(self, group: str) -> dict[Path, float]:
+        assert self.weights is not None
+        return dict(zip(self.models, self.weights))
+
+    def group_weights(self, groups: LayerGroups) -> dict[str, dict[str, float]]:
+        assert self.weights is not None
+        row = {f"w[{index}]": weight for index, weight in enumerate(self.weights)}
+        return {group: dict(row) for group in groups}

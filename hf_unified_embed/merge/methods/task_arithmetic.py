@@ -1,0 +1,57 @@
+"""Task arithmetic: add weighted task vectors θᵢ − θ_base to the base model."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from hf_unified_embed.merge.errors import MergeError
+from hf_unified_embed.merge.methods.base import LayerGroups, LinearMergeMethod, check_weights, register_merge_method
+
+
+@register_merge_method
+@dataclasses.dataclass
+class TaskArithmetic(LinearMergeMethod):
+    """θ = θ_base + Σᵢ λᵢ (θᵢ − θ_base) (Ilharco et al., 2023, "Editing Models with Task Arithmetic").
+
+    Args:
+        models: the fine-tuned checkpoints.
+        base: the common pre-trained checkpoint the task vectors are taken against.
+        weights: λᵢ, one per model (default 1.0 each); any finite values, no sum constraint.
+
+    Example::
+
+        merge_models(["ir-run", "sts-run"], "task_arithmetic", "ta-out", base="base-model", weights=[0.7, 0.5])
+    """
+
+    name = "task_arithmetic"
+    base: Path | None = None
+    weights: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.base is None:
+            raise MergeError("task_arithmetic needs base: the checkpoint the task vectors are taken against")
+        self.base = Path(self.base)
+        if not self.models:
+            raise MergeError("task_arithmetic needs at least one model besides the base")
+        if self.weights is None:
+            self.weights = [1.0] * len(self.models)
+        self.weights = check_weights(self.name, self.weights, len(self.models))
+
+    def input_paths(self) -> list[Path]:
+        assert self.base is not None
+        return [*self.models, *([self.base] if self.base not in self.models else [])]
+
+    def coefficients(self, group: str) -> dict[Path, float]:
+        # θ_base + Σ λᵢ(θᵢ − θ_base) rewritten as (1 − Σλᵢ)·θ_base + Σ λᵢθᵢ: each input is read once.
+        assert self.base is not None and self.weights is not None
+        coefficients = {self.base: 1.0 - sum(self.weights)}
+        for model, weight in zip(self.models, self.weights):
+            coefficients[model] = coefficients.get(model, 0.0) + weight
+        return coefficients
+
+    def group_weights(self, groups: LayerGroups) -> dict[str, dict[str, float]]:
+        assert self.weights is not None
+        row = {f"λ[{index}]": weight for index, weight in enumerate(self.weights)}
+        return {group: dict(row) for group in groups}

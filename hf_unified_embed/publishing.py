@@ -1,0 +1,143 @@
+"""Upload a model or dataset folder to the Hugging Face Hub with ``huggingface_hub``.
+
+``push_folder`` creates the repository if needed (and the branch, for ``revision``) and uploads the
+folder in one commit; ``dry_run`` returns what would be sent without touching the network.
+``push_unified`` does the same for a unified dataset (a folder written by ``save_unified`` or an
+in-memory ``DatasetDict``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import huggingface_hub
+from datasets import DatasetDict
+
+RepoType = Literal["model", "dataset"]
+
+# Never uploaded: local caches and editor/OS clutter.
+IGNORE_PATTERNS = [".git/*", "**/.ipynb_checkpoints/*", "**/__pycache__/*", ".cache/*", "**/.DS_Store"]
+
+
+@dataclass(frozen=True)
+class PushPlan:
+    """What a push sends (returned by ``dry_run=True``): the repository, files and card."""
+
+    repo_id: str
+    repo_type: str
+    files: list[str]
+    card: str | None
+    private: bool
+    revision: str | None
+    create_pr: bool
+    commit_message: str
+
+    def describe(self) -> str:
+        target = f"{self.repo_type} repo {self.repo_id}" + (f" @ {self.revision}" if self.revision else "")
+        lines = [
+            f"would upload {len(self.files)} file(s) to {'a PR on ' if self.create_pr else ''}{target} ({'private' if self.private else 'public'}):"
+        ]
+        lines += [f"  {name}" for name in self.files]
+        if self.card is not None:
+            lines += ["--- README.md ---", self.card.rstrip()]
+        return "\n".join(lines)
+
+
+def _plan(
+    folder: Path,
+    repo_id: str,
+    repo_type: str,
+    private: bool,
+    revision: str | None,
+    create_pr: bool,
+    commit_message: str,
+) -> PushPlan:
+    from huggingface_hub.utils import filter_repo_objects
+
+    files = sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
+    files = list(filter_repo_objects(files, ignore_patterns=IGNORE_PATTERNS))
+    readme = folder / "README.md"
+    card = readme.read_text(encoding="utf-8") if readme.is_file() else None
+    return PushPlan(repo_id, repo_type, files, card, private, revision, create_pr, commit_message)
+
+
+def push_folder(
+    folder: str | Path,
+    repo_id: str,
+    repo_type: RepoType = "model",
+    private: bool = False,
+    revision: str | None = None,
+    create_pr: bool = False,
+    token: str | None = None,
+    commit_message: str | None = None,
+    dry_run: bool = False,
+) -> PushPlan | Any:
+    """Upload ``folder`` to ``repo_id``; return the :class:`PushPlan` (dry run) or the commit info.
+
+    Args:
+        folder: the local folder (its ``README.md`` becomes the repository card).
+        repo_id: ``"user/name"`` on the Hub.
+        repo_type: ``"model"`` or ``"dataset"``.
+        private: create the repository as private (an existing repository keeps its visibility).
+        revision: branch to commit to; created from the default branch if missing.
+        create_pr: open a pull request instead of committing directly.
+        token: a Hub token (default: the logged-in user's).
+        commit_message: defaults to "Upload <repo_type> with hf-unified-embed".
+        dry_run: only list what would be uploaded.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is not a folder")
+    if repo_type not in ("model", "dataset"):
+        raise ValueError(f"repo_type must be 'model' or 'dataset', got {repo_type!r}")
+    message = commit_message or f"Upload {repo_type} with hf-unified-embed"
+    plan = _plan(folder, repo_id, repo_type, private, revision, create_pr, message)
+    if not plan.files:
+        raise ValueError(f"{folder} has no files to upload")
+    if dry_run:
+        return plan
+    huggingface_hub.create_repo(repo_id, token=token, private=private, repo_type=repo_type, exist_ok=True)
+    if revision is not None and not create_pr:
+        huggingface_hub.create_branch(repo_id, branch=revision, token=token, repo_type=repo_type, exist_ok=True)
+    return huggingface_hub.upload_folder(
+        repo_id=repo_id,
+        folder_path=str(folder),
+        repo_type=repo_type,
+        revision=revision,
+        create_pr=create_pr,
+        token=token,
+        commit_message=message,
+        ignore_patterns=IGNORE_PATTERNS,
+    )
+
+
+def push_unified(
+    dir_or_datasetdict: str | Path | DatasetDict,
+    repo_id: str,
+    private: bool = False,
+    token: str | None = None,
+    revision: str | None = None,
+    create_pr: bool = False,
+    dry_run: bool = False,
+) -> PushPlan | Any:
+    """Upload a unified dataset: a folder written by ``save_unified`` or a ``DatasetDict`` (saved first)."""
+    from hf_unified_embed.data.hub_layout import read_card, save_unified, unified_tasks
+
+    kwargs: dict[str, Any] = dict(
+        repo_type="dataset", private=private, revision=revision, create_pr=create_pr, token=token, dry_run=dry_run
+    )
+    if isinstance(dir_or_datasetdict, DatasetDict):
+        with tempfile.TemporaryDirectory(prefix="push-unified-") as scratch:
+            folder = save_unified(dir_or_datasetdict, Path(scratch) / "data")
+            return push_folder(
+                folder, repo_id, commit_message="Upload unified dataset with hf-unified-embed", **kwargs
+            )
+    folder = Path(dir_or_datasetdict)
+    if not unified_tasks(read_card(folder)):
+        raise ValueError(
+            f"{folder}/README.md declares no task configs; write the folder with save_unified / `hf-unified-embed build`"
+        )
+    return push_folder(folder, repo_id, commit_message="Upload unified dataset with hf-unified-embed", **kwargs)

@@ -1,0 +1,254 @@
+"""Data collator that turns unified rows into the fixed columns a sentence-transformers loss reads.
+
+A unified row has lists of positives and negatives of any length; each batch needs ``query``,
+``positive_1..K+`` and ``negative_1..K−`` text columns (:class:`~hf_unified_embed.training.ColumnLayout`).
+Every epoch the collator draws the K+ positives and K− negatives of a row anew (CoDiEmb §2.2:
+"if the available samples are fewer than K+ or K−, we sample with replacement"). The draw depends
+only on ``(seed, epoch, row content)``, so it is the same with any number of dataloader workers,
+any batch composition and after resuming from a checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from datasets import Dataset, DatasetDict
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.sentence_transformer.data_collator import SentenceTransformerDataCollator
+from torch import nn
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from hf_unified_embed.schema import DIFFICULTY_COLUMN
+from hf_unified_embed.training.layout import (
+    SCORED_PAIR_TASK_TYPES,
+    ColumnLayout,
+    column_layouts,
+    scored_pair_layout,
+)
+from hf_unified_embed.training.prompts import prompts_from_unified
+
+
+def _row_digest(row: Mapping[str, Any]) -> int:
+    # blake2b instead of hash(): Python's str hash is salted per process, which would make the draw
+    # differ between dataloader workers and runs.
+    text = "\x1e".join((row["task"], row["query"], "\x1f".join(row["positives"]), "\x1f".join(row["negatives"])))
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def draw_indices(rng: np.random.Generator, available: int, k: int) -> np.ndarray:
+    """``k`` indices into ``available`` items: without replacement when enough, else all + repeats.
+
+    When a row has fewer than ``k`` items every item is used once and the remaining slots are drawn
+    with replacement, so no available text is left out while the column count stays fixed.
+    """
+    if k <= available:
+        return rng.choice(available, size=k, replace=False)
+    return np.concatenate([rng.permutation(available), rng.integers(0, available, size=k - available)])
+
+
+@dataclass
+class UnifiedDataCollator(SentenceTransformerDataCollator):
+    """Collates unified rows (:data:`~hf_unified_embed.UNIFIED_FEATURES`) for ``SentenceTransformerTrainer``.
+
+    Each batch must hold rows of one task (the trainer's multi-dataset samplers guarantee this for a
+    ``DatasetDict`` keyed by task). The task's :class:`ColumnLayout` decides the columns:
+    ``query``, ``positive_1..K+``, ``negative_1..K−`` and, if the layout names one, a ``label``
+    column (the score of ``positive_1``, or the row's ``difficulty``). Positives and negatives are
+    re-drawn every epoch; the epoch reaches the collator through :meth:`epoch_callback`.
+
+    A row without hard negatives never gets a filler text: its negative slots are taken from the
+    negatives of the other rows of the same batch (in-batch negatives, preferring texts not already
+    drawn, never one of the row's own positives). If no row of the batch has negatives, the batch
+    has no negative columns and the loss uses in-batch negatives only.
+
+    Args:
+        preprocess_fn: ``model.preprocess``.
+        layouts: Column layout per task name. Tasks not listed use a layout from their ``task_type``
+            (scored pairs for ``sts``/``pair_classification``, else 1 positive + ``negatives_per_query``).
+        negatives_per_query: K− for tasks without a layout.
+        seed: Seed of the draws (use the training arguments' seed).
+        epoch: The current epoch; set by :meth:`epoch_callback` at the start of every epoch.
+        prompts: ``{task: {column: instruction}}`` as from :func:`prompts_from_unified`; a key
+            ``"positive"`` / ``"negative"`` covers all numbered columns of that kind.
+
+    Example:
+        ::
+
+            losses = losses_for_tasks(model, train, {"retrieval": MultiPositiveInfoNCELoss, "sts": CoDiEmbSTSLoss})
+            collator = UnifiedDataCollator.for_losses(model, train, losses, negatives_per_query=4, seed=args.seed)
+            trainer = SentenceTransformerTrainer(
+                model=model, args=args, train_dataset=train, loss=losses,
+                data_collator=collator, callbacks=[collator.epoch_callback()],
+            )
+    """
+
+    layouts: Mapping[str, ColumnLayout] = field(default_factory=dict)
+    negatives_per_query: int = 1
+    seed: int = 42
+    epoch: int = 0
+
+    @classmethod
+    def for_losses(
+        cls,
+        model: SentenceTransformer,
+        dataset_dict: DatasetDict | Mapping[str, Dataset],
+        losses: Mapping[str, nn.Module],
+        *,
+        negatives_per_query: int | Mapping[str, int] = 1,
+        seed: int = 42,
+        prompts: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> UnifiedDataCollator:
+        """A collator whose layouts follow ``losses`` and whose prompts are the tasks' instructions.
+
+        Args:
+            model: The ``SentenceTransformer`` being trained (its ``preprocess`` tokenises).
+            dataset_dict: The unified training tasks keyed by task name.
+            losses: The loss per task (see :func:`~hf_unified_embed.training.losses_for_tasks`).
+            negatives_per_query: K− for contrastive tasks, one number or one per task.
+            seed: Seed of the per-epoch draws.
+            prompts: Defaults to :func:`prompts_from_unified` of ``dataset_dict``; ``{}`` for none.
+        """
+        return cls(
+            preprocess_fn=model.preprocess,
+            layouts=column_layouts(dataset_dict, losses, negatives_per_query),
+            seed=seed,
+            prompts={
+                task: dict(columns)
+                for task, columns in (prompts_from_unified(dataset_dict) if prompts is None else prompts).items()
+            },
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start drawing the positives and negatives of ``epoch``."""
+        self.epoch = int(epoch)
+
+    def epoch_callback(self) -> ResampleEachEpochCallback:
+        """The ``TrainerCallback`` that tells this collator the epoch; pass it in ``callbacks=[...]``."""
+        return ResampleEachEpochCallback(self)
+
+    def layout_for(self, task: str, task_type: str) -> ColumnLayout:
+        """The layout of ``task`` (explicit, or derived from ``task_type``)."""
+        if task in self.layouts:
+            return self.layouts[task]
+        if task_type in SCORED_PAIR_TASK_TYPES:
+            return scored_pair_layout()
+        return ColumnLayout(positives=1, negatives=self.negatives_per_query)
+
+    def _get_prompt_for_column(self, prompts: str | dict[str, str], column_name: str) -> str | None:
+        prompt = super()._get_prompt_for_column(prompts, column_name)
+        if prompt is None and isinstance(prompts, dict):
+            # positive_3 -> positive: one instruction covers every drawn column of a kind.
+            return prompts.get(column_name.rsplit("_", 1)[0])
+        return prompt
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        if not features:
+            return {}
+        return super().__call__(self.to_columns(features))
+
+    def to_columns(self, features: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Turn unified rows of one task into rows with the layout's fixed columns (before tokenising)."""
+        first = features[0]
+        task = first.get("dataset_name") or first["task"]
+        tasks = {row["task"] for row in features}
+        if len(tasks) > 1:
+            raise ValueError(
+                f"a batch mixes the tasks {sorted(tasks)}; the collator needs task-homogeneous batches: "
+                "train on a DatasetDict keyed by task (one loss per task) so every batch comes from one task"
+            )
+        layout = self.layout_for(task, first["task_type"])
+        rngs = [np.random.default_rng([self.seed, self.epoch, _row_digest(row)]) for row in features]
+
+        drawn_positives: list[np.ndarray] = []
+        drawn_negatives: list[list[str]] = []
+        for rng, row in zip(rngs, features):
+            drawn_positives.append(draw_indices(rng, len(row["positives"]), layout.positives))
+            negatives = row["negatives"]
+            if negatives:
+                drawn_negatives.append([negatives[i] for i in draw_indices(rng, len(negatives), layout.negatives)])
+            else:
+                drawn_negatives.append([])
+        if any(drawn_negatives):
+            self._borrow_in_batch_negatives(features, rngs, drawn_negatives, layout.negatives)
+
+        out: list[dict[str, Any]] = []
+        for row, positive_idx, negatives in zip(features, drawn_positives, drawn_negatives):
+            columns: dict[str, Any] = {"query": row["query"]}
+            columns.update({f"positive_{i}": row["positives"][idx] for i, idx in enumerate(positive_idx, start=1)})
+            columns.update({f"negative_{i}": text for i, text in enumerate(negatives, start=1)})
+            if layout.label is not None:
+                columns["label"] = self._label(row, layout, int(positive_idx[0]))
+            if "dataset_name" in row:
+                columns["dataset_name"] = row["dataset_name"]
+            out.append(columns)
+        return out
+
+    @staticmethod
+    def _borrow_in_batch_negatives(
+        features: Sequence[Mapping[str, Any]],
+        rngs: Sequence[np.random.Generator],
+        drawn: list[list[str]],
+        k: int,
+    ) -> None:
+        for i, (row, rng) in enumerate(zip(features, rngs)):
+            if drawn[i]:
+                continue
+            own = {row["query"], *row["positives"]}
+            others = [j for j in range(len(features)) if j != i]
+            # Texts not yet in the batch first, so a borrowed negative adds a candidate instead of
+            # duplicating one; then the already drawn ones.
+            in_batch = {text for j in others for text in drawn[j]}
+            fresh = [t for j in others for t in features[j]["negatives"] if t not in in_batch and t not in own]
+            pool = list(dict.fromkeys(fresh)) or [t for t in dict.fromkeys(in_batch) if t not in own]
+            pool = pool or [t for j in others for t in drawn[j]]
+            drawn[i] = [pool[idx] for idx in draw_indices(rng, len(pool), k)]
+
+    @staticmethod
+    def _label(row: Mapping[str, Any], layout: ColumnLayout, positive_index: int) -> float:
+        if layout.label == "difficulty":
+            value = row.get(DIFFICULTY_COLUMN)
+            if value is None or not math.isfinite(value):
+                raise ValueError(
+                    f"task {row['task']!r}, query {row['query'][:60]!r}: field {DIFFICULTY_COLUMN!r} is "
+                    f"{value!r}; the loss needs a finite difficulty per row (run the curriculum planner)"
+                )
+            return float(value)
+        scores = row["positive_scores"]
+        if not scores:
+            raise ValueError(
+                f"task {row['task']!r}, query {row['query'][:60]!r}: field 'positive_scores' is empty; "
+                "a loss on scored pairs needs one score per positive"
+            )
+        return float(scores[positive_index])
+
+
+class ResampleEachEpochCallback(TrainerCallback):
+    """Hands the trainer's epoch to a :class:`UnifiedDataCollator` before each epoch's batches are drawn.
+
+    ``on_epoch_begin`` runs before the trainer creates the epoch's dataloader iterator, so
+    (non-persistent) dataloader workers receive the collator with the new epoch. Persistent workers
+    keep their own copy of the collator from the first epoch and are refused.
+    """
+
+    def __init__(self, collator: UnifiedDataCollator) -> None:
+        self.collator = collator
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if args.dataloader_num_workers > 0 and args.dataloader_persistent_workers:
+            raise ValueError(
+                "dataloader_persistent_workers=True keeps the first epoch's collator in every worker, so "
+                "positives and negatives would never be re-drawn; set dataloader_persistent_workers=False"
+            )
+
+    def on_epoch_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        # state.epoch is fractional progress (e.g. 2.0 after two full epochs, 1.5 when resumed mid-epoch).
+        self.collator.set_epoch(math.floor((state.epoch or 0.0) + 1e-6))

@@ -1,0 +1,77 @@
+"""The ``loss={task: loss}`` argument of ``SentenceTransformerTrainer`` from one loss per task type.
+
+With a ``DatasetDict`` of tasks the trainer calls ``loss[dataset_name]`` for each batch, so every
+task needs an entry. Users think in task types ("retrieval", "sts"); :func:`losses_for_tasks` expands
+that to task names and builds each loss on the model being trained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias
+
+from datasets import Dataset, DatasetDict
+from torch import nn
+
+from hf_unified_embed.training.layout import task_type_of
+
+LossFactory: TypeAlias = Callable[..., nn.Module]
+#: A loss instance, a class or factory called as ``factory(model)``, or ``(factory, kwargs)``.
+LossSpec: TypeAlias = nn.Module | LossFactory | tuple[LossFactory, Mapping[str, Any]]
+
+
+def _build(spec: LossSpec, model: nn.Module, key: str) -> nn.Module:
+    if isinstance(spec, nn.Module):
+        if getattr(spec, "model", model) is not model:
+            raise ValueError(f"the loss given for {key!r} was built on a different model than the one being trained")
+        return spec
+    if isinstance(spec, tuple):
+        if len(spec) != 2 or not callable(spec[0]) or not isinstance(spec[1], Mapping):
+            raise TypeError(f"the loss given for {key!r} must be (class, kwargs), got {spec!r}")
+        factory, kwargs = spec
+        return factory(model, **kwargs)
+    if callable(spec):
+        return spec(model)
+    raise TypeError(f"the loss given for {key!r} must be a loss, a loss class or (class, kwargs); got {spec!r}")
+
+
+def losses_for_tasks(
+    model: nn.Module,
+    dataset_dict: DatasetDict | Mapping[str, Dataset],
+    losses: Mapping[str, LossSpec],
+) -> dict[str, nn.Module]:
+    """One loss per task of ``dataset_dict``, chosen by task name or else by task type.
+
+    Args:
+        model: The ``SentenceTransformer`` being trained; classes and factories are called with it.
+        dataset_dict: Unified tasks keyed by task name.
+        losses: Keys are task names or task types (a task name wins). Values are a loss instance
+            (shared by all tasks it covers), a class / factory ``f(model)`` (one instance per task),
+            or ``(class, kwargs)`` for ``class(model, **kwargs)``.
+
+    Returns:
+        ``{task: loss}`` with every task of ``dataset_dict``, for ``SentenceTransformerTrainer(loss=...)``.
+
+    Example:
+        ::
+
+            losses = losses_for_tasks(model, train, {
+                "retrieval": (MultiPositiveInfoNCELoss, {"positives_per_query": 2}),
+                "sts": CoDiEmbSTSLoss,
+            })
+    """
+    result = {}
+    unused = set(losses)
+    for task, dataset in dataset_dict.items():
+        task_type = task_type_of(dataset, task)
+        key = task if task in losses else task_type
+        if key not in losses:
+            raise ValueError(
+                f"task {task!r} (task_type {task_type!r}) has no loss; give one under the task name or "
+                f"its task type (losses are given for {sorted(losses)})"
+            )
+        unused.discard(key)
+        result[task] = _build(losses[key], model, key)
+    if unused:
+        raise ValueError(f"losses given for {sorted(unused)} match no task name or task type of the dataset")
+    return result

@@ -1,0 +1,124 @@
+"""Run by ``torchrun --nproc_per_node=2`` from ``test_losses_distributed.py`` (gloo, CPU).
+
+Each process embeds its shard of a global batch with a DDP-wrapped encoder and computes the loss with
+``gather_across_devices=True``; rank 0 then computes the same loss single-process on the concatenated
+global batch with an identical encoder, and writes both losses and both gradients (after DDP's average)
+to ``<output>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+
+from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
+
+LOCAL_BATCH = 4
+FEATURES = 6
+
+
+class Encoder(nn.Module):
+    """Two layers; the hidden layer plays the role of the intermediate Transformer layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lower = nn.Linear(FEATURES, 10)
+        self.upper = nn.Linear(10, 8)
+
+    def forward(self, inputs: Tensor) -> tuple[Tensor, Tensor]:
+        hidden = torch.tanh(self.lower(inputs))
+        return self.upper(hidden), hidden
+
+
+def make_encoder() -> Encoder:
+    torch.manual_seed(0)
+    return Encoder().double()
+
+
+def embed(encoder: nn.Module, columns: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+    final, hidden = encoder(torch.cat(columns))
+    return list(final.chunk(len(columns))), list(hidden.chunk(len(columns)))
+
+
+def total(output: Tensor | dict[str, Tensor]) -> Tensor:
+    return sum(output.values()) if isinstance(output, dict) else output  # type: ignore[return-value]
+
+
+def run_case(name: str, columns: list[Tensor], labels: Tensor | None, loss_factory) -> dict[str, float]:
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    rows = slice(rank * LOCAL_BATCH, (rank + 1) * LOCAL_BATCH)
+
+    encoder = DistributedDataParallel(make_encoder())
+    final, hidden = embed(encoder, [column[rows] for column in columns])
+    local_labels = labels[rows] if labels is not None else None
+    loss = loss_factory(gather=True)
+    if isinstance(loss, CoDiEmbSTSLoss):
+        output = loss.compute_loss_from_embeddings(final, local_labels, mid_layer_embeddings=hidden)
+    else:
+        output = loss.compute_loss_from_embeddings(final, local_labels)
+    local_value = total(output)
+    local_value.backward()  # DDP averages the parameter gradients over the processes
+    gathered_value = local_value.detach().clone()
+    dist.all_reduce(gathered_value)
+    gathered_value /= world_size
+    gathered_grads = torch.cat([p.grad.flatten() for p in encoder.module.parameters()])
+
+    result: dict[str, float] = {}
+    if rank == 0:
+        single = make_encoder()
+        final, hidden = embed(single, columns)
+        loss = loss_factory(gather=False)
+        if isinstance(loss, CoDiEmbSTSLoss):
+            output = loss.compute_loss_from_embeddings(final, labels, mid_layer_embeddings=hidden)
+        else:
+            output = loss.compute_loss_from_embeddings(final, labels)
+        single_value = total(output)
+        single_value.backward()
+        single_grads = torch.cat([p.grad.flatten() for p in single.parameters()])
+        result = {
+            f"{name}_loss_gathered": gathered_value.item(),
+            f"{name}_loss_single": single_value.item(),
+            f"{name}_local_loss_rank0": local_value.item(),
+            f"{name}_grad_max_abs_diff": (gathered_grads - single_grads).abs().max().item(),
+            f"{name}_grad_max_abs": single_grads.abs().max().item(),
+        }
+    return result
+
+
+def main(output: str) -> None:
+    dist.init_process_group("gloo")
+    generator = torch.Generator().manual_seed(1)
+    global_batch = LOCAL_BATCH * dist.get_world_size()
+
+    def inputs(count: int) -> list[Tensor]:
+        return [torch.randn(global_batch, FEATURES, generator=generator, dtype=torch.float64) for _ in range(count)]
+
+    results = run_case(
+        "multi_positive",
+        inputs(1 + 2 + 2),  # query, 2 positives, 2 hard negatives
+        None,
+        lambda gather: MultiPositiveInfoNCELoss(nn.Identity(), positives_per_query=2, gather_across_devices=gather),
+    )
+    sts_labels = torch.tensor([1.0, 0.8, 0.2, 0.8, 0.6, 0.0, 1.0, 0.4], dtype=torch.float64)
+    results |= run_case(
+        "codiemb_sts",
+        inputs(2),
+        sts_labels,
+        lambda gather: CoDiEmbSTSLoss(
+            nn.Identity(), infonce_weight=1.0, positive_threshold=0.7, gather_across_devices=gather
+        ),
+    )
+    if dist.get_rank() == 0:
+        with open(output, "w") as handle:
+            json.dump(results, handle)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

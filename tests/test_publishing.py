@@ -1,0 +1,111 @@
+"""Hub uploads, tested by capturing the huggingface_hub calls (no network)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import huggingface_hub
+import pytest
+
+from hf_unified_embed.cli.main import main
+from hf_unified_embed.data import build_unified
+from hf_unified_embed.publishing import PushPlan, push_folder, push_unified
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def hub_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict]]:
+    calls: list[tuple[str, dict]] = []
+
+    def recorder(name: str):
+        def record(*args, **kwargs):
+            if name == "upload_folder":
+                kwargs["uploaded"] = sorted(
+                    str(p.relative_to(kwargs["folder_path"]))
+                    for p in Path(kwargs["folder_path"]).rglob("*")
+                    if p.is_file()
+                )
+            calls.append((name, {"args": args, **kwargs}))
+            return type("CommitInfo", (), {"commit_url": "https://huggingface.co/fake/commit/1", "pr_url": None})()
+
+        return record
+
+    for name in ("create_repo", "create_branch", "upload_folder"):
+        monkeypatch.setattr(huggingface_hub, name, recorder(name))
+    return calls
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "model"
+    (folder / "1_Pooling").mkdir(parents=True)
+    (folder / "README.md").write_text("---\nlibrary_name: sentence-transformers\n---\n# model\n")
+    (folder / "model.safetensors").write_bytes(b"weights")
+    (folder / "1_Pooling" / "config.json").write_text("{}")
+    return folder
+
+
+def test_push_folder_creates_repo_branch_and_uploads(hub_calls, model_dir: Path):
+    push_folder(model_dir, "me/model", private=True, revision="v1", token="hf_x")
+    assert [name for name, _ in hub_calls] == ["create_repo", "create_branch", "upload_folder"]
+    create, branch, upload = (kwargs for _, kwargs in hub_calls)
+    assert (
+        create["args"] == ("me/model",)
+        and create["private"] is True
+        and create["repo_type"] == "model"
+        and create["exist_ok"]
+    )
+    assert branch["branch"] == "v1" and branch["token"] == "hf_x"
+    assert upload["repo_id"] == "me/model" and upload["revision"] == "v1" and upload["create_pr"] is False
+    assert upload["uploaded"] == ["1_Pooling/config.json", "README.md", "model.safetensors"]
+
+
+def test_push_folder_pr_skips_branch_creation(hub_calls, model_dir: Path):
+    push_folder(model_dir, "me/model", create_pr=True, revision="main")
+    assert [name for name, _ in hub_calls] == ["create_repo", "upload_folder"]
+    assert hub_calls[1][1]["create_pr"] is True
+
+
+def test_dry_run_lists_files_and_card_without_calls(hub_calls, model_dir: Path):
+    plan = push_folder(model_dir, "me/model", dry_run=True)
+    assert isinstance(plan, PushPlan) and not hub_calls
+    assert plan.files == ["1_Pooling/config.json", "README.md", "model.safetensors"]
+    assert plan.card is not None and "library_name: sentence-transformers" in plan.card
+    assert "would upload 3 file(s) to model repo me/model (public)" in plan.describe()
+
+
+def test_push_unified_from_datasetdict_and_folder(hub_calls, tmp_path: Path):
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"anchor": "a", "positive": "b"}\n')
+    built = build_unified(
+        {"sources": [{"name": "pairs", "format": "pairs", "data_files": str(data), "task_type": "retrieval"}]}
+    )
+    push_unified(built, "me/data", private=True)
+    upload = hub_calls[-1][1]
+    assert upload["repo_type"] == "dataset" and upload["uploaded"] == [
+        "README.md",
+        "data/pairs/train-00000-of-00001.parquet",
+    ]
+    with pytest.raises(FileNotFoundError, match=r"README\.md"):
+        push_unified(tmp_path, "me/data")
+
+
+def test_cli_push_commands(hub_calls, model_dir: Path, tmp_path: Path, capsys):
+    assert main(["push", str(model_dir), "me/model", "--dry-run"]) == 0
+    assert "would upload 3 file(s)" in capsys.readouterr().out and not hub_calls
+    assert main(["push", str(model_dir), "me/model", "--private", "--create-pr", "--token", "t"]) == 0
+    assert (
+        hub_calls[-1][1]["create_pr"] is True
+        and "uploaded: https://huggingface.co/fake/commit/1" in capsys.readouterr().out
+    )
+    out = tmp_path / "data"
+    assert main(["build", str(REPO / "examples/recipes/sample.yaml"), "-o", str(out)]) == 0
+    assert main(["push-dataset", str(out), "me/data", "--dry-run", "--revision", "dev"]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "dataset repo me/data @ dev" in printed
+        and "data/stsb/train-00000-of-00001.parquet" in printed
+        and "configs:" in printed
+    )
+    assert main(["push", str(tmp_path / "nope"), "me/model"]) == 2
