@@ -242,8 +242,10 @@ def main(argv: list[str] | None = None) -> int:
         half = max(1, options.max_steps // 2)
         retrieval = {name: ds for name, ds in tasks.items() if ds[0]["task_type"] == "retrieval"}
         sts = {name: ds for name, ds in tasks.items() if ds[0]["task_type"] == "sts"}
-        ir_run = train("ir-leaning", _dict(retrieval), codiemb_losses, shuffled, half, options)
-        sts_run = train("sts-leaning", _dict(sts), codiemb_losses, shuffled, half, options)
+        ir_run = train(
+            "ir-leaning", _dict(retrieval), {"retrieval": MultiPositiveInfoNCELoss}, shuffled, half, options
+        )
+        sts_run = train("sts-leaning", _dict(sts), {"sts": CoDiEmbSTSLoss}, shuffled, half, options)
         return merge_models(
             [ir_run, sts_run],
             "hierarchical",

@@ -78,14 +78,14 @@ def train(name: str, curriculum_dir: Path, output: Path, base: str, max_steps: i
                 "sts": {"name": "CoDiEmbSTSLoss"},
                 "pair_classification": {"name": "AnglEJointLoss"},
             },
-            "negatives_per_query": 3,
+            "negatives_per_query": 2,
             "curriculum": {"plan": str(curriculum_dir / "curriculum_plan.json")},
             "sampler": {"interleave": "round_robin", "instance_order": "easy_to_hard", "batch_sizes": balance},
             "training_args": {
                 "max_steps": max_steps,
                 "per_device_train_batch_size": 16,
                 "learning_rate": 2e-5,
-                "warmup_ratio": 0.1,
+                "warmup_steps": 0.1,
                 "logging_steps": max(1, max_steps // 5),
                 "disable_tqdm": False,
             },
@@ -119,7 +119,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output-dir", type=Path, default=Path("outputs/demo"))
     parser.add_argument("--base-model", help="default: the packaged all-MiniLM-L6-v2")
-    parser.add_argument("--max-steps", type=int, default=40, help="optimizer steps of each training run")
+    parser.add_argument("--max-steps", type=int, default=30, help="optimizer steps of each training run")
     args = parser.parse_args()
 
     from hf_unified_embed.merge import merge_models

@@ -66,7 +66,9 @@ def dev_suite(data_root: Path) -> dict[str, Any]:
     }
 
 
-def train_run(name: str, tasks: list[str], data_dir: Path, base: str, args: argparse.Namespace) -> Path:
+def train_run(
+    name: str, tasks: list[str], losses: dict[str, Any], data_dir: Path, base: str, args: argparse.Namespace
+) -> Path:
     from hf_unified_embed.recipe import recipe_from_dict
     from hf_unified_embed.train import train_from_recipe
 
@@ -75,7 +77,7 @@ def train_run(name: str, tasks: list[str], data_dir: Path, base: str, args: argp
             "base_model": base,
             "model_name": f"all-MiniLM-L6-v2 {name}",
             "data": {"path": str(data_dir), "tasks": tasks},
-            "losses": {"retrieval": {"name": "MultiPositiveInfoNCELoss"}, "sts": {"name": "CoDiEmbSTSLoss"}},
+            "losses": losses,
             "instructions": False,
             "sampler": {"interleave": "shuffled"},
             "training_args": {
@@ -113,8 +115,10 @@ def train_inputs(base: str, args: argparse.Namespace) -> tuple[Path, Path]:
     )
     data_dir = args.output_dir / "data"
     save_unified(data, data_dir, overwrite=True)
-    ir_run = train_run("ir-leaning", ["wikiqa", "trecqa"], data_dir, base, args)
-    sts_run = train_run("sts-leaning", ["stsb", "sick"], data_dir, base, args)
+    ir_run = train_run(
+        "ir-leaning", ["wikiqa", "trecqa"], {"retrieval": "MultiPositiveInfoNCELoss"}, data_dir, base, args
+    )
+    sts_run = train_run("sts-leaning", ["stsb", "sick"], {"sts": "CoDiEmbSTSLoss"}, data_dir, base, args)
     return ir_run, sts_run
 
 
@@ -133,6 +137,9 @@ def main() -> None:
     parser.add_argument("--output-dir", type=Path, default=Path("outputs/merge-and-publish"))
     parser.add_argument(
         "--max-steps", type=int, default=100, help="steps of each run trained when --models is not given"
+    )
+    parser.add_argument(
+        "--suite", type=Path, help="an evaluation suite YAML; default: STS-B dev, SICK trial, TrecQA dev"
     )
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--repo-id", help=f"Hub repository; without it a dry run for {PLACEHOLDER_REPO_ID}")
@@ -175,9 +182,9 @@ def main() -> None:
         )
 
     merge()
-    suite = dev_suite(args.data_root)
+    suite = args.suite or dev_suite(args.data_root)
     results = {
-        name: run_suite(SentenceTransformer(str(path), device="cpu"), suite, show_progress_bar=False)
+        name: run_suite(SentenceTransformer(str(path), device="cpu"), suite)
         for name, path in [
             ("base", base),
             ("ir", ir_model),

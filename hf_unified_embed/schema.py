@@ -116,7 +116,9 @@ def validate_row(row: Mapping[str, Any], index: int, source: str | None = None) 
         if problem:
             raise fail(field, problem)
     if row["task_type"] == "sts" and len(row["positive_scores"]) != len(positives):
-        raise fail("positive_scores", f"an sts row needs exactly one score per positive, got {row['positive_scores']!r}")
+        raise fail(
+            "positive_scores", f"an sts row needs exactly one score per positive, got {row['positive_scores']!r}"
+        )
     difficulty = row.get(DIFFICULTY_COLUMN)
     if difficulty is not None and not math.isfinite(difficulty):
         raise fail(DIFFICULTY_COLUMN, f"difficulty must be finite, got {difficulty!r}")

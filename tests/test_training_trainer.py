@@ -129,19 +129,19 @@ def test_model_card_names_every_loss_with_its_config(tiny_model_path, tasks, tmp
 
 @pytest.mark.real_model
 def test_minilm_ir_and_sts_in_one_trainer_call(minilm_path, shared_data, tmp_path) -> None:
-    tasks = real_tasks(shared_data, rows=32)
+    tasks = real_tasks(shared_data, rows=16)
     model = exclude_instructions_from_pooling(SentenceTransformer(minilm_path))
     losses = losses_for_tasks(
         model,
         tasks,
         {"retrieval": (hue.MultiPositiveInfoNCELoss, {"positives_per_query": 2}), "sts": hue.CoDiEmbSTSLoss},
     )
-    collator = UnifiedDataCollator.for_losses(model, tasks, losses, negatives_per_query=3, seed=11)
+    collator = UnifiedDataCollator.for_losses(model, tasks, losses, negatives_per_query=2, seed=11)
     args = SentenceTransformerTrainingArguments(
         output_dir=str(tmp_path),
-        max_steps=16,
-        per_device_train_batch_size=16,
-        per_device_eval_batch_size=16,
+        max_steps=8,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=8,
         learning_rate=5e-5,
         lr_scheduler_type="constant",
         save_strategy="no",

@@ -38,14 +38,18 @@ def check_compatible(reference: LazyCheckpoint, others: Sequence[LazyCheckpoint]
                 raise MergeError(
                     f"{other.path}: tokenizer vocabulary ({file}) differs from the reference {reference.path}"
                 )
-        names = set(other.names)
-        if missing := sorted(ref_names - names):
+        # Integer buffers such as ``embeddings.position_ids`` are saved by some transformers versions
+        # and not by others; they are copied from the reference, never merged, so they may differ.
+        shared = ref_names & set(other.names)
+        names = {name for name in other.names if is_mergeable(other.info(name).dtype)} | shared
+        expected = {name for name in ref_names if is_mergeable(reference.info(name).dtype)} | shared
+        if missing := sorted(expected - names):
             raise MergeError(
                 f"{other.path}: tensor {missing[0]!r} is missing (present in the reference {reference.path})"
             )
-        if extra := sorted(names - ref_names):
+        if extra := sorted(names - expected):
             raise MergeError(f"{other.path}: extra tensor {extra[0]!r} (not in the reference {reference.path})")
-        for name in reference.names:
+        for name in sorted(shared):
             expected, found = reference.info(name), other.info(name)
             if expected.shape != found.shape:
                 raise MergeError(

@@ -88,28 +88,39 @@ class _TensorFile(Protocol):
 
 
 class _SafetensorsFile:
-    """One memory-mapped safetensors file; its header is checked against the file size on open."""
+    """One safetensors file; its header is read (and checked against the file size) once on open.
+
+    Each tensor is read through a fresh ``safe_open`` handle that is closed right away:
+    safetensors returns tensors backed by the file mapping, and pages touched through a handle
+    kept open stay in the process's resident set until it closes — a merge would otherwise
+    end up "holding" every input file.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            self._handle = safe_open(str(path), framework="pt")
+            with safe_open(str(path), framework="pt") as handle:
+                self._infos = {key: self._info(handle, key) for key in handle.keys()}  # noqa: SIM118
         except (SafetensorError, OSError) as error:
             raise MergeError(f"{path}: not a readable safetensors file (truncated or corrupt?): {error}") from error
 
-    def names(self) -> list[str]:
-        return list(self._handle.keys())
-
-    def info(self, key: str) -> TensorInfo:
-        view = self._handle.get_slice(key)
+    def _info(self, handle: Any, key: str) -> TensorInfo:
+        view = handle.get_slice(key)
         dtype = _SAFETENSORS_DTYPES.get(view.get_dtype())
         if dtype is None:
             raise MergeError(f"{self.path}: tensor {key!r} has unsupported dtype {view.get_dtype()}")
         return TensorInfo(tuple(view.get_shape()), dtype)
 
+    def names(self) -> list[str]:
+        return list(self._infos)
+
+    def info(self, key: str) -> TensorInfo:
+        return self._infos[key]
+
     def get(self, key: str) -> torch.Tensor:
         try:
-            return self._handle.get_tensor(key)
+            with safe_open(str(self.path), framework="pt") as handle:
+                return handle.get_tensor(key)
         except (SafetensorError, OSError) as error:
             raise MergeError(f"{self.path}: cannot read tensor {key!r}: {error}") from error
 
