@@ -42,12 +42,12 @@ def check_compatible(reference: LazyCheckpoint, others: Sequence[LazyCheckpoint]
         # and not by others; they are copied from the reference, never merged, so they may differ.
         shared = ref_names & set(other.names)
         names = {name for name in other.names if is_mergeable(other.info(name).dtype)} | shared
-        expected = {name for name in ref_names if is_mergeable(reference.info(name).dtype)} | shared
-        if missing := sorted(expected - names):
+        expected_names = {name for name in ref_names if is_mergeable(reference.info(name).dtype)} | shared
+        if missing := sorted(expected_names - names):
             raise MergeError(
                 f"{other.path}: tensor {missing[0]!r} is missing (present in the reference {reference.path})"
             )
-        if extra := sorted(names - expected):
+        if extra := sorted(names - expected_names):
             raise MergeError(f"{other.path}: extra tensor {extra[0]!r} (not in the reference {reference.path})")
         for name in sorted(shared):
             expected, found = reference.info(name), other.info(name)
