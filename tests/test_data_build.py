@@ -46,7 +46,9 @@ def test_sample_recipe_builds_every_task(sample):
     assert stsb["document_instruction"] == stsb["query_instruction"]  # symmetric task
     wikiqa = dataset["wikiqa"][0]
     assert wikiqa["document_instruction"] == "Represent the Wikipedia sentence for retrieval: "
-    assert result.skipped["wikiqa"]["question without a correct candidate"] > 0
+    # the bundled WikiQA slice holds only answered questions; TrecQA's has a few unanswered ones
+    assert len(dataset["wikiqa"]) == 250 and not result.skipped.get("wikiqa")
+    assert result.skipped["trecqa"]["question without a correct candidate"] > 0
 
 
 def test_round_trip_save_load_equal(sample):
