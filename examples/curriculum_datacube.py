@@ -149,7 +149,7 @@ def main() -> None:
         max_steps=args.max_steps,
         per_device_train_batch_size=args.batch_size,
         learning_rate=2e-5,
-        warmup_ratio=0.1,
+        warmup_steps=0.1,  # a float is a ratio of the steps
         logging_steps=max(1, args.max_steps // 5),
         save_strategy="no",
         report_to="none",
