@@ -62,7 +62,9 @@ def plot_difficulty_histograms(
     if len(tasks) <= MAX_HISTOGRAM_PANELS:
         columns = min(4, max(1, len(tasks)))
         rows = math.ceil(len(tasks) / columns)
-        figure, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.4 * rows), sharex=True, squeeze=False)
+        figure, axes = plt.subplots(
+            rows, columns, figsize=(3.2 * columns, 2.4 * rows), sharex=True, squeeze=False, layout="constrained"
+        )
         for axis, task, values in zip(axes.ravel(), tasks, scored):
             axis.hist(values, bins=edges, color="tab:blue")
             axis.axvline(float(np.median(values)) if len(values) else 0.0, color="tab:red", linewidth=1)
