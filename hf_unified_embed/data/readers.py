@@ -69,6 +69,18 @@ def read_header(path: Path, *, delimiter: str, quoting: Quoting = csv.QUOTE_MINI
         return next(csv.reader(handle, delimiter=delimiter, quoting=quoting), [])
 
 
+def column_positions(header: Sequence[str], columns: Sequence[str], *, file: Path, expected: str) -> dict[str, int]:
+    """Index of each of ``columns`` in ``header``; a missing one is an error naming the file and field."""
+    positions = {}
+    for column in columns:
+        if column not in header:
+            raise SourceFormatError(
+                f"column {column!r} not in header {list(header)}", file=file, line=1, field=column, expected=expected
+            )
+        positions[column] = header.index(column)
+    return positions
+
+
 def iter_json_records(path: Path) -> Iterator[tuple[int, Any]]:
     """Records of a JSON-lines file, or of a top-level JSON array (read incrementally).
 

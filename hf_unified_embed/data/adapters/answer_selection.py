@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from hf_unified_embed.data.readers import Quoting, iter_delimited, read_header, require_text
+from hf_unified_embed.data.readers import Quoting, column_positions, iter_delimited, read_header, require_text
 from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, register_source_format
 
 _QUOTING: dict[str, Quoting] = {"minimal": csv.QUOTE_MINIMAL, "none": csv.QUOTE_NONE}
@@ -117,17 +117,7 @@ def read_answer_selection(
     columns = (question_column, candidate_column, label_column)
     for path in files:
         header = read_header(path, delimiter=delimiter, quoting=_QUOTING[quoting])
-        positions = {}
-        for column in columns:
-            if column not in header:
-                raise SourceFormatError(
-                    f"column {column!r} not in header {header}",
-                    file=path,
-                    line=1,
-                    field=column,
-                    expected="the configured column names",
-                )
-            positions[column] = header.index(column)
+        positions = column_positions(header, columns, file=path, expected="the configured column names")
         for line, question, positives, negatives in _groups(path, header, positions, columns, options, context):
             if not positives:
                 context.skip("question without a correct candidate")

@@ -12,7 +12,7 @@ import csv
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from hf_unified_embed.data.readers import iter_delimited, read_header, require_text
+from hf_unified_embed.data.readers import column_positions, iter_delimited, read_header, require_text
 from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, register_source_format
 
 
@@ -29,17 +29,9 @@ def read_msrp(
     """MSRP tab file with a header: Quality (1/0), #1 ID, #2 ID, #1 String, #2 String."""
     for path in files:
         header = read_header(path, delimiter="\t", quoting=csv.QUOTE_NONE)
-        positions = {}
-        for column in (label_column, sentence1_column, sentence2_column):
-            if column not in header:
-                raise SourceFormatError(
-                    f"column {column!r} not in header {header}",
-                    file=path,
-                    line=1,
-                    field=column,
-                    expected="an MSRP header",
-                )
-            positions[column] = header.index(column)
+        positions = column_positions(
+            header, (label_column, sentence1_column, sentence2_column), file=path, expected="an MSRP header"
+        )
         for line, fields in iter_delimited(path, delimiter="\t", quoting=csv.QUOTE_NONE, header=True):
             if len(fields) != len(header):
                 raise SourceFormatError(

@@ -11,7 +11,7 @@ import csv
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from hf_unified_embed.data.readers import iter_delimited, parse_score, read_header, require_text
+from hf_unified_embed.data.readers import column_positions, iter_delimited, parse_score, read_header, require_text
 from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, register_source_format
 
 
@@ -56,17 +56,9 @@ def read_sick(
     """
     for path in files:
         header = read_header(path, delimiter="\t", quoting=csv.QUOTE_NONE)
-        positions = {}
-        for column in (sentence1_column, sentence2_column, score_column):
-            if column not in header:
-                raise SourceFormatError(
-                    f"column {column!r} not in header {header}",
-                    file=path,
-                    line=1,
-                    field=column,
-                    expected="a SICK header",
-                )
-            positions[column] = header.index(column)
+        positions = column_positions(
+            header, (sentence1_column, sentence2_column, score_column), file=path, expected="a SICK header"
+        )
         for line, fields in iter_delimited(path, delimiter="\t", quoting=csv.QUOTE_NONE, header=True):
             if len(fields) < len(header):
                 raise SourceFormatError(
