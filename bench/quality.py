@@ -120,7 +120,7 @@ def train(
         max_steps=steps,
         per_device_train_batch_size=options.batch_size,
         learning_rate=options.learning_rate,
-        warmup_ratio=0.1,
+        warmup_steps=0.1,  # a float is a ratio of the steps (warmup_ratio is deprecated in transformers 5)
         seed=options.seed,
         multi_dataset_batch_sampler=sampler,
         logging_steps=max(1, steps // 10),
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
 def report(results: Mapping[str, Any], options: argparse.Namespace, argv: list[str] | None, started: float) -> None:
     """Print the table and write ``quality.json`` (and the Markdown block) for the rows so far."""
     table = {row: summarize(result) for row, result in results.items()}
-    command = "nice .venv/bin/python " + " ".join(["bench/quality.py", *(argv if argv is not None else sys.argv[1:])])
+    command = ".venv/bin/python " + " ".join(["bench/quality.py", *(argv if argv is not None else sys.argv[1:])])
     summary = {
         "command": command,
         "settings": {key: str(value) for key, value in vars(options).items()},

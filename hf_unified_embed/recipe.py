@@ -1,19 +1,21 @@
 """The training recipe: one YAML file that names everything a unified training run needs.
 
-Example (``examples/recipes/train_demo.yaml`` is a complete one)::
+Example (``examples/recipes/train.yaml`` is a complete one)::
 
     base_model: null                      # default: the packaged all-MiniLM-L6-v2
     base_model_id: sentence-transformers/all-MiniLM-L6-v2
     data:
-      path: outputs/demo/curriculum/data  # a unified folder (Hub layout) or a Hub dataset repo
+      path: outputs/demo/curriculum       # a unified folder (Hub layout) or a Hub dataset repo
       tasks: [stsb, sick, wikiqa, trecqa]
     losses:
       retrieval: {name: MultiPositiveInfoNCELoss, temperature: 0.02}
       sts: {name: CoDiEmbSTSLoss}
     negatives_per_query: 4
+    max_seq_length: 128                   # default: the base model's
     instructions: true
-    curriculum: {plan: outputs/demo/curriculum/data/curriculum_plan.json}
+    curriculum: {plan: outputs/demo/curriculum/curriculum_plan.json}
     sampler: {interleave: round_robin, instance_order: easy_to_hard, batch_sizes: {wikiqa: 32}}
+                                          # or {kind: proportional}: sentence-transformers' stock sampler
     training_args: {num_train_epochs: 1, per_device_train_batch_size: 16, learning_rate: 2.0e-5}
     peft: null                            # or a peft.LoraConfig as a mapping
     evaluation: examples/suites/sample.yaml
@@ -71,12 +73,36 @@ class CurriculumConfig:
     iterations: int = 2_000_000
 
 
+#: ``sampler.kind`` values: this package's sampler, or sentence-transformers' stock multi-dataset samplers.
+SAMPLER_KINDS = ("curriculum", "proportional", "round_robin")
+
+
 @dataclass
 class SamplerConfig:
+    """``kind: curriculum`` (default) is :class:`~hf_unified_embed.sampling.CurriculumBatchSampler` with
+    the other fields; ``proportional`` / ``round_robin`` are sentence-transformers' own
+    ``MultiDatasetBatchSamplers``, which take none of them (and do not keep devices on one task)."""
+
+    kind: str = "curriculum"
     interleave: str = "round_robin"
     instance_order: str = "random"
     batch_sizes: dict[str, int] = field(default_factory=dict)
     balance: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.kind not in SAMPLER_KINDS:
+            raise ValueError(f"kind must be one of {list(SAMPLER_KINDS)}, got {self.kind!r}")
+        if self.kind != "curriculum":
+            defaults = SamplerConfig()
+            changed = [
+                f.name
+                for f in dataclasses.fields(self)
+                if f.name != "kind" and getattr(self, f.name) != getattr(defaults, f.name)
+            ]
+            if changed:
+                raise ValueError(
+                    f"{changed} only apply to kind: curriculum, not to sentence-transformers' {self.kind}"
+                )
 
 
 @dataclass
@@ -95,6 +121,7 @@ class TrainRecipe:
     base_model: str | None = None
     base_model_id: str | None = DEFAULT_BASE_MODEL_ID
     negatives_per_query: int = 1
+    max_seq_length: int | None = None
     instructions: bool = True
     curriculum: CurriculumConfig | None = None
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
@@ -133,7 +160,7 @@ def _section(cls: type, value: Any, key: str, origin: str) -> Any:
         raise RecipeError(f"{origin}: unknown key(s) {unknown} in '{key}'; allowed: {sorted(names)}")
     try:
         return cls(**value)
-    except TypeError as error:
+    except (TypeError, ValueError) as error:
         raise RecipeError(f"{origin}: '{key}': {error}") from error
 
 
@@ -173,6 +200,10 @@ def recipe_from_dict(raw: Mapping[str, Any], origin: str = "<recipe>") -> TrainR
     for key in ("training_args", "peft"):
         if values.get(key) is not None and not isinstance(values[key], Mapping):
             raise RecipeError(f"{origin}: '{key}' must be a mapping")
+    for key in ("negatives_per_query", "max_seq_length"):
+        value = values.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise RecipeError(f"{origin}: '{key}' must be a positive integer, got {value!r}")
     curriculum = values.get("curriculum")
     if curriculum is not None and bool(curriculum.plan) == bool(curriculum.teacher):
         raise RecipeError(f"{origin}: curriculum needs exactly one of 'plan' or 'teacher'")

@@ -123,25 +123,51 @@ def _card_data(recipe: TrainRecipe, tasks: DatasetDict) -> UnifiedModelCardData:
     )
 
 
+def _batch_sampler(recipe: TrainRecipe, task_order: list[str] | None) -> Any:
+    """The ``multi_dataset_batch_sampler`` argument: ours (a factory) or a stock sentence-transformers one."""
+    config = recipe.sampler
+    if config.kind != "curriculum":
+        from sentence_transformers.base.sampler import MultiDatasetBatchSamplers
+
+        return MultiDatasetBatchSamplers(config.kind)
+    from hf_unified_embed.sampling import CurriculumBatchSampler
+
+    return CurriculumBatchSampler.configure(
+        task_order=task_order,
+        interleave=config.interleave,
+        instance_order=config.instance_order,
+        batch_sizes=dict(config.batch_sizes),
+        balance=config.balance,
+    )
+
+
+def _sampler_card(recipe: TrainRecipe, args: Any) -> dict[str, Any]:
+    config = recipe.sampler
+    if config.kind != "curriculum":
+        section: dict[str, Any] = {"class": f"sentence-transformers MultiDatasetBatchSamplers.{config.kind.upper()}"}
+    else:
+        section = {
+            "class": "CurriculumBatchSampler",
+            "interleave": config.interleave,
+            "instance_order": config.instance_order,
+            "batch_sizes": dict(config.batch_sizes) or "per_device_train_batch_size",
+            "balance": config.balance,
+        }
+    return {**section, "world_size": args.world_size, "gradient_accumulation_steps": args.gradient_accumulation_steps}
+
+
 def _training_arguments(recipe: TrainRecipe, checkpoint_dir: Path, task_order: list[str] | None) -> Any:
     from sentence_transformers import SentenceTransformerTrainingArguments
 
-    from hf_unified_embed.sampling import CurriculumBatchSampler
-
-    sampler = CurriculumBatchSampler.configure(
-        task_order=task_order,
-        interleave=recipe.sampler.interleave,
-        instance_order=recipe.sampler.instance_order,
-        batch_sizes=dict(recipe.sampler.batch_sizes),
-        balance=recipe.sampler.balance,
-    )
     settings: dict[str, Any] = {"report_to": "none", "save_strategy": "no", "seed": recipe.seed}
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
         # transformers only sets up DDP on CPU when told to; otherwise every process trains alone.
         settings.update(use_cpu=True, ddp_backend="gloo")
     settings.update(recipe.training_args)
     settings.setdefault("output_dir", str(checkpoint_dir))
-    return SentenceTransformerTrainingArguments(multi_dataset_batch_sampler=sampler, **settings)
+    return SentenceTransformerTrainingArguments(
+        multi_dataset_batch_sampler=_batch_sampler(recipe, task_order), **settings
+    )
 
 
 def _write_atomically(source: Path, target: Path, overwrite: bool) -> None:
@@ -175,6 +201,8 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
         model = SentenceTransformer(recipe.resolved_base_model(), model_card_data=card)
         # A trained model gets a freshly generated card, not the base model's README.
         model._model_card_text = None
+        if recipe.max_seq_length is not None:
+            model.max_seq_length = recipe.max_seq_length
         if recipe.peft:
             from peft import LoraConfig
 
@@ -210,15 +238,7 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
             return TrainingOutcome(output_dir, result.training_loss, None)
 
         card.task_losses = _task_losses(tasks, losses)
-        card.sampler = {
-            "class": "CurriculumBatchSampler",
-            "interleave": recipe.sampler.interleave,
-            "instance_order": recipe.sampler.instance_order,
-            "batch_sizes": dict(recipe.sampler.batch_sizes) or "per_device_train_batch_size",
-            "balance": recipe.sampler.balance,
-            "world_size": args.world_size,
-            "gradient_accumulation_steps": args.gradient_accumulation_steps,
-        }
+        card.sampler = _sampler_card(recipe, args)
         card.curriculum = curriculum
         evaluation = None
         if recipe.evaluation:

@@ -48,6 +48,9 @@ def _recipe(unified_dir: Path, base: str, output: Path, **extra: object) -> dict
         ({"losses": {"sts": {"temperature": 1}}}, "losses.sts"),
         ({"curriculum": {"plan": "p.json", "teacher": "t"}}, "exactly one"),
         ({"training_args": [1]}, "'training_args' must be a mapping"),
+        ({"sampler": {"kind": "mixed"}}, "'sampler': kind must be one of"),
+        ({"sampler": {"kind": "proportional", "instance_order": "easy_to_hard"}}, "['instance_order'] only apply"),
+        ({"max_seq_length": 0}, "'max_seq_length' must be a positive integer"),
     ],
 )
 def test_recipe_errors_name_the_key(change: dict, message: str) -> None:
@@ -109,6 +112,30 @@ def test_train_from_recipe_writes_model_card_and_recipe(
 
     with pytest.raises(FileExistsError, match="not empty"):
         train_from_recipe(recipe)
+
+
+def test_stock_sampler_max_seq_length_and_a_loss_for_an_absent_task_type(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path
+) -> None:
+    """The sentence-transformers baseline of bench/quality.py as a recipe: ST's own proportional sampler."""
+    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.train import train_from_recipe
+
+    out = tmp_path / "model"
+    raw = _recipe(unified_dir, tiny_model_path, out, sampler={"kind": "proportional"}, max_seq_length=24)
+    raw["data"]["tasks"] = ["stsb"]  # the retrieval loss of the shared recipe has no task here: a warning only
+    train_from_recipe(recipe_from_dict(raw))
+
+    assert SentenceTransformer(str(out)).max_seq_length == 24
+    text = ModelCard.load(out / "README.md").text
+    assert "MultiDatasetBatchSamplers.PROPORTIONAL" in text and "CurriculumBatchSampler" not in text
+
+
+def test_example_training_recipe_is_valid() -> None:
+    recipe = load_recipe(REPO / "examples" / "recipes" / "train.yaml")
+    assert recipe.curriculum is not None and recipe.curriculum.plan
+    assert set(recipe.losses) == {"retrieval", "sts", "pair_classification"}
 
 
 def test_train_cli_with_curriculum_plan_and_evaluation(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from datasets import DatasetDict
 from sentence_transformers import SentenceTransformer
@@ -53,12 +55,21 @@ def test_a_task_name_wins_over_its_task_type(model, tasks) -> None:
     assert type(losses["trecqa"]) is hue.MultiPositiveInfoNCELoss
 
 
+def test_a_loss_for_an_absent_task_type_is_only_a_warning(model, tasks, caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="hf_unified_embed.training.loss_mapping"):
+        losses = losses_for_tasks(
+            model, tasks, {"retrieval": MultipleNegativesRankingLoss, "sts": CoSENTLoss, "clustering": CoSENTLoss}
+        )
+    assert set(losses) == set(tasks)
+    assert "['clustering']" in caplog.text
+
+
 def test_missing_unused_and_foreign_losses_are_refused(model, tasks, tiny_model_path) -> None:
     with pytest.raises(ValueError, match=r"task 'stsb' \(task_type 'sts'\) has no loss"):
         losses_for_tasks(model, tasks, {"retrieval": MultipleNegativesRankingLoss})
-    with pytest.raises(ValueError, match=r"\['clustering'\] match no task"):
+    with pytest.raises(ValueError, match=r"\['stbs'\] match no task"):
         losses_for_tasks(
-            model, tasks, {"retrieval": MultipleNegativesRankingLoss, "sts": CoSENTLoss, "clustering": CoSENTLoss}
+            model, tasks, {"retrieval": MultipleNegativesRankingLoss, "sts": CoSENTLoss, "stbs": CoSENTLoss}
         )
     other = SentenceTransformer(tiny_model_path)
     with pytest.raises(ValueError, match="different model"):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -28,7 +27,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from hf_unified_embed.merge.card import write_merge_card
-from hf_unified_embed.merge.checks import check_compatible, check_finite, is_mergeable
+from hf_unified_embed.merge.checks import all_finite, check_compatible, check_finite, is_mergeable
 from hf_unified_embed.merge.config import DEFAULT_MAX_SHARD_SIZE, CardConfig, MergeConfig, ModelSpec
 from hf_unified_embed.merge.errors import MergeError
 from hf_unified_embed.merge.layers import group_tensor_names
@@ -198,9 +197,7 @@ def _write_weights(
                     return checkpoints[path].get_tensor(name)
 
                 tensor = method.merge_tensor(name, group_of[name], read).to(info.dtype)
-                # One float64 reduction instead of an isfinite mask: any NaN/inf makes the sum non-finite,
-                # and float64 cannot overflow on sums of float32/16 values.
-                if not math.isfinite(float(tensor.sum(dtype=torch.float64))):
+                if not all_finite(tensor):
                     # NaN/inf in an input reaches the result, so inputs are scanned only on failure.
                     for path in dict.fromkeys(used):
                         check_finite(checkpoints[path].get_tensor(name), name, checkpoints[path].file_of(name))

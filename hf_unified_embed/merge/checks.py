@@ -63,9 +63,18 @@ def check_compatible(reference: LazyCheckpoint, others: Sequence[LazyCheckpoint]
                 )
 
 
+def all_finite(tensor: torch.Tensor) -> bool:
+    """Whether a floating-point tensor holds no NaN or ±inf.
+
+    Any NaN/inf makes the sum non-finite, and a sum in the tensor's own dtype is one fast pass
+    with no allocation; only a non-finite sum (which may be a mere overflow) needs the exact mask.
+    """
+    return math.isfinite(float(tensor.sum())) or bool(torch.isfinite(tensor).all())
+
+
 def check_finite(tensor: torch.Tensor, name: str, source: Path | str) -> torch.Tensor:
     """Raise if a floating-point tensor holds NaN or ±inf; returns the tensor."""
-    if tensor.is_floating_point() and not math.isfinite(float(tensor.sum(dtype=torch.float64))):
+    if tensor.is_floating_point() and not all_finite(tensor):
         bad = int((~torch.isfinite(tensor)).sum())
         raise MergeError(f"{source}: tensor {name!r} holds {bad} NaN/inf value(s)")
     return tensor
