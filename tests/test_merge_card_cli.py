@@ -145,3 +145,16 @@ def test_cli_config_file_and_flags(runs: list[Path], tmp_path: Path, capsys: pyt
         == 2
     )
     assert "sum to 1.8" in capsys.readouterr().err
+
+
+def test_training_run_files_of_the_reference_are_not_copied(runs: list[Path], tmp_path: Path) -> None:
+    """The reference's recipe, trainer arguments, evaluation and plots describe its run, not the merge."""
+    import shutil
+
+    reference = shutil.copytree(runs[0], tmp_path / "reference")
+    for name in ("hf_unified_embed_recipe.yaml", "trainer_args.json", "evaluation.json", "task_similarity.png"):
+        (reference / name).write_text("from the training run")
+    out = merge_models([reference, runs[1]], "soup", tmp_path / "merged", show_progress=False, write_card=False)
+    copied = {path.name for path in out.iterdir()}
+    assert "config.json" in copied and "tokenizer.json" in copied
+    assert not copied & {"hf_unified_embed_recipe.yaml", "trainer_args.json", "evaluation.json", "task_similarity.png"}

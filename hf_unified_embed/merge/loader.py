@@ -42,6 +42,10 @@ WEIGHT_FILE_NAMES = (SAFETENSORS_INDEX, SAFETENSORS_FILE, TORCH_INDEX, TORCH_FIL
 # Files that describe weights or a previous card: never copied from the reference input.
 _NOT_SUPPORT_FILES = (".safetensors", ".bin", ".safetensors.index.json", ".bin.index.json")
 _ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
+# What a training run leaves beside its model (hf-unified-embed's recipe, trainer arguments,
+# evaluation, plots for its card): true of the reference input, false of the merge.
+_RUN_FILES = ("hf_unified_embed_recipe.yaml", "trainer_args.json", "training_args.bin", "evaluation.json")
+_RUN_SUFFIXES = (".png",)
 _VOCAB_FILES = ("vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
 
 _SAFETENSORS_DTYPES = {
@@ -330,6 +334,8 @@ class LazyCheckpoint:
             for name, file in files.items()
             if not file.name.endswith(_NOT_SUPPORT_FILES)
             and file.name not in _ADAPTER_FILES
+            and file.name not in _RUN_FILES
+            and not file.name.endswith(_RUN_SUFFIXES)
             and not file.name.startswith(".")
             and name != "README.md"
         }
