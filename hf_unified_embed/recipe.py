@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from hf_unified_embed.yaml_files import read_yaml_mapping
 
 DEFAULT_BASE_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -212,11 +212,4 @@ def recipe_from_dict(raw: Mapping[str, Any], origin: str = "<recipe>") -> TrainR
 
 def load_recipe(path: str | Path) -> TrainRecipe:
     """Read and validate a recipe YAML file."""
-    path = Path(path)
-    if not path.is_file():
-        raise RecipeError(f"recipe file {path} does not exist")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        raise RecipeError(f"{path}: not valid YAML: {error}") from error
-    return recipe_from_dict(raw or {}, origin=str(path))
+    return recipe_from_dict(read_yaml_mapping(path, RecipeError), origin=str(path))

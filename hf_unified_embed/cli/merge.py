@@ -16,6 +16,7 @@ import argparse
 from typing import Any
 
 from hf_unified_embed.cli.main import CLIError
+from hf_unified_embed.yaml_files import read_yaml_mapping
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,14 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _recipe(args: argparse.Namespace) -> dict[str, Any]:
-    import yaml
-
-    data: dict[str, Any] = {}
-    if args.config:
-        with open(args.config, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle) or {}
-        if not isinstance(data, dict):
-            raise CLIError(f"{args.config}: expected a mapping at the top level")
+    data = read_yaml_mapping(args.config, CLIError) if args.config else {}
     parameters = dict(data.get("parameters") or {})
     for flag, key in (
         ("weights", "weights"),

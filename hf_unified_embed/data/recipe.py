@@ -23,9 +23,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hf_unified_embed.schema import TASK_TYPES
+from hf_unified_embed.yaml_files import read_yaml_mapping
 
 #: Task types whose two sides are the same kind of text, so they share one instruction.
 SYMMETRIC_TASK_TYPES = frozenset({"sts", "pair_classification", "classification", "clustering"})
@@ -131,12 +130,7 @@ class BuildRecipe:
     @classmethod
     def from_yaml(cls, path: str | Path) -> BuildRecipe:
         path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"recipe not found: {path}")
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as error:
-            raise RecipeError(f"{path}: invalid YAML: {error}") from None
+        data = read_yaml_mapping(path, RecipeError)
         return cls.from_dict(data, base_dir=path.resolve().parent, origin=str(path))
 
 

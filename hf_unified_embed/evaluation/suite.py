@@ -49,7 +49,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
 from datasets import Dataset
 from sentence_transformers.sentence_transformer.evaluation import SequentialEvaluator
 from sentence_transformers.util import cos_sim
@@ -70,6 +69,7 @@ from hf_unified_embed.evaluation.inputs import (
     sts_pairs,
 )
 from hf_unified_embed.evaluation.results import EntryResult, SuiteResults
+from hf_unified_embed.yaml_files import read_yaml_mapping
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -218,12 +218,7 @@ class EvaluationSuite:
     @classmethod
     def from_yaml(cls, path: str | Path) -> EvaluationSuite:
         path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"evaluation suite not found: {path}")
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as error:
-            raise SuiteError(f"{path}: invalid YAML: {error}") from None
+        data = read_yaml_mapping(path, SuiteError)
         return cls.from_dict(data, base_dir=path.resolve().parent, origin=str(path))
 
 

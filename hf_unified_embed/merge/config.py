@@ -34,11 +34,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hf_unified_embed.merge.errors import MergeError
 from hf_unified_embed.merge.methods import get_merge_method
 from hf_unified_embed.merge.writer import parse_size
+from hf_unified_embed.yaml_files import read_yaml_mapping
 
 DEFAULT_MAX_SHARD_SIZE = "2GB"
 
@@ -157,12 +156,7 @@ class MergeConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> MergeConfig:
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as error:
-            raise MergeError(f"{path}: not valid YAML: {error}") from error
-        return cls.from_dict(data or {}, source=str(path))
+        return cls.from_dict(read_yaml_mapping(path, MergeError), source=str(path))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (paths as strings), for the recipe stored with the merged model."""
