@@ -1,34 +1,69 @@
 """hf-unified-embed: one embedding model for retrieval and semantic similarity on the Hugging Face stack.
 
 The public API is re-exported here. Submodules are imported on first use so that light commands
-(``hf-unified-embed validate``) do not pay for importing torch and sentence-transformers.
+(``hf-unified-embed validate``) do not pay for importing torch and sentence-transformers; the
+``TYPE_CHECKING`` block gives type checkers and IDEs the same names (a test keeps the two in step).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 # One entry per submodule; each owner keeps its own line up to date.
 _EXPORTS: dict[str, tuple[str, ...]] = {
+    "errors": (
+        "AfterTrainingError",
+        "EvaluationDataError",
+        "HfUnifiedEmbedError",
+        "InputError",
+        "InputNotFoundError",
+        "MergeError",
+        "NameRuleError",
+        "OutputError",
+        "OutputExistsError",
+        "RecipeError",
+        "SecretLeakError",
+        "SourceFormatError",
+        "SuiteError",
+        "UnifiedSchemaError",
+        "UsageError",
+    ),
     "schema": (
         "TASK_TYPES",
         "UNIFIED_FEATURES",
-        "UnifiedSchemaError",
         "unified_features",
         "validate_unified",
     ),
-    "cards": ("render_template", "template_path"),
+    "naming": (
+        "check_split_name",
+        "check_task_name",
+    ),
+    "outputs": ("StagedOutput",),
+    "redaction": (
+        "redact",
+        "scrub_text",
+    ),
+    "cards": (
+        "render_template",
+        "template_path",
+    ),
     "model_card": ("UnifiedModelCardData",),
-    "recipe": ("TrainRecipe", "load_recipe", "recipe_from_dict"),
+    "recipe": (
+        "TrainRecipe",
+        "load_train_recipe",
+        "recipe_from_dict",
+    ),
     "train": ("train_from_recipe",),
     "losses": (
         "AnglEJointLoss",
         "CoDiEmbSTSLoss",
+        "ColumnLayout",
         "CurriculumInfoNCELoss",
         "EmbeddingLoss",
+        "GURLoss",
         "InstructorLoss",
         "MidLayerInfoNCELoss",
         "MultiPositiveInfoNCELoss",
@@ -38,18 +73,24 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "data": (
         "BuildRecipe",
-        "SourceFormatError",
         "SourceSpec",
         "UnifiedEmbedBuilder",
         "build_unified",
+        "load_build_recipe",
         "load_unified",
         "register_source_format",
         "save_unified",
     ),
-    "publishing": ("push_folder", "push_unified"),
-    "sampling": ("BatchPlan", "CurriculumBatchSampler", "build_batch_plan"),
+    "publishing": (
+        "push_folder",
+        "push_unified",
+    ),
+    "sampling": (
+        "BatchPlan",
+        "CurriculumBatchSampler",
+        "build_batch_plan",
+    ),
     "training": (
-        "ColumnLayout",
         "ResampleEachEpochCallback",
         "UnifiedDataCollator",
         "exclude_instructions_from_pooling",
@@ -73,7 +114,13 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "solve_task_order",
         "task_representations",
     ),
-    "merge": ("DeltaReport", "MergeConfig", "MergeError", "analyze_deltas", "merge_models", "register_merge_method"),
+    "merge": (
+        "DeltaReport",
+        "MergeConfig",
+        "analyze_deltas",
+        "merge_models",
+        "register_merge_method",
+    ),
     "evaluation": (
         "EvaluationSuite",
         "SuiteResults",
@@ -84,6 +131,130 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "run_suite",
     ),
 }
+
+if TYPE_CHECKING:
+    from hf_unified_embed.cards import (
+        render_template,
+        template_path,
+    )
+    from hf_unified_embed.curriculum import (
+        CurriculumPlan,
+        plan_curriculum,
+        score_difficulty,
+        solve_task_order,
+        task_representations,
+    )
+    from hf_unified_embed.data import (
+        BuildRecipe,
+        SourceSpec,
+        UnifiedEmbedBuilder,
+        build_unified,
+        load_build_recipe,
+        load_unified,
+        register_source_format,
+        save_unified,
+    )
+    from hf_unified_embed.errors import (
+        AfterTrainingError,
+        EvaluationDataError,
+        HfUnifiedEmbedError,
+        InputError,
+        InputNotFoundError,
+        MergeError,
+        NameRuleError,
+        OutputError,
+        OutputExistsError,
+        RecipeError,
+        SecretLeakError,
+        SourceFormatError,
+        SuiteError,
+        UnifiedSchemaError,
+        UsageError,
+    )
+    from hf_unified_embed.evaluation import (
+        EvaluationSuite,
+        SuiteResults,
+        build_evaluators,
+        build_sequential_evaluator,
+        embedding_space_diagnostics,
+        load_suite,
+        run_suite,
+    )
+    from hf_unified_embed.losses import (
+        AnglEJointLoss,
+        CoDiEmbSTSLoss,
+        ColumnLayout,
+        CurriculumInfoNCELoss,
+        EmbeddingLoss,
+        GURLoss,
+        InstructorLoss,
+        MidLayerInfoNCELoss,
+        MultiPositiveInfoNCELoss,
+        PearsonLoss,
+        PROLoss,
+        RankKLLoss,
+    )
+    from hf_unified_embed.merge import (
+        DeltaReport,
+        MergeConfig,
+        analyze_deltas,
+        merge_models,
+        register_merge_method,
+    )
+    from hf_unified_embed.mining import (
+        CharWeights,
+        Document,
+        MinedPair,
+        PairMiningConfig,
+        mine_dataset,
+        mine_document,
+        mine_pairs,
+        weighted_lcs,
+    )
+    from hf_unified_embed.model_card import (
+        UnifiedModelCardData,
+    )
+    from hf_unified_embed.naming import (
+        check_split_name,
+        check_task_name,
+    )
+    from hf_unified_embed.outputs import (
+        StagedOutput,
+    )
+    from hf_unified_embed.publishing import (
+        push_folder,
+        push_unified,
+    )
+    from hf_unified_embed.recipe import (
+        TrainRecipe,
+        load_train_recipe,
+        recipe_from_dict,
+    )
+    from hf_unified_embed.redaction import (
+        redact,
+        scrub_text,
+    )
+    from hf_unified_embed.sampling import (
+        BatchPlan,
+        CurriculumBatchSampler,
+        build_batch_plan,
+    )
+    from hf_unified_embed.schema import (
+        TASK_TYPES,
+        UNIFIED_FEATURES,
+        unified_features,
+        validate_unified,
+    )
+    from hf_unified_embed.train import (
+        train_from_recipe,
+    )
+    from hf_unified_embed.training import (
+        ResampleEachEpochCallback,
+        UnifiedDataCollator,
+        exclude_instructions_from_pooling,
+        losses_for_tasks,
+        prompts_from_unified,
+    )
 
 _NAME_TO_MODULE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_NAME_TO_MODULE)

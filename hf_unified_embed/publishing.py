@@ -16,6 +16,8 @@ from typing import Any, Literal
 import huggingface_hub
 from datasets import DatasetDict
 
+from hf_unified_embed.errors import InputNotFoundError
+
 RepoType = Literal["model", "dataset"]
 
 # Never uploaded: local caches and editor/OS clutter.
@@ -90,7 +92,7 @@ def push_folder(
     """
     folder = Path(folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"{folder} is not a folder")
+        raise InputNotFoundError(f"{folder} is not a folder")
     if repo_type not in ("model", "dataset"):
         raise ValueError(f"repo_type must be 'model' or 'dataset', got {repo_type!r}")
     message = commit_message or f"Upload {repo_type} with hf-unified-embed"

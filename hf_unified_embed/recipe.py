@@ -33,13 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hf_unified_embed.errors import RecipeError
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
 DEFAULT_BASE_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-class RecipeError(ValueError):
-    """The recipe file is malformed; the message names the file and the key."""
 
 
 def packaged_minilm_path() -> str:
@@ -210,6 +207,6 @@ def recipe_from_dict(raw: Mapping[str, Any], origin: str = "<recipe>") -> TrainR
     return TrainRecipe(**values, source=origin)
 
 
-def load_recipe(path: str | Path) -> TrainRecipe:
+def load_train_recipe(path: str | Path) -> TrainRecipe:
     """Read and validate a recipe YAML file."""
     return recipe_from_dict(read_yaml_mapping(path, RecipeError), origin=str(path))

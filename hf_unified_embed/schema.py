@@ -12,6 +12,8 @@ from typing import Any
 
 from datasets import Dataset, DatasetDict, Features, List, Value
 
+from hf_unified_embed.errors import UnifiedSchemaError
+
 TASK_TYPES: tuple[str, ...] = ("retrieval", "sts", "pair_classification", "classification", "clustering")
 
 UNIFIED_FEATURES = Features(
@@ -34,31 +36,6 @@ DIFFICULTY_FEATURE = Value("float32")
 
 UNIFIED_COLUMNS: tuple[str, ...] = tuple(UNIFIED_FEATURES)
 INSTRUCTION_COLUMNS: tuple[str, str] = ("query_instruction", "document_instruction")
-
-
-class UnifiedSchemaError(ValueError):
-    """A row or dataset does not follow the unified schema.
-
-    The message names where the problem is (source file, task, row index, field) so it can be fixed
-    in the input; the same facts are kept as attributes for programs.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        task: str | None = None,
-        row: int | None = None,
-        field: str | None = None,
-        source: str | None = None,
-    ) -> None:
-        self.task, self.row, self.field, self.source = task, row, field, source
-        where = [
-            f"{label} {value!r}" if label != "row" else f"row {value}"
-            for label, value in (("file", source), ("task", task), ("row", row), ("field", field))
-            if value is not None
-        ]
-        super().__init__(f"{', '.join(where)}: {message}" if where else message)
 
 
 def unified_features(with_difficulty: bool = False) -> Features:

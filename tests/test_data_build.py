@@ -13,7 +13,6 @@ from huggingface_hub import DatasetCard
 from hf_unified_embed.cli.main import main
 from hf_unified_embed.data import (
     BuildRecipe,
-    RecipeError,
     SourceFormatError,
     SourceSpec,
     UnifiedEmbedBuilder,
@@ -22,6 +21,7 @@ from hf_unified_embed.data import (
     load_unified,
     save_unified,
 )
+from hf_unified_embed.errors import RecipeError
 from hf_unified_embed.schema import UNIFIED_FEATURES, UnifiedSchemaError
 
 REPO = Path(__file__).resolve().parent.parent

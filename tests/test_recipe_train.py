@@ -11,7 +11,8 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 
-from hf_unified_embed.recipe import RecipeError, load_recipe, recipe_from_dict
+from hf_unified_embed.errors import RecipeError
+from hf_unified_embed.recipe import load_train_recipe, recipe_from_dict
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_RECIPE = REPO / "examples" / "recipes" / "sample.yaml"
@@ -63,9 +64,9 @@ def test_load_recipe_reports_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("data: [unclosed\n")
     with pytest.raises(RecipeError, match=r"bad\.yaml: not valid YAML"):
-        load_recipe(bad)
+        load_train_recipe(bad)
     with pytest.raises(RecipeError, match="does not exist"):
-        load_recipe(tmp_path / "missing.yaml")
+        load_train_recipe(tmp_path / "missing.yaml")
 
 
 def test_offline_card_keeps_dataset_and_base_model_ids() -> None:
@@ -133,7 +134,7 @@ def test_stock_sampler_max_seq_length_and_a_loss_for_an_absent_task_type(
 
 
 def test_example_training_recipe_is_valid() -> None:
-    recipe = load_recipe(REPO / "examples" / "recipes" / "train.yaml")
+    recipe = load_train_recipe(REPO / "examples" / "recipes" / "train.yaml")
     assert recipe.curriculum is not None and recipe.curriculum.plan
     assert set(recipe.losses) == {"retrieval", "sts", "pair_classification"}
 

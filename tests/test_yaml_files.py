@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hf_unified_embed.data import load_recipe as load_build_recipe
+from hf_unified_embed.data import load_build_recipe
 from hf_unified_embed.evaluation import EvaluationSuite
 from hf_unified_embed.merge import MergeConfig, MergeError
 from hf_unified_embed.recipe import RecipeError

@@ -18,7 +18,8 @@ import shutil
 import uuid
 from pathlib import Path
 
-from hf_unified_embed.cli.main import CLIError
+from hf_unified_embed.errors import UsageError
+from hf_unified_embed.outputs import check_target
 
 logger = logging.getLogger(__name__)
 
@@ -62,26 +63,23 @@ def parse_shard(value: str) -> tuple[int, int]:
     try:
         index, count = (int(part) for part in value.split("/"))
     except ValueError:
-        raise CLIError(f"--shard {value!r}: expected I/N, e.g. 0/4") from None
+        raise UsageError(f"--shard {value!r}: expected I/N, e.g. 0/4") from None
     if count < 1 or not 0 <= index < count:
-        raise CLIError(f"--shard {value!r}: need N >= 1 and 0 <= I < N (shards are numbered from 0)")
+        raise UsageError(f"--shard {value!r}: need N >= 1 and 0 <= I < N (shards are numbered from 0)")
     return index, count
 
 
 def _check_output(data: str, output: Path, overwrite: bool) -> None:
     if Path(data).exists() and Path(data).resolve() == output.resolve():
-        raise CLIError(f"output {output} is the input dataset; write the curriculum to a new folder")
-    if output.exists() and not output.is_dir():
-        raise FileExistsError(f"{output} exists and is not a folder")
-    if output.is_dir() and any(output.iterdir()) and not overwrite:
-        raise FileExistsError(f"{output} is not empty; pass --overwrite to replace it")
+        raise UsageError(f"output {output} is the input dataset; write the curriculum to a new folder")
+    check_target(output, overwrite=overwrite)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.shard and args.merge:
-        raise CLIError("--shard encodes one shard and --merge combines them; use one of them")
+        raise UsageError("--shard encodes one shard and --merge combines them; use one of them")
     if (args.shard or args.merge) and args.no_difficulty:
-        raise CLIError("--shard/--merge split the difficulty encoding; they make no sense with --no-difficulty")
+        raise UsageError("--shard/--merge split the difficulty encoding; they make no sense with --no-difficulty")
     output: Path = args.output
     shard_dir: Path = args.shard_dir or output.with_name(f"{output.name}.shards")
     shard = parse_shard(args.shard) if args.shard else None

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.cli.main import CLIError
+from hf_unified_embed.errors import UsageError
 
 
 def register(subparsers: Any) -> None:
@@ -59,17 +59,17 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from hf_unified_embed.data import build_unified_with_report, load_recipe, save_unified, task_summary
+    from hf_unified_embed.data import build_unified_with_report, load_build_recipe, save_unified, task_summary
     from hf_unified_embed.data.readers import resolve_files
 
-    recipe = load_recipe(args.recipe)
+    recipe = load_build_recipe(args.recipe)
     output = args.output.resolve()
     if output.is_dir() and any(output.iterdir()) and not args.overwrite:
-        raise CLIError(f"{output} is not empty; pass --overwrite to replace it")
+        raise UsageError(f"{output} is not empty; pass --overwrite to replace it")
     for spec in recipe.sources:
         for path in resolve_files(spec.data_files, recipe.base_dir):
             if path.resolve().is_relative_to(output):
-                raise CLIError(f"input {path} lies inside the output folder {output}; choose another output")
+                raise UsageError(f"input {path} lies inside the output folder {output}; choose another output")
     splits, sources, skipped = {}, {}, {}
     for split in recipe.splits:
         result = build_unified_with_report(recipe, split=split)
@@ -94,7 +94,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
     declared = unified_tasks(read_card(args.folder))
     if not declared:
-        raise CLIError(f"{args.folder}/README.md declares no task configs")
+        raise UsageError(f"{args.folder}/README.md declares no task configs")
     rows = []
     for split in dict.fromkeys(split for splits in declared.values() for split in splits):
         for task, dataset in load_unified(args.folder, split=split).items():

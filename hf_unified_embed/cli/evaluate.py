@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.cli.main import CLIError
+from hf_unified_embed.errors import UsageError
 
 
 def register(subparsers: Any) -> None:
@@ -36,19 +36,19 @@ def run_evaluate(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite, data_root=args.data_root)
     if args.batch_size is not None:
         if args.batch_size < 1:
-            raise CLIError(f"--batch-size must be positive, got {args.batch_size}")
+            raise UsageError(f"--batch-size must be positive, got {args.batch_size}")
         suite.batch_size = args.batch_size
     output: Path | None = args.output
     if output is not None and output.exists() and output.stat().st_size > 0 and not args.overwrite:
         # Checked before the (long) evaluation, not only when writing.
-        raise CLIError(f"{output} exists and is not empty; pass --overwrite to replace it")
+        raise UsageError(f"{output} exists and is not empty; pass --overwrite to replace it")
 
     from sentence_transformers import SentenceTransformer
 
     try:
         model = SentenceTransformer(args.model, device=args.device)
     except OSError as error:
-        raise CLIError(f"cannot load model {args.model!r}: {error}") from None
+        raise UsageError(f"cannot load model {args.model!r}: {error}") from None
     results = run_suite(model, suite, diagnostics=False if args.no_diagnostics else None)
     if results.model_name == "model":
         results.model_name = Path(args.model).name

@@ -1,8 +1,13 @@
-"""Entry point of the ``hf-unified-embed`` console script.
+"""Entry point of the ``hf-unified-embed`` console script (also ``python -m hf_unified_embed``).
 
 Each subcommand module exposes ``register(subparsers)``, which adds its parsers and sets
 ``func(args) -> int`` as the handler. Modules are listed here rather than discovered so that the
 order of ``--help`` is stable.
+
+Errors: an :class:`~hf_unified_embed.errors.HfUnifiedEmbedError` (a problem in an input, recipe or
+output location) is printed as one line, ``error: <where>: <what>``, and the exit code is 2. Under
+``torchrun`` / ``accelerate launch`` only the process of rank 0 prints it, every process exits 2.
+Any other exception is a bug: it keeps its traceback and exit code 1.
 """
 
 from __future__ import annotations
@@ -10,16 +15,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from hf_unified_embed import __version__
+from hf_unified_embed.errors import HfUnifiedEmbedError
+from hf_unified_embed.redaction import RedactingFilter
 
 COMMAND_MODULES: tuple[str, ...] = ("data", "publish", "curriculum", "train", "merge", "evaluate")
 
-
-class CLIError(Exception):
-    """A user-facing error: printed without a traceback, exit code 2."""
+#: Exit code of an input error (argparse uses the same for bad options).
+INPUT_ERROR_EXIT_CODE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,16 +42,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def is_main_process() -> bool:
+    """Rank 0 of a ``torchrun`` / ``accelerate launch`` run, or a plain process."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _configure_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    _configure_logging(args.verbose)
     try:
         return int(args.func(args) or 0)
-    except (CLIError, FileNotFoundError, FileExistsError, ValueError) as error:
-        # Input problems (UnifiedSchemaError is a ValueError) carry their own location; no traceback.
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except HfUnifiedEmbedError as error:
+        if is_main_process():
+            print(f"error: {error}", file=sys.stderr)
+        return INPUT_ERROR_EXIT_CODE
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hf_unified_embed.cli.main import CLIError
+from hf_unified_embed.errors import UsageError
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
 
@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _recipe(args: argparse.Namespace) -> dict[str, Any]:
-    data = read_yaml_mapping(args.config, CLIError) if args.config else {}
+    data = read_yaml_mapping(args.config, UsageError) if args.config else {}
     parameters = dict(data.get("parameters") or {})
     for flag, key in (
         ("weights", "weights"),
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from hf_unified_embed.merge import MergeConfig, run_merge
 
     if not args.config and not (args.method and args.models and args.output_dir):
-        raise CLIError("give a YAML recipe, or --method, --models and --output-dir")
+        raise UsageError("give a YAML recipe, or --method, --models and --output-dir")
     config = MergeConfig.from_dict(_recipe(args), source=args.config or "command line")
     output = run_merge(config, show_progress=not args.no_progress)
     print(output)

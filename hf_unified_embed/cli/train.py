@@ -25,10 +25,10 @@ def register(subparsers: Any) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from hf_unified_embed.recipe import load_recipe
+    from hf_unified_embed.recipe import load_train_recipe
     from hf_unified_embed.train import train_from_recipe
 
-    recipe = load_recipe(args.recipe)
+    recipe = load_train_recipe(args.recipe)
     if args.output_dir:
         recipe.output_dir = args.output_dir
     if args.max_steps is not None:

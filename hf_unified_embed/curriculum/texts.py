@@ -28,6 +28,7 @@ from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
+from hf_unified_embed.errors import InputError, InputNotFoundError
 from hf_unified_embed.schema import UnifiedSchemaError
 
 if TYPE_CHECKING:
@@ -216,19 +217,19 @@ def save_shard(
 def load_shards(directory: str | os.PathLike[str], distinct: DistinctTexts, fingerprint: str) -> np.ndarray:
     """Reassemble the embeddings of all inputs from the shard files in ``directory``.
 
-    Raises ``FileNotFoundError`` naming the missing shards, or ``ValueError`` when a shard was made
+    Raises :class:`InputNotFoundError` naming the missing shards, or :class:`InputError` when a shard was made
     from other data or another teacher (its fingerprint differs) or has the wrong number of rows.
     """
     found = sorted(Path(directory).glob("embeddings-*-of-*.safetensors"))
     if not found:
-        raise FileNotFoundError(f"no embedding shards (embeddings-*-of-*.safetensors) in {directory}")
+        raise InputNotFoundError(f"no embedding shards (embeddings-*-of-*.safetensors) in {directory}")
     counts = {int(path.stem.rsplit("-of-", 1)[1]) for path in found}
     if len(counts) != 1:
-        raise ValueError(f"{directory} mixes shard sets of sizes {sorted(counts)}; keep one run's shards only")
+        raise InputError(f"{directory} mixes shard sets of sizes {sorted(counts)}; keep one run's shards only")
     num_shards = counts.pop()
     missing = [shard for shard in range(num_shards) if not shard_path(directory, shard, num_shards).exists()]
     if missing:
-        raise FileNotFoundError(
+        raise InputNotFoundError(
             f"{directory} lacks shards {missing} of {num_shards}; run them with --shard i/{num_shards} first"
         )
     embeddings: np.ndarray | None = None
@@ -237,13 +238,13 @@ def load_shards(directory: str | os.PathLike[str], distinct: DistinctTexts, fing
         with safe_open(str(path), framework="numpy") as handle:
             metadata = handle.metadata() or {}
         if metadata.get("fingerprint") != fingerprint:
-            raise ValueError(
+            raise InputError(
                 f"{path}: made from other data or another teacher (fingerprint differs); re-run the shard"
             )
         part = load_file(str(path))["embeddings"]
         ids = distinct.shard_ids(shard, num_shards)
         if part.shape[0] != len(ids):
-            raise ValueError(f"{path}: holds {part.shape[0]} embeddings, expected {len(ids)}")
+            raise InputError(f"{path}: holds {part.shape[0]} embeddings, expected {len(ids)}")
         if embeddings is None:
             embeddings = np.zeros((len(distinct), part.shape[1]), dtype=np.float32)
         embeddings[ids] = part

@@ -38,22 +38,21 @@ from hf_unified_embed.data.builder import (
     build_unified_with_report,
 )
 from hf_unified_embed.data.hub_layout import load_unified, render_dataset_card, save_unified, task_summary
-from hf_unified_embed.data.recipe import BuildRecipe, RecipeError, SourceSpec, load_recipe
+from hf_unified_embed.data.recipe import BuildRecipe, SourceSpec, load_build_recipe
 from hf_unified_embed.data.registry import (
     AdapterContext,
     SourceFormat,
-    SourceFormatError,
     SourceRow,
     get_source_format,
     register_source_format,
     source_format_names,
 )
+from hf_unified_embed.errors import SourceFormatError
 
 __all__ = [
     "AdapterContext",
     "BuildRecipe",
     "BuildResult",
-    "RecipeError",
     "SourceFormat",
     "SourceFormatError",
     "SourceRow",
@@ -63,7 +62,7 @@ __all__ = [
     "build_unified",
     "build_unified_with_report",
     "get_source_format",
-    "load_recipe",
+    "load_build_recipe",
     "load_unified",
     "register_source_format",
     "render_dataset_card",

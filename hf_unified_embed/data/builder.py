@@ -17,7 +17,7 @@ from datasets.exceptions import DatasetGenerationError
 from datasets.fingerprint import get_temporary_cache_files_directory
 
 from hf_unified_embed.data.readers import resolve_files
-from hf_unified_embed.data.recipe import BuildRecipe, SourceSpec, load_recipe
+from hf_unified_embed.data.recipe import BuildRecipe, SourceSpec, load_build_recipe
 from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, get_source_format
 from hf_unified_embed.schema import (
     DIFFICULTY_COLUMN,
@@ -177,7 +177,7 @@ def build_unified_with_report(
     cache_dir: str | Path | None = None,
 ) -> BuildResult:
     """Like :func:`build_unified`, also returning each task's source and skipped-row counts."""
-    plan = load_recipe(recipe)
+    plan = load_build_recipe(recipe)
     specs = [spec for spec in plan.sources if split is None or spec.split == split]
     if not specs:
         raise ValueError(f"{plan.origin}: no source has split {split!r}; splits are {plan.splits}")

@@ -23,15 +23,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from hf_unified_embed.errors import RecipeError
 from hf_unified_embed.schema import TASK_TYPES
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
 #: Task types whose two sides are the same kind of text, so they share one instruction.
 SYMMETRIC_TASK_TYPES = frozenset({"sts", "pair_classification", "classification", "clustering"})
-
-
-class RecipeError(ValueError):
-    """A recipe is malformed; the message names the recipe, the source and the field."""
 
 
 @dataclass
@@ -134,7 +131,7 @@ class BuildRecipe:
         return cls.from_dict(data, base_dir=path.resolve().parent, origin=str(path))
 
 
-def load_recipe(recipe: BuildRecipe | Mapping[str, Any] | str | Path) -> BuildRecipe:
+def load_build_recipe(recipe: BuildRecipe | Mapping[str, Any] | str | Path) -> BuildRecipe:
     """Accept a :class:`BuildRecipe`, a dict or the path of a YAML file."""
     if isinstance(recipe, BuildRecipe):
         return recipe

@@ -23,6 +23,7 @@ from typing import Any
 
 from datasets import Features
 
+from hf_unified_embed.errors import SourceFormatError
 from hf_unified_embed.schema import unified_features
 
 SourceRow = tuple[str, dict[str, Any]]
@@ -30,34 +31,6 @@ AdapterFunction = Callable[..., Iterator[SourceRow]]
 
 #: Third-party packages can register formats by pointing an entry point of this group at a module.
 ENTRY_POINT_GROUP = "hf_unified_embed.source_formats"
-
-
-class SourceFormatError(ValueError):
-    """A raw input file cannot be read as its declared format.
-
-    The message names the file, the line or row, the field and what was expected.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        file: str | Path | None = None,
-        line: int | None = None,
-        field: str | None = None,
-        expected: str | None = None,
-    ) -> None:
-        self.file, self.line, self.field, self.expected = (str(file) if file else None), line, field, expected
-        where = str(file) if file is not None else ""
-        if line is not None:
-            where += f":{line}" if where else f"line {line}"
-        parts = [where] if where else []
-        if field is not None:
-            parts.append(f"field {field!r}")
-        text = f"{', '.join(parts)}: {message}" if parts else message
-        if expected is not None:
-            text += f" (expected {expected})"
-        super().__init__(text)
 
 
 @dataclass

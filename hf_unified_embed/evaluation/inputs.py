@@ -17,16 +17,7 @@ from typing import Any
 from datasets import Dataset
 
 from hf_unified_embed.data.readers import iter_json_records, require_text, resolve_files
-from hf_unified_embed.data.registry import SourceFormatError
-
-
-class EvaluationDataError(ValueError):
-    """An evaluation set's rows cannot feed its evaluator kind; names the set, row and field."""
-
-    def __init__(self, message: str, *, evaluation: str, row: int | None = None, field: str | None = None) -> None:
-        where = f"evaluation {evaluation!r}" + (f", row {row}" if row is not None else "")
-        where += f", field {field!r}" if field is not None else ""
-        super().__init__(f"{where}: {message}")
+from hf_unified_embed.errors import EvaluationDataError, SourceFormatError
 
 
 def _rows(dataset: Dataset | Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:

@@ -54,6 +54,7 @@ from sentence_transformers.sentence_transformer.evaluation import SequentialEval
 from sentence_transformers.util import cos_sim
 from tqdm.auto import tqdm
 
+from hf_unified_embed.errors import SuiteError
 from hf_unified_embed.evaluation.diagnostics import EmbeddingSpaceDiagnostics, embedding_space_diagnostics
 from hf_unified_embed.evaluation.evaluators import (
     AnswerRerankingEvaluator,
@@ -84,10 +85,6 @@ KIND_TASK_TYPES: dict[str, str] = {
     "reranking": "retrieval",
     "pair_classification": "pair_classification",
 }
-
-
-class SuiteError(ValueError):
-    """A suite definition is malformed; the message names the suite, the entry and the field."""
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from hf_unified_embed.losses.angle_joint import AnglEJointLoss
 from hf_unified_embed.losses.base import EmbeddingLoss
 from hf_unified_embed.losses.codiemb_sts import CoDiEmbSTSLoss
+from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.curriculum_infonce import CurriculumInfoNCELoss
 from hf_unified_embed.losses.gur import GURLoss
 from hf_unified_embed.losses.instructor import InstructorLoss
@@ -15,6 +16,7 @@ from hf_unified_embed.losses.rank_kl import RankKLLoss
 __all__ = [
     "AnglEJointLoss",
     "CoDiEmbSTSLoss",
+    "ColumnLayout",
     "CurriculumInfoNCELoss",
     "EmbeddingLoss",
     "GURLoss",

@@ -9,6 +9,7 @@ from torch import Tensor
 
 from hf_unified_embed.losses._checks import as_float, require_labels, require_pairs
 from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses.columns import ColumnLayout
 
 
 class PairScoreLoss(EmbeddingLoss):
@@ -24,6 +25,10 @@ class PairScoreLoss(EmbeddingLoss):
         labels = require_labels(name, labels, embeddings[0].size(0), "a similarity score per pair")
         scores = pairwise_cos_sim(as_float(embeddings[0]), as_float(embeddings[1]))
         return self.loss_from_scores(scores, labels.to(scores.dtype))
+
+    def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
+        """Sentence pairs with the gold score as label, whatever the task type."""
+        return ColumnLayout.scored_pair()
 
     @abstractmethod
     def loss_from_scores(self, scores: Tensor, labels: Tensor) -> Tensor:

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import as_float, require_labels, require_pairs, zero_loss
 from hf_unified_embed.losses._citations import ANGLE
 from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses.columns import ColumnLayout
 
 
 def cosent(scores: Tensor, labels: Tensor) -> Tensor:
@@ -179,6 +180,10 @@ class AnglEJointLoss(EmbeddingLoss):
             positives |= (ids1.unsqueeze(0) == ids1.unsqueeze(1)) & anchors.unsqueeze(0)  # positive of the same x1
         log_positive = torch.logsumexp(logits.masked_fill(~positives, float("-inf")), dim=1)
         return (torch.logsumexp(logits, dim=1) - log_positive)[anchors].mean()
+
+    def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
+        """Sentence pairs with the gold score as label, whatever the task type."""
+        return ColumnLayout.scored_pair()
 
     def get_config_dict(self) -> dict[str, Any]:
         return {

@@ -13,6 +13,8 @@ from typing import Any
 from sentence_transformers.base.losses.merged_forward import embed_columns
 from torch import Tensor, nn
 
+from hf_unified_embed.losses.columns import ColumnLayout
+
 LossOutput = Tensor | dict[str, Tensor]
 
 
@@ -37,6 +39,16 @@ class EmbeddingLoss(nn.Module, ABC):
     @abstractmethod
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> LossOutput:
         """The loss on already computed embeddings, one ``(batch, dim)`` tensor per column."""
+
+    @abstractmethod
+    def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
+        """The columns (and label) this loss reads on a task of ``task_type``.
+
+        Args:
+            task_type: The unified ``task_type`` of the task the loss trains on.
+            negatives_per_query: K−, the hard negatives the recipe asks for per row (losses that read
+                hard negatives take it; losses on pairs ignore it).
+        """
 
     def get_config_dict(self) -> dict[str, Any]:
         """Hyper-parameters shown in the model card."""

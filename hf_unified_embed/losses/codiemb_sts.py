@@ -13,6 +13,7 @@ from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._distributed import all_gather_with_grad
 from hf_unified_embed.losses._hidden_states import embed_columns_with_layer
 from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.mid_layer_infonce import thresholded_infonce
 from hf_unified_embed.losses.pearson import PearsonLoss
 from hf_unified_embed.losses.pro import PROLoss
@@ -180,6 +181,10 @@ class CoDiEmbSTSLoss(EmbeddingLoss):
                 sentences1, sentences2, labels, self.temperature, self.positive_threshold
             )
         return parts
+
+    def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
+        """Sentence pairs with the gold score as label, whatever the task type."""
+        return ColumnLayout.scored_pair()
 
     def get_config_dict(self) -> dict[str, Any]:
         return {

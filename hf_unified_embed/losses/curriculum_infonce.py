@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import as_float, require_columns, require_labels, zero_loss
 from hf_unified_embed.losses._citations import DATA_CUBE
 from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses.columns import ColumnLayout
 
 
 class CurriculumInfoNCELoss(EmbeddingLoss):
@@ -106,6 +107,10 @@ class CurriculumInfoNCELoss(EmbeddingLoss):
         if not bool(kept.any()):
             return zero_loss(logits)
         return F.cross_entropy(logits[kept], targets[kept])
+
+    def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
+        """The query, its positive, ``negatives_per_query`` hard negatives and the row's φ as label."""
+        return ColumnLayout(positives=1, negatives=negatives_per_query, label="difficulty")
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "difficulty_threshold": self.difficulty_threshold}

@@ -18,6 +18,7 @@ from transformers.activations import ACT2FN
 
 from hf_unified_embed.losses._checks import as_float, zero_loss
 from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses.columns import ColumnLayout
 
 logger = logging.getLogger(__name__)
 
@@ -345,6 +346,10 @@ class GURLoss(EmbeddingLoss):
         scores = first @ second.T / self.temperature
         target = torch.arange(scores.size(0), device=scores.device)
         return {"contrastive": (F.cross_entropy(scores, target) + F.cross_entropy(scores.T, target)) / 2}
+
+    def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
+        """Sentence pairs without labels: the other pairs of the batch are the negatives."""
+        return ColumnLayout.pair()
 
     def get_config_dict(self) -> dict[str, Any]:
         return {

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import as_float, require_columns
 from hf_unified_embed.losses._citations import INSTRUCTOR
 from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses.columns import ColumnLayout
 
 
 class InstructorLoss(EmbeddingLoss):
@@ -109,6 +110,10 @@ class InstructorLoss(EmbeddingLoss):
             targets = torch.arange(len(logits), device=logits.device)
             parts["document_to_query"] = F.cross_entropy(logits, targets)
         return parts
+
+    def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
+        """The query, its positive and ``negatives_per_query`` hard negatives per row."""
+        return ColumnLayout(positives=1, negatives=negatives_per_query)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "bidirectional": self.bidirectional}

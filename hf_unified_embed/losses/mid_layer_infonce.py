@@ -13,6 +13,7 @@ from hf_unified_embed.losses._checks import as_float, require_labels, require_pa
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._hidden_states import embed_columns_with_layer
 from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses.columns import ColumnLayout
 
 
 def thresholded_infonce(
@@ -117,6 +118,10 @@ class MidLayerInfoNCELoss(EmbeddingLoss):
         require_pairs(name, embeddings)
         labels = require_labels(name, labels, embeddings[0].size(0), "a similarity score per pair")
         return thresholded_infonce(embeddings[0], embeddings[1], labels, self.temperature, self.positive_threshold)
+
+    def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
+        """Sentence pairs with the gold score as label, whatever the task type."""
+        return ColumnLayout.scored_pair()
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"layer": self.layer, "temperature": self.temperature, "positive_threshold": self.positive_threshold}

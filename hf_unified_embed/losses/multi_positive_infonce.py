@@ -13,6 +13,7 @@ from hf_unified_embed.losses._checks import as_float, require_columns
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._distributed import all_gather_with_grad
 from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses.columns import ColumnLayout
 
 
 class MultiPositiveInfoNCELoss(EmbeddingLoss):
@@ -131,6 +132,10 @@ class MultiPositiveInfoNCELoss(EmbeddingLoss):
         # logsumexp finite (and its gradient defined) when `rest` is all -inf (one row, no negatives).
         logits = torch.cat([own.unsqueeze(-1), rest.unsqueeze(1).expand(-1, positives_per_query, -1)], dim=-1)
         return (torch.logsumexp(logits, dim=-1) - own).mean()
+
+    def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
+        """The query, ``positives_per_query`` positives and ``negatives_per_query`` hard negatives per row."""
+        return ColumnLayout(positives=self.positives_per_query, negatives=negatives_per_query)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {

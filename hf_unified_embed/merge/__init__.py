@@ -16,10 +16,10 @@ Example::
     )
 """
 
+from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.analysis import DeltaReport, analyze_deltas
 from hf_unified_embed.merge.api import merge_models, run_merge
 from hf_unified_embed.merge.config import CardConfig, MergeConfig, ModelSpec
-from hf_unified_embed.merge.errors import MergeError
 from hf_unified_embed.merge.layers import group_tensor_names, layer_group
 from hf_unified_embed.merge.loader import LazyCheckpoint, TensorInfo
 from hf_unified_embed.merge.methods import (

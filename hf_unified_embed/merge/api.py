@@ -26,10 +26,10 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
+from hf_unified_embed.errors import MergeError, OutputExistsError
 from hf_unified_embed.merge.card import write_merge_card
 from hf_unified_embed.merge.checks import all_finite, check_compatible, check_finite, is_mergeable
 from hf_unified_embed.merge.config import DEFAULT_MAX_SHARD_SIZE, CardConfig, MergeConfig, ModelSpec
-from hf_unified_embed.merge.errors import MergeError
 from hf_unified_embed.merge.layers import group_tensor_names
 from hf_unified_embed.merge.loader import LazyCheckpoint
 from hf_unified_embed.merge.methods import MergeMethod, get_merge_method
@@ -148,7 +148,7 @@ def _check_output_dir(output_dir: Path, inputs: Sequence[Path], overwrite: bool)
         if not output_dir.is_dir():
             raise MergeError(f"output_dir {output_dir} exists and is not a folder")
         if any(output_dir.iterdir()) and not overwrite:
-            raise FileExistsError(
+            raise OutputExistsError(
                 f"output_dir {output_dir} is not empty (pass overwrite=True / --overwrite to replace it)"
             )
 

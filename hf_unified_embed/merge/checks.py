@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from hf_unified_embed.merge.errors import MergeError
+from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.loader import LazyCheckpoint
 
 

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.merge.errors import MergeError
+from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.methods import get_merge_method
 from hf_unified_embed.merge.writer import parse_size
 from hf_unified_embed.yaml_files import read_yaml_mapping

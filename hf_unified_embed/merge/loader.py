@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import torch
 from safetensors import SafetensorError, safe_open
 
-from hf_unified_embed.merge.errors import MergeError
+from hf_unified_embed.errors import MergeError
 
 logger = logging.getLogger(__name__)
 

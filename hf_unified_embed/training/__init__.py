@@ -7,8 +7,9 @@
 * :func:`losses_for_tasks` maps one loss per task type onto the task names the trainer dispatches on.
 """
 
+from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.training.collator import ResampleEachEpochCallback, UnifiedDataCollator, draw_indices
-from hf_unified_embed.training.layout import ColumnLayout, column_layouts, layout_for_loss
+from hf_unified_embed.training.layout import column_layouts, layout_for_loss
 from hf_unified_embed.training.loss_mapping import losses_for_tasks
 from hf_unified_embed.training.prompts import exclude_instructions_from_pooling, prompts_from_unified
 

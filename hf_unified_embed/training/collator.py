@@ -28,7 +28,6 @@ from hf_unified_embed.training.layout import (
     SCORED_PAIR_TASK_TYPES,
     ColumnLayout,
     column_layouts,
-    scored_pair_layout,
 )
 from hf_unified_embed.training.prompts import prompts_from_unified
 
@@ -136,7 +135,7 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
         if task in self.layouts:
             return self.layouts[task]
         if task_type in SCORED_PAIR_TASK_TYPES:
-            return scored_pair_layout()
+            return ColumnLayout.scored_pair()
         return ColumnLayout(positives=1, negatives=self.negatives_per_query)
 
     def _get_prompt_for_column(self, prompts: str | dict[str, str], column_name: str) -> str | None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 
-from hf_unified_embed.merge.errors import MergeError
+from hf_unified_embed.errors import MergeError
 
 if TYPE_CHECKING:
     from hf_unified_embed.merge.loader import LazyCheckpoint

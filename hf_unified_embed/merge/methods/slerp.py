@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hf_unified_embed.merge.errors import MergeError
+from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.methods.base import LayerGroups, MergeMethod, TensorReader, register_merge_method
 
 # mergekit's threshold: above it the two directions are treated as parallel and lerp is used,

@@ -6,7 +6,7 @@ import dataclasses
 import math
 from pathlib import Path
 
-from hf_unified_embed.merge.errors import MergeError
+from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.methods.base import LayerGroups, LinearMergeMethod, check_weights, register_merge_method
 
 

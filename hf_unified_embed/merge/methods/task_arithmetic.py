@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from hf_unified_embed.merge.errors import MergeError
+from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.methods.base import LayerGroups, LinearMergeMethod, check_weights, register_merge_method
 
 

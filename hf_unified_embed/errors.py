@@ -1,0 +1,147 @@
+"""The package's one error hierarchy: every problem a user can fix in an input is an :class:`HfUnifiedEmbedError`.
+
+The command line prints such an error as one located line and exits with code 2; any other exception
+is a bug and keeps its traceback (exit code 1). Each class keeps a standard base next to it
+(``ValueError``, ``FileNotFoundError``, ...) so that code written against those still catches it.
+
+=========================  ===========================================================  ==============
+class                      meaning                                                      also a
+=========================  ===========================================================  ==============
+``UsageError``             command-line options that do not fit together                 —
+``RecipeError``            a build or training recipe is malformed (file, key)           ``ValueError``
+``NameRuleError``          a task, config or split name breaks the naming rule           ``ValueError``
+``InputError``             an input exists but cannot be used as it is                   ``ValueError``
+``SourceFormatError``      a raw input file cannot be read as its format (file:line)     ``InputError``
+``UnifiedSchemaError``     a row or dataset breaks the unified schema (file, task, row)  ``InputError``
+``SuiteError``             an evaluation suite is malformed (suite, entry, field)        ``ValueError``
+``EvaluationDataError``    an evaluation set's rows do not fit its kind (set, row)       ``SuiteError``
+``MergeError``             inputs that cannot be merged (input, tensor)                  ``ValueError``
+``InputNotFoundError``     a named input (file, folder, model) does not exist            ``FileNotFoundError``
+``OutputError``            the output cannot be written where asked                      ``OSError``
+``OutputExistsError``      the output exists and ``overwrite`` was not given             ``FileExistsError``
+``SecretLeakError``        a file about to be written or uploaded holds a secret        —
+``AfterTrainingError``     training finished and the model was saved; a later step failed  —
+=========================  ===========================================================  ==============
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class HfUnifiedEmbedError(Exception):
+    """Base of every error caused by an input, recipe, data file or output location; never by a bug."""
+
+
+class UsageError(HfUnifiedEmbedError):
+    """Command-line options that do not fit together."""
+
+
+class RecipeError(HfUnifiedEmbedError, ValueError):
+    """A build or training recipe is malformed; the message names the recipe file and the key."""
+
+
+class NameRuleError(HfUnifiedEmbedError, ValueError):
+    """A task, config or split name that could escape its folder or break the Hub layout."""
+
+
+class InputError(HfUnifiedEmbedError, ValueError):
+    """An input file or folder exists but cannot be used as it is (the message names it and why)."""
+
+
+class SourceFormatError(InputError):
+    """A raw input file cannot be read as its declared format.
+
+    The message names the file, the line, row or byte offset, the field and what was expected; the
+    same facts are kept as attributes for programs.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | Path | None = None,
+        line: int | None = None,
+        field: str | None = None,
+        expected: str | None = None,
+    ) -> None:
+        self.file, self.line, self.field, self.expected = (str(file) if file else None), line, field, expected
+        where = str(file) if file is not None else ""
+        if line is not None:
+            where += f":{line}" if where else f"line {line}"
+        parts = [where] if where else []
+        if field is not None:
+            parts.append(f"field {field!r}")
+        text = f"{', '.join(parts)}: {message}" if parts else message
+        if expected is not None:
+            text += f" (expected {expected})"
+        super().__init__(text)
+
+
+class UnifiedSchemaError(InputError):
+    """A row or dataset does not follow the unified schema.
+
+    The message names where the problem is (source file, task, row index, field) so it can be fixed
+    in the input; the same facts are kept as attributes for programs.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        task: str | None = None,
+        row: int | None = None,
+        field: str | None = None,
+        source: str | None = None,
+    ) -> None:
+        self.task, self.row, self.field, self.source = task, row, field, source
+        where = [
+            f"{label} {value!r}" if label != "row" else f"row {value}"
+            for label, value in (("file", source), ("task", task), ("row", row), ("field", field))
+            if value is not None
+        ]
+        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+
+
+class SuiteError(HfUnifiedEmbedError, ValueError):
+    """An evaluation suite is malformed, or its data do not fit an entry's kind."""
+
+
+class EvaluationDataError(SuiteError):
+    """An evaluation set's rows cannot feed its evaluator kind; names the set, row and field."""
+
+    def __init__(self, message: str, *, evaluation: str, row: int | None = None, field: str | None = None) -> None:
+        where = f"evaluation {evaluation!r}" + (f", row {row}" if row is not None else "")
+        where += f", field {field!r}" if field is not None else ""
+        super().__init__(f"{where}: {message}")
+
+
+class MergeError(HfUnifiedEmbedError, ValueError):
+    """Inputs that cannot be merged: the message names the input, the tensor and what was expected."""
+
+
+class InputNotFoundError(HfUnifiedEmbedError, FileNotFoundError):
+    """A file, folder or model named in a command or recipe does not exist."""
+
+
+class OutputError(HfUnifiedEmbedError, OSError):
+    """The output cannot be written where asked (not a folder, not writable, overlaps an input)."""
+
+
+class OutputExistsError(OutputError, FileExistsError):
+    """The output exists and is not empty, and ``overwrite`` was not given."""
+
+
+class SecretLeakError(HfUnifiedEmbedError):
+    """A file about to be kept or uploaded still holds a token or password."""
+
+
+class AfterTrainingError(HfUnifiedEmbedError):
+    """Training finished and the model was saved, but a later step (evaluation, card, push) failed.
+
+    ``model_dir`` is where the trained model is; the message says which step failed and why.
+    """
+
+    def __init__(self, message: str, *, model_dir: Path, step: str) -> None:
+        self.model_dir, self.step = model_dir, step
+        super().__init__(f"the trained model is saved in {model_dir}, but {step} failed: {message}")
