@@ -31,6 +31,7 @@ from typing import Any
 from torch import nn
 
 from hf_unified_embed.errors import HfUnifiedEmbedError, InputError, InputNotFoundError, RecipeError
+from hf_unified_embed.locations import looks_local
 from hf_unified_embed.outputs import StagedOutput
 from hf_unified_embed.plugins import import_object, is_import_path
 from hf_unified_embed.processes import is_main_process, world_size
@@ -43,12 +44,6 @@ _RESERVED_TRAINING_ARGS = {
     "batch_sampler": "sampler",
     "prompts": "instructions",
 }
-
-
-def looks_local(path: str) -> bool:
-    """Whether ``path`` names a local file or folder rather than a Hub id (``org/name``)."""
-    # A Hub id has at most one '/'; anything else that is not on disk is a typo'd local path.
-    return path.startswith((".", "/", "~")) or path.count("/") > 1 or Path(path).expanduser().exists()
 
 
 @dataclass

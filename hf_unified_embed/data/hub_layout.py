@@ -19,9 +19,10 @@ from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCardData
 
 from hf_unified_embed.cards import render_template
-from hf_unified_embed.data.layout_check import check_layout, check_shard_schemas, looks_local, read_card, unified_tasks
+from hf_unified_embed.data.layout_check import check_layout, check_shard_schemas, read_card, unified_tasks
 from hf_unified_embed.data.recipe import SourceSpec
 from hf_unified_embed.errors import InputError
+from hf_unified_embed.locations import looks_local
 from hf_unified_embed.naming import ALL_CONFIG, check_split_name, check_task_name
 from hf_unified_embed.outputs import StagedOutput
 from hf_unified_embed.schema import UNIFIED_FEATURES, validate_unified
