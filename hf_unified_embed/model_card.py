@@ -66,6 +66,7 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
         model_index_results: ``model-index`` ``results`` entries for the YAML metadata.
         diagnostics: embedding-space diagnostics per evaluation set (CoDiEmb §4).
         base_model_id: the Hub id of the base model, kept even when offline.
+        base_model_relation: ``"adapter"`` when the folder holds a LoRA adapter of ``base_model_id``.
     """
 
     unified_tasks: list[dict[str, Any]] = field(default_factory=list)
@@ -77,6 +78,7 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
     model_index_results: list[dict[str, Any]] = field(default_factory=list)
     diagnostics: dict[str, dict[str, float]] = field(default_factory=dict)
     base_model_id: str | None = None
+    base_model_relation: str | None = None
 
     template_path: Path = field(default_factory=composed_template_path, init=False, repr=False)
 
@@ -124,3 +126,8 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
             data["datasets"] = list(self.datasets)
         self._cached_dict = data
         return data
+
+    def to_yaml(self, line_break: Any = None, original_order: list[str] | None = None) -> str:
+        text = super().to_yaml(line_break=line_break)
+        # sentence-transformers writes only the keys it knows; the Hub reads this one for adapters.
+        return f"{text}\nbase_model_relation: {self.base_model_relation}" if self.base_model_relation else text

@@ -59,6 +59,7 @@ class ResolvedRecipe:
             and used for the final push.
         suite: the loaded evaluation suite, if any.
         peft_config: the built ``peft.LoraConfig``, if any.
+        merge_adapter: fold the trained adapter into the base weights before saving (``peft.merge_adapter``).
         output: the staged output folder (``None`` on every process but the main one).
     """
 
@@ -68,6 +69,7 @@ class ResolvedRecipe:
     hub_token: str | None
     suite: Any | None
     peft_config: Any | None
+    merge_adapter: bool
     output: StagedOutput | None
 
 
@@ -211,18 +213,24 @@ def preflight(recipe: TrainRecipe, *, overwrite: bool = False) -> ResolvedRecipe
             raise
         except (OSError, ValueError) as error:
             raise InputError(f"{origin}: curriculum.plan: {error}") from None
-    peft_config = None
+    peft_config, merge_adapter = None, False
     if recipe.peft:
         from peft import LoraConfig
 
+        settings = dict(recipe.peft)
+        merge_adapter = settings.pop("merge_adapter", False)
+        if not isinstance(merge_adapter, bool):
+            raise RecipeError(f"{origin}: peft.merge_adapter must be true or false, got {merge_adapter!r}")
         try:
-            peft_config = LoraConfig(**recipe.peft)
+            peft_config = LoraConfig(**settings)
         except (TypeError, ValueError) as error:
             raise RecipeError(f"{origin}: peft: {error}") from None
+    if recipe.model is not None:
+        recipe.model.check_environment(origin)
     suite = _check_suite(recipe, origin)
 
     output = None
     if is_main_process():
         inputs = [path for path in (recipe.data.path, recipe.base_model) if path and Path(path).exists()]
         output = StagedOutput(recipe.output_dir, overwrite=overwrite, inputs=inputs)
-    return ResolvedRecipe(recipe, losses, args, hub_token, suite, peft_config, output)
+    return ResolvedRecipe(recipe, losses, args, hub_token, suite, peft_config, merge_adapter, output)

@@ -10,18 +10,27 @@ in-memory ``DatasetDict``).
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import huggingface_hub
 from datasets import DatasetDict
+from huggingface_hub import ModelCard
 
 from hf_unified_embed.errors import InputError, InputNotFoundError, SecretLeakError
+from hf_unified_embed.locations import looks_local
 from hf_unified_embed.redaction import find_secrets, remember_secret
 
 RepoType = Literal["model", "dataset"]
+
+ADAPTER_CONFIG = "adapter_config.json"
 
 # Never uploaded: local caches and editor/OS clutter.
 IGNORE_PATTERNS = [".git/*", "**/.ipynb_checkpoints/*", "**/__pycache__/*", ".cache/*", "**/.DS_Store"]
@@ -113,16 +122,57 @@ def push_folder(
     huggingface_hub.create_repo(repo_id, token=token, private=private, repo_type=repo_type, exist_ok=True)
     if revision is not None and not create_pr:
         huggingface_hub.create_branch(repo_id, branch=revision, token=token, repo_type=repo_type, exist_ok=True)
-    return huggingface_hub.upload_folder(
-        repo_id=repo_id,
-        folder_path=str(folder),
-        repo_type=repo_type,
-        revision=revision,
-        create_pr=create_pr,
-        token=token,
-        commit_message=message,
-        ignore_patterns=IGNORE_PATTERNS,
-    )
+    with _publishable(folder) as upload:
+        return huggingface_hub.upload_folder(
+            repo_id=repo_id,
+            folder_path=str(upload),
+            repo_type=repo_type,
+            revision=revision,
+            create_pr=create_pr,
+            token=token,
+            commit_message=message,
+            ignore_patterns=IGNORE_PATTERNS,
+        )
+
+
+@contextlib.contextmanager
+def _publishable(folder: Path) -> Iterator[Path]:
+    """``folder``, or a hard-linked copy whose adapter config names the base model's Hub id.
+
+    A LoRA adapter trained from a local base keeps that path in ``adapter_config.json`` so it loads
+    where it was trained; on the Hub it must name the base by id, which the card's ``base_model`` holds.
+    """
+    config_path = folder / ADAPTER_CONFIG
+    if not config_path.is_file():
+        yield folder
+        return
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    base = str(config.get("base_model_name_or_path") or "")
+    if not looks_local(base):
+        yield folder
+        return
+    readme = folder / "README.md"
+    hub_base = ModelCard.load(readme).data.base_model if readme.is_file() else None
+    if not isinstance(hub_base, str) or looks_local(hub_base):
+        raise InputError(
+            f"{config_path}: the adapter's base model is the local path {base}; give the card a base_model "
+            "Hub id (the training recipe's base_model_id) so the uploaded adapter can find its base"
+        )
+    with tempfile.TemporaryDirectory(prefix=f".{folder.name}.upload-", dir=folder.parent) as scratch:
+        copy = Path(scratch) / folder.name
+        shutil.copytree(folder, copy, copy_function=_link_or_copy)
+        (copy / ADAPTER_CONFIG).unlink()  # a hard link: never write through it into the original
+        (copy / ADAPTER_CONFIG).write_text(
+            json.dumps({**config, "base_model_name_or_path": hub_base}, indent=2) + "\n", encoding="utf-8"
+        )
+        yield copy
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def push_unified(

@@ -4,6 +4,9 @@ Example (``examples/recipes/train.yaml`` is a complete one)::
 
     base_model: null                      # default: the packaged all-MiniLM-L6-v2
     base_model_id: sentence-transformers/all-MiniLM-L6-v2
+    model: null                           # or {pooling: lasttoken, padding_side: left, torch_dtype: bfloat16,
+                                          #     attn_implementation: sdpa, gradient_checkpointing: true}
+                                          # (hf_unified_embed.backbones.ModelConfig; decoder LLMs)
     data:
       path: outputs/demo/curriculum       # a unified folder (Hub layout) or a Hub dataset repo
       tasks: [stsb, sick, wikiqa, trecqa]
@@ -19,7 +22,8 @@ Example (``examples/recipes/train.yaml`` is a complete one)::
                                           # or {kind: proportional}: sentence-transformers' stock sampler
                                           # (refused with several processes unless allow_multi_device: true)
     training_args: {num_train_epochs: 1, per_device_train_batch_size: 16, learning_rate: 2.0e-5}
-    peft: null                            # or a peft.LoraConfig as a mapping
+    peft: null                            # or a peft.LoraConfig as a mapping, plus merge_adapter: true
+                                          # to save a full model instead of the adapter
     evaluation: examples/suites/sample.yaml
     output_dir: outputs/demo/sts-run
     hub: null                             # or {repo_id: me/model, private: true}
@@ -37,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hf_unified_embed.backbones import ModelConfig
 from hf_unified_embed.errors import RecipeError
 from hf_unified_embed.naming import check_split_name, check_task_name
 from hf_unified_embed.schema import TASK_TYPES
@@ -165,6 +170,7 @@ class TrainRecipe:
     output_dir: str
     base_model: str | None = None
     base_model_id: str | None = DEFAULT_BASE_MODEL_ID
+    model: ModelConfig | None = None
     negatives_per_query: int = 1
     max_seq_length: int | None = None
     instructions: bool = True
@@ -190,6 +196,7 @@ class TrainRecipe:
 
 _SECTIONS: dict[str, type] = {
     "data": DataConfig,
+    "model": ModelConfig,
     "curriculum": CurriculumConfig,
     "sampler": SamplerConfig,
     "hub": HubConfig,
@@ -239,7 +246,7 @@ def recipe_from_dict(raw: Mapping[str, Any], origin: str = "<recipe>") -> TrainR
     data = values["data"]
     values["data"] = _section(DataConfig, {"path": data} if isinstance(data, str) else data, "data", origin)
     values["losses"] = _losses(values["losses"], origin)
-    for key in ("curriculum", "sampler", "hub"):
+    for key in ("model", "curriculum", "sampler", "hub"):
         if values.get(key) is not None:
             values[key] = _section(_SECTIONS[key], values[key], key, origin)
     if values.get("sampler") is None:

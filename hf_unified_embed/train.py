@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ import yaml
 from datasets import DatasetDict
 from torch import nn
 
+from hf_unified_embed.backbones import merge_adapter
 from hf_unified_embed.errors import AfterTrainingError, HfUnifiedEmbedError, InputError, RecipeError
 from hf_unified_embed.model_card import UnifiedModelCardData
 from hf_unified_embed.outputs import StagedOutput
@@ -188,21 +190,24 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
         work_dir: where the curriculum's plan and plot go (the staged output); ``None`` writes nothing.
         compute_curriculum: ``False`` skips a teacher-computed curriculum (``train --check``).
     """
-    from sentence_transformers import SentenceTransformer
-
+    from hf_unified_embed.backbones import build_model
     from hf_unified_embed.training import UnifiedDataCollator, exclude_instructions_from_pooling, losses_for_tasks
 
+    from transformers import set_seed
+
     recipe = resolved.recipe
+    # Before anything random is created (LoRA matrices, new heads): a rerun starts from the same weights.
+    set_seed(recipe.seed)
     tasks = _load_tasks(recipe)
     curriculum = None
     if recipe.curriculum is not None and (compute_curriculum or recipe.curriculum.plan):
         tasks, curriculum = _curriculum(recipe, tasks, work_dir)
     card = _card_data(recipe, tasks)
-    model = SentenceTransformer(recipe.resolved_base_model(), model_card_data=card)
+    model = build_model(
+        recipe.resolved_base_model(), recipe.model, max_seq_length=recipe.max_seq_length, model_card_data=card
+    )
     # A trained model gets a freshly generated card, not the base model's README.
     model._model_card_text = None
-    if recipe.max_seq_length is not None:
-        model.max_seq_length = recipe.max_seq_length
     if resolved.peft_config is not None:
         model.add_adapter(resolved.peft_config)
     if recipe.instructions:
@@ -256,8 +261,13 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
         card.task_losses = _task_losses(run.tasks, run.losses)
         card.sampler = _sampler_card(recipe, args)
         card.curriculum = run.curriculum
+        if resolved.peft_config is not None:
+            if resolved.merge_adapter:
+                merge_adapter(run.model)
+            else:
+                card.base_model_relation = "adapter"
         run.model.save(str(output.path))
-        _write_yaml(output.path / RECIPE_FILENAME, recipe.to_dict())
+        _write_yaml(output.path / RECIPE_FILENAME, portable_paths(recipe.to_dict(), model_dir))
         _write_text(
             output.path / TRAINER_ARGS_FILENAME, json.dumps(redact(json.loads(args.to_json_string())), indent=2)
         )
@@ -337,6 +347,34 @@ def _steps_per_task(recipe: TrainRecipe, args: Any, sizes: list[int], batch_size
     if recipe.sampler.kind == "round_robin":
         batches = [min(batches)] * len(batches)
     return [-(-count // group_size) for count in batches]
+
+
+#: Recipe keys (dotted) that hold local paths; the recipe copy stores them relative to the model folder.
+_PATH_KEYS = (
+    "base_model",
+    "data.path",
+    "curriculum.plan",
+    "curriculum.teacher",
+    "evaluation",
+    "evaluation_data_root",
+    "output_dir",
+)
+
+
+def portable_paths(data: dict[str, Any], model_dir: Path) -> dict[str, Any]:
+    """The recipe mapping with absolute local paths made relative to ``model_dir`` (no machine path is published)."""
+    from hf_unified_embed.locations import looks_local
+
+    result = json.loads(json.dumps(data, default=str))
+    for key in _PATH_KEYS:
+        *parents, leaf = key.split(".")
+        section = result
+        for parent in parents:
+            section = section.get(parent) or {}
+        value = section.get(leaf)
+        if isinstance(value, str) and looks_local(value) and Path(value).expanduser().is_absolute():
+            section[leaf] = os.path.relpath(Path(value).expanduser(), model_dir.absolute())
+    return result
 
 
 def _after_training(step: str, model_dir: Path, action: Callable[[], T]) -> T:
