@@ -190,10 +190,10 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
         work_dir: where the curriculum's plan and plot go (the staged output); ``None`` writes nothing.
         compute_curriculum: ``False`` skips a teacher-computed curriculum (``train --check``).
     """
+    from transformers import set_seed
+
     from hf_unified_embed.backbones import build_model
     from hf_unified_embed.training import UnifiedDataCollator, exclude_instructions_from_pooling, losses_for_tasks
-
-    from transformers import set_seed
 
     recipe = resolved.recipe
     # Before anything random is created (LoRA matrices, new heads): a rerun starts from the same weights.
