@@ -7,6 +7,7 @@ without loading the data or the model:
   class named ``package.module:Class`` — and its keyword arguments bind to the class's signature;
 * every ``training_args`` key is a ``SentenceTransformerTrainingArguments`` field (an unknown key is
   reported with the closest valid name) and the arguments build;
+* the ``accelerate launch`` engine can run here (FSDP and DeepSpeed need GPUs);
 * the sampler fits the run: sentence-transformers' stock samplers mix tasks across processes in one
   step (measured: a gloo collective mismatch after a few steps), so with several processes they are
   refused unless ``sampler.allow_multi_device: true``;
@@ -23,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +32,7 @@ from typing import Any
 
 from torch import nn
 
-from hf_unified_embed.errors import HfUnifiedEmbedError, InputError, InputNotFoundError, RecipeError
+from hf_unified_embed.errors import HfUnifiedEmbedError, InputError, InputNotFoundError, RecipeError, UsageError
 from hf_unified_embed.locations import looks_local
 from hf_unified_embed.outputs import StagedOutput
 from hf_unified_embed.plugins import import_object, is_import_path
@@ -138,6 +140,30 @@ def check_sampler_processes(recipe: TrainRecipe, processes: int) -> None:
     )
 
 
+def check_engine() -> None:
+    """Refuse an ``accelerate launch`` engine that cannot run here, instead of a silent fallback.
+
+    accelerate turns FSDP on only for GPUs (on CPU it trains with plain DDP and says nothing), and
+    DeepSpeed needs its package and GPUs.
+    """
+    import importlib.util
+
+    import torch
+
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and not torch.cuda.is_available():
+        raise UsageError(
+            "the accelerate config asks for FSDP, which accelerate runs on GPUs only; on this machine it would "
+            "train with plain DDP. Use a MULTI_CPU config on CPU (examples/accelerate/multi_cpu.yaml)"
+        )
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        if importlib.util.find_spec("deepspeed") is None:
+            raise UsageError(
+                "the accelerate config asks for DeepSpeed, which is not installed (pip install deepspeed)"
+            )
+        if not torch.cuda.is_available():
+            raise UsageError("the accelerate config asks for DeepSpeed, which needs GPUs")
+
+
 def _training_arguments(recipe: TrainRecipe, origin: str) -> tuple[Any, str | None]:
     import torch
     from sentence_transformers import SentenceTransformerTrainingArguments
@@ -199,6 +225,7 @@ def preflight(recipe: TrainRecipe, *, overwrite: bool = False) -> ResolvedRecipe
         _bind_loss_kwargs(cls, kwargs, where)
         losses[key] = (cls, kwargs)
     check_sampler_processes(recipe, world_size())
+    check_engine()
     args, hub_token = _training_arguments(recipe, origin)
 
     _check_path(recipe.data.path, "data.path", origin)

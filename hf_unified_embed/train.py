@@ -192,8 +192,7 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
     """
     from transformers import set_seed
 
-    from hf_unified_embed.backbones import build_model
-    from hf_unified_embed.training import UnifiedDataCollator, exclude_instructions_from_pooling, losses_for_tasks
+    from hf_unified_embed.training import UnifiedDataCollator, losses_for_tasks
 
     recipe = resolved.recipe
     # Before anything random is created (LoRA matrices, new heads): a rerun starts from the same weights.
@@ -202,16 +201,7 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
     curriculum = None
     if recipe.curriculum is not None and (compute_curriculum or recipe.curriculum.plan):
         tasks, curriculum = _curriculum(recipe, tasks, work_dir)
-    card = _card_data(recipe, tasks)
-    model = build_model(
-        recipe.resolved_base_model(), recipe.model, max_seq_length=recipe.max_seq_length, model_card_data=card
-    )
-    # A trained model gets a freshly generated card, not the base model's README.
-    model._model_card_text = None
-    if resolved.peft_config is not None:
-        model.add_adapter(resolved.peft_config)
-    if recipe.instructions:
-        exclude_instructions_from_pooling(model)
+    model = _model(resolved, _card_data(recipe, tasks))
     try:
         losses = losses_for_tasks(model, tasks, resolved.losses)
     except (TypeError, ValueError) as error:
@@ -228,6 +218,41 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
         recipe, curriculum["task_order"] if curriculum else None
     )
     return PreparedRun(resolved, tasks, curriculum, model, losses, collator)
+
+
+def _model(resolved: ResolvedRecipe, card: UnifiedModelCardData) -> Any:
+    """The model to train: backbone per ``model:``, LoRA adapter per ``peft:``, instructions not pooled."""
+    from hf_unified_embed.backbones import build_model
+    from hf_unified_embed.training import exclude_instructions_from_pooling
+
+    recipe = resolved.recipe
+    model = build_model(
+        recipe.resolved_base_model(), recipe.model, max_seq_length=recipe.max_seq_length, model_card_data=card
+    )
+    # A trained model gets a freshly generated card, not the base model's README.
+    model._model_card_text = None
+    if resolved.peft_config is not None:
+        model.add_adapter(resolved.peft_config)
+    if recipe.instructions:
+        exclude_instructions_from_pooling(model)
+    return model
+
+
+def _trained_model(trainer: Any, run: PreparedRun) -> Any | None:
+    """The trained model in full, for the main process to save (``None`` on the others).
+
+    Under FSDP the parameters are sharded across processes, so every process takes part in gathering
+    the full state dict and the main process loads it into a freshly built copy of the model. Plain
+    DDP and DeepSpeed ZeRO-1/2 keep full parameters on every process.
+    """
+    if not trainer.is_fsdp_enabled:
+        return run.model if trainer.is_world_process_zero() else None
+    state_dict = trainer.accelerator.get_state_dict(trainer.model)
+    if not trainer.is_world_process_zero():
+        return None
+    model = _model(run.resolved, run.model.model_card_data)
+    model.load_state_dict(state_dict, strict=True)
+    return model
 
 
 def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> TrainingOutcome:
@@ -255,18 +280,19 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
             callbacks=[run.collator.epoch_callback()],
         )
         result = trainer.train(resume_from_checkpoint=recipe.training_args.get("resume_from_checkpoint"))
-        if output is None:
+        model = _trained_model(trainer, run)
+        if output is None or model is None:
             return TrainingOutcome(model_dir, result.training_loss, None)
-        card: UnifiedModelCardData = run.model.model_card_data
+        card: UnifiedModelCardData = model.model_card_data
         card.task_losses = _task_losses(run.tasks, run.losses)
         card.sampler = _sampler_card(recipe, args)
         card.curriculum = run.curriculum
         if resolved.peft_config is not None:
             if resolved.merge_adapter:
-                merge_adapter(run.model)
+                merge_adapter(model)
             else:
                 card.base_model_relation = "adapter"
-        run.model.save(str(output.path))
+        model.save(str(output.path))
         _write_yaml(output.path / RECIPE_FILENAME, portable_paths(recipe.to_dict(), model_dir))
         _write_text(
             output.path / TRAINER_ARGS_FILENAME, json.dumps(redact(json.loads(args.to_json_string())), indent=2)
@@ -274,7 +300,7 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
 
     evaluation = None
     if resolved.suite is not None:
-        evaluation = _after_training("evaluation", model_dir, lambda: _evaluate(run.model, resolved.suite, model_dir))
+        evaluation = _after_training("evaluation", model_dir, lambda: _evaluate(model, resolved.suite, model_dir))
     if recipe.hub:
         hub = recipe.hub
         _after_training(
