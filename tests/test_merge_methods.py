@@ -306,3 +306,14 @@ def test_lora_adapter_is_merged_into_its_base_first(tiny_model_path: str, tmp_pa
     name = "encoder.layer.0.attention.self.query.weight"
     torch.testing.assert_close(merged[name], expected[name], rtol=0, atol=1e-6)
     assert not torch.equal(merged[name], read_weights(base_dir)[name])
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_slerp_of_parallel_and_anti_parallel_tensors_is_lerp(sign: float) -> None:
+    # sin(θ) ≈ 0 at θ = 0 or π: the great circle is undefined, so slerp falls back to linear interpolation.
+    from hf_unified_embed.merge.methods.slerp import slerp
+
+    v = torch.tensor([[0.3, -1.2], [2.0, 0.5]], dtype=torch.float64)
+    for t in (0.25, 0.5, 0.9):
+        result = slerp(t, v, sign * v)
+        torch.testing.assert_close(result, torch.lerp(v, sign * v, t), rtol=0, atol=1e-12)
