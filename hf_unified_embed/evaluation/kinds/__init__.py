@@ -7,6 +7,7 @@ Each kind is one class in one module here (or in the user's own module); see
 from hf_unified_embed.evaluation.kinds.base import (
     EVALUATION_KINDS,
     EvaluationKind,
+    SentencePairKind,
     get_evaluation_kind,
     register_evaluation_kind,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "RerankingKind",
     "RetrievalKind",
     "STSKind",
+    "SentencePairKind",
     "get_evaluation_kind",
     "register_evaluation_kind",
 ]

@@ -158,6 +158,18 @@ class EvaluationKind(ABC):
             ) from error
 
 
+class SentencePairKind(EvaluationKind):
+    """A kind whose evaluator scores ``sentences1[i]`` against ``sentences2[i]`` (STS, pair classification)."""
+
+    def texts(self, evaluator: BaseEvaluator, rows: Dataset) -> list[str]:
+        pairs: Any = evaluator
+        return list(dict.fromkeys(map(str, [*pairs.sentences1, *pairs.sentences2])))
+
+    def num_examples(self, evaluator: BaseEvaluator, rows: Dataset) -> int:
+        pairs: Any = evaluator
+        return len(pairs.sentences1)
+
+
 def _type_problem(annotation: Any, value: Any) -> str | None:
     """Why ``value`` does not fit ``annotation`` (pydantic's strict check), or ``None``."""
     from pydantic import ValidationError

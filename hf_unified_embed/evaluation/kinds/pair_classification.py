@@ -10,7 +10,7 @@ from datasets import Dataset
 
 from hf_unified_embed.evaluation.evaluators import PairClassificationEvaluator
 from hf_unified_embed.evaluation.inputs import labelled_pairs
-from hf_unified_embed.evaluation.kinds.base import EvaluationKind, register_evaluation_kind
+from hf_unified_embed.evaluation.kinds.base import SentencePairKind, register_evaluation_kind
 
 if TYPE_CHECKING:
     from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 @register_evaluation_kind
-class PairClassificationKind(EvaluationKind):
+class PairClassificationKind(SentencePairKind):
     """Query/text pairs labelled 1 or 0 (``label_threshold`` on scored texts); :class:`PairClassificationEvaluator`."""
 
     name = "pair_classification"
@@ -43,11 +43,3 @@ class PairClassificationKind(EvaluationKind):
             labels=[int(label) for label in pairs.scores],
             similarity_fn_names=["cosine"],
         )
-
-    def texts(self, evaluator: BaseEvaluator, rows: Dataset) -> list[str]:
-        assert isinstance(evaluator, PairClassificationEvaluator)
-        return list(dict.fromkeys(map(str, [*evaluator.sentences1, *evaluator.sentences2])))
-
-    def num_examples(self, evaluator: BaseEvaluator, rows: Dataset) -> int:
-        assert isinstance(evaluator, PairClassificationEvaluator)
-        return len(evaluator.sentences1)

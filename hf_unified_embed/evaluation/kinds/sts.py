@@ -9,7 +9,7 @@ from datasets import Dataset
 
 from hf_unified_embed.evaluation.evaluators import STSEvaluator
 from hf_unified_embed.evaluation.inputs import sts_pairs
-from hf_unified_embed.evaluation.kinds.base import EvaluationKind, register_evaluation_kind
+from hf_unified_embed.evaluation.kinds.base import SentencePairKind, register_evaluation_kind
 
 if TYPE_CHECKING:
     from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 @register_evaluation_kind
-class STSKind(EvaluationKind):
+class STSKind(SentencePairKind):
     """Every (query, text, score) of the rows as a scored pair; :class:`STSEvaluator` with cosine similarity."""
 
     name = "sts"
@@ -40,11 +40,3 @@ class STSKind(EvaluationKind):
             scores=pairs.scores,
             main_similarity="cosine",
         )
-
-    def texts(self, evaluator: BaseEvaluator, rows: Dataset) -> list[str]:
-        assert isinstance(evaluator, STSEvaluator)
-        return list(dict.fromkeys(map(str, [*evaluator.sentences1, *evaluator.sentences2])))
-
-    def num_examples(self, evaluator: BaseEvaluator, rows: Dataset) -> int:
-        assert isinstance(evaluator, STSEvaluator)
-        return len(evaluator.sentences1)
