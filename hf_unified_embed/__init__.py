@@ -80,6 +80,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "load_unified",
         "register_source_format",
         "save_unified",
+        "validate_unified_folder",
     ),
     "publishing": (
         "push_folder",
@@ -155,6 +156,7 @@ if TYPE_CHECKING:
         load_unified,
         register_source_format,
         save_unified,
+        validate_unified_folder,
     )
     from hf_unified_embed.errors import (
         AfterTrainingError,

@@ -1,7 +1,9 @@
 """Upload a model or dataset folder to the Hugging Face Hub with ``huggingface_hub``.
 
 ``push_folder`` creates the repository if needed (and the branch, for ``revision``) and uploads the
-folder in one commit; ``dry_run`` returns what would be sent without touching the network.
+folder in one commit; ``dry_run`` returns what would be sent without touching the network. Before
+anything is sent every file is searched for the active access token (the one given, ``HF_TOKEN`` or
+the stored login): a folder that holds it is refused with :class:`~hf_unified_embed.errors.SecretLeakError`.
 ``push_unified`` does the same for a unified dataset (a folder written by ``save_unified`` or an
 in-memory ``DatasetDict``).
 """
@@ -16,7 +18,8 @@ from typing import Any, Literal
 import huggingface_hub
 from datasets import DatasetDict
 
-from hf_unified_embed.errors import InputNotFoundError
+from hf_unified_embed.errors import InputError, InputNotFoundError, SecretLeakError
+from hf_unified_embed.redaction import find_secrets, remember_secret
 
 RepoType = Literal["model", "dataset"]
 
@@ -95,10 +98,16 @@ def push_folder(
         raise InputNotFoundError(f"{folder} is not a folder")
     if repo_type not in ("model", "dataset"):
         raise ValueError(f"repo_type must be 'model' or 'dataset', got {repo_type!r}")
+    remember_secret(token)
     message = commit_message or f"Upload {repo_type} with hf-unified-embed"
     plan = _plan(folder, repo_id, repo_type, private, revision, create_pr, message)
     if not plan.files:
-        raise ValueError(f"{folder} has no files to upload")
+        raise InputNotFoundError(f"{folder} has no files to upload")
+    leaks = [path for path in find_secrets(folder) if str(path.relative_to(folder)) in plan.files]
+    if leaks:
+        raise SecretLeakError(
+            f"refusing to upload {folder}: {', '.join(str(path) for path in leaks)} contain(s) the active access token"
+        )
     if dry_run:
         return plan
     huggingface_hub.create_repo(repo_id, token=token, private=private, repo_type=repo_type, exist_ok=True)
@@ -139,7 +148,7 @@ def push_unified(
             )
     folder = Path(dir_or_datasetdict)
     if not unified_tasks(read_card(folder)):
-        raise ValueError(
+        raise InputError(
             f"{folder}/README.md declares no task configs; write the folder with save_unified / `hf-unified-embed build`"
         )
     return push_folder(folder, repo_id, commit_message="Upload unified dataset with hf-unified-embed", **kwargs)

@@ -35,10 +35,19 @@ ENTRY_POINT_GROUP = "hf_unified_embed.source_formats"
 
 @dataclass
 class AdapterContext:
-    """What an adapter may report besides rows: rows it skipped on purpose, by reason."""
+    """What an adapter gets besides its files and options, and may report besides rows.
+
+    Attributes:
+        source: the recipe source's name.
+        skipped: rows skipped on purpose, by reason (call :meth:`skip`).
+        scratch: a folder for temporary files (e.g. an on-disk join); ``None``: the system's
+            temporary folder. The build CLI points it into the output's staging folder, so a killed
+            build leaves nothing elsewhere.
+    """
 
     source: str
     skipped: Counter[str] = field(default_factory=Counter)
+    scratch: Path | None = None
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] += 1
