@@ -198,13 +198,13 @@ def _check_path(value: str | None, key: str, origin: str) -> None:
 def _check_suite(recipe: TrainRecipe, origin: str) -> Any | None:
     if not recipe.evaluation:
         return None
-    from hf_unified_embed.data.readers import resolve_files
     from hf_unified_embed.evaluation import load_suite
+    from hf_unified_embed.evaluation.inputs import entry_files
 
     suite = load_suite(recipe.evaluation, data_root=recipe.evaluation_data_root)
     for entry in suite.entries:
         if entry.source is not None and entry.data_files:
-            resolve_files(entry.data_files, suite.data_root)
+            entry_files(entry.data_files, suite.data_root, evaluation=entry.name, field="data_files")
         if entry.unified is not None and looks_local(entry.unified):
             location = Path(entry.unified)
             if suite.data_root is not None and not location.is_absolute():
