@@ -23,7 +23,7 @@ from hf_unified_embed import __version__
 from hf_unified_embed.errors import HfUnifiedEmbedError
 from hf_unified_embed.redaction import RedactingFilter
 
-COMMAND_MODULES: tuple[str, ...] = ("data", "publish", "curriculum", "train", "merge", "evaluate")
+COMMAND_MODULES: tuple[str, ...] = ("data", "publish", "curriculum", "mine", "train", "merge", "evaluate")
 
 #: Exit code of an input error (argparse uses the same for bad options).
 INPUT_ERROR_EXIT_CODE = 2

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError, OfflineModeIsEnabled
 
+from hf_unified_embed.data.readers import looks_local
 from hf_unified_embed.errors import InputError, InputNotFoundError, SourceFormatError, UnifiedSchemaError
 from hf_unified_embed.naming import ALL_CONFIG, split_name_problem, task_name_problem
 from hf_unified_embed.schema import (
@@ -48,15 +49,6 @@ ROOT_EXTRA_NAMES = frozenset({".gitattributes", ".git", ".cache"})
 #: Root files that are documentation, plots or plans (``curriculum`` writes a JSON plan and PNGs).
 ROOT_FILE_SUFFIXES = frozenset({".md", ".txt", ".json", ".png", ".jpg", ".jpeg", ".svg", ".pdf"})
 SHARD_FILE = re.compile(r"(?P<split>[^-]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.parquet")
-
-
-def looks_local(name: str | Path) -> bool:
-    """Whether ``name`` names a local path rather than a Hub repository id (``name`` or ``owner/name``)."""
-    if isinstance(name, Path):
-        return True
-    if name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1:
-        return True
-    return Path(name).exists() or Path(name.split("/", 1)[0]).exists()
 
 
 def read_card(repo_id_or_dir: str | Path, *, token: str | None = None) -> DatasetCard:
