@@ -145,12 +145,16 @@ def main() -> None:
 
     device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU ({args.threads} threads)"
     print(f"Qwen2 decoder, hidden {args.hidden}, {args.layers} layers, batch {args.batch} x seq {args.seq}, {device}")
-    print(f"{'config':<9} {'step (s)':>9} {'ratio':>6} {'peak MB':>9} {'ratio':>6} {'train MB':>9} {'ratio':>6} {'trainable':>11}")
+    print(
+        f"{'config':<9} {'step (s)':>9} {'ratio':>6} {'peak MB':>9} {'ratio':>6} {'train MB':>9} {'ratio':>6} {'trainable':>11}"
+    )
     for config in ("full", "lora", "lora+gc"):
         row, base = results[config], results["full"]
         training = row["training_bytes"]
         training_cells = (
-            f"{training / 2**20:>9.1f} {training / base['training_bytes']:>6.2f}" if training is not None else f"{'-':>9} {'-':>6}"
+            f"{training / 2**20:>9.1f} {training / base['training_bytes']:>6.2f}"
+            if training is not None
+            else f"{'-':>9} {'-':>6}"
         )
         print(
             f"{config:<9} {row['step_s']:>9.4f} {row['step_s'] / base['step_s']:>6.2f} "

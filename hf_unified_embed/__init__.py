@@ -62,6 +62,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "CoDiEmbSTSLoss",
         "ColumnLayout",
         "CurriculumInfoNCELoss",
+        "DistillKLLoss",
+        "DistillMarginMSELoss",
         "EmbeddingLoss",
         "GURLoss",
         "InstructorLoss",
@@ -107,6 +109,11 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "mine_document",
         "mine_pairs",
         "weighted_lcs",
+    ),
+    "negatives": (
+        "HardNegativeConfig",
+        "mine_hard_negatives",
+        "mine_negatives_folder",
     ),
     "curriculum": (
         "CurriculumPlan",
@@ -191,6 +198,8 @@ if TYPE_CHECKING:
         CoDiEmbSTSLoss,
         ColumnLayout,
         CurriculumInfoNCELoss,
+        DistillKLLoss,
+        DistillMarginMSELoss,
         EmbeddingLoss,
         GURLoss,
         InstructorLoss,
@@ -223,6 +232,11 @@ if TYPE_CHECKING:
     from hf_unified_embed.naming import (
         check_split_name,
         check_task_name,
+    )
+    from hf_unified_embed.negatives import (
+        HardNegativeConfig,
+        mine_hard_negatives,
+        mine_negatives_folder,
     )
     from hf_unified_embed.outputs import (
         StagedOutput,

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = [args.data] if looks_local(args.data) else []
     with StagedOutput(output, overwrite=args.overwrite, inputs=inputs) as stage:
         result = _plan(args, shard_dir)
-        _write(result, stage.path)
+        _write(result, stage.path, args.data)
     plan = result.plan
     print(f"task order ({len(plan.order)} tasks, Eq. 6 score {plan.score:.4f}): {' -> '.join(plan.order)}")
     print(f"wrote {stage.target} (dataset{' with difficulty' if result.difficulty else ''}, plan and plots)")
@@ -147,11 +147,12 @@ def _plan(args: argparse.Namespace, shard_dir: Path) -> CurriculumResult:
     )
 
 
-def _write(result: CurriculumResult, folder: Path) -> None:
+def _write(result: CurriculumResult, folder: Path, data: str) -> None:
     from hf_unified_embed.curriculum import plot_difficulty_histograms, plot_task_similarity
-    from hf_unified_embed.data.hub_layout import write_unified
+    from hf_unified_embed.data.hub_layout import read_card, source_notes, write_unified
 
-    write_unified(result.tasks, folder)
+    # The input card's sources, licenses and Hub provenance carry over to the new folder.
+    write_unified(result.tasks, folder, notes=source_notes(read_card(data)))
     result.plan.save(folder)
     plot_task_similarity(result.plan, folder / SIMILARITY_PLOT)
     if result.difficulty:

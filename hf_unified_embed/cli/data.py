@@ -62,12 +62,19 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
 def run_build(args: argparse.Namespace) -> int:
     from hf_unified_embed.data import build_unified_with_report, load_build_recipe, task_summary
     from hf_unified_embed.data.hub_layout import write_unified
-    from hf_unified_embed.data.readers import resolve_files
+    from hf_unified_embed.data.readers import local_files, resolve_inputs
+    from hf_unified_embed.data.registry import get_source_format
     from hf_unified_embed.outputs import StagedOutput
 
     recipe = load_build_recipe(args.recipe)
-    inputs = [path for spec in recipe.sources for path in resolve_files(spec.data_files, recipe.base_dir)]
-    splits, sources, skipped = {}, {}, {}
+    inputs = [
+        path
+        for spec in recipe.sources
+        for path in local_files(
+            resolve_inputs(spec.data_files, recipe.base_dir, dataset_ids=get_source_format(spec.format).dataset_ids)
+        )
+    ]
+    splits, sources, skipped, notes = {}, {}, {}, {}
     # The staging folder exists before the first row is read: an unwritable output fails at once, and
     # datasets' Arrow cache and every temporary file live inside it, so nothing outlives a killed build.
     with StagedOutput(args.output, overwrite=args.overwrite, inputs=inputs) as stage:
@@ -76,8 +83,9 @@ def run_build(args: argparse.Namespace) -> int:
             splits[split] = result.dataset
             sources.update(result.sources)
             skipped.update(result.skipped)
+            notes.update(result.notes)
         # Every row was validated while it was built.
-        write_unified(splits, stage.path, sources=sources, skipped=skipped, validate=False)
+        write_unified(splits, stage.path, sources=sources, skipped=skipped, notes=notes, validate=False)
         rows = [
             {"task": task, "split": split, **task_summary(dataset), "skipped": skipped.get(task, {})}
             for split, tasks in splits.items()

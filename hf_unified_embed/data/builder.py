@@ -16,7 +16,7 @@ from datasets import BuilderConfig, DatasetDict, DatasetInfo, DownloadMode, Gene
 from datasets.exceptions import DatasetGenerationError
 from datasets.fingerprint import get_temporary_cache_files_directory
 
-from hf_unified_embed.data.readers import decoding_error, first_undecodable_byte, resolve_files
+from hf_unified_embed.data.readers import decoding_error, first_undecodable_byte, resolve_inputs
 from hf_unified_embed.data.recipe import BuildRecipe, SourceSpec, load_build_recipe
 from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, get_source_format
 from hf_unified_embed.errors import HfUnifiedEmbedError, InputError, RecipeError
@@ -52,7 +52,8 @@ class UnifiedEmbedBuilder(GeneratorBasedBuilder):
         builder.download_and_prepare(download_mode="force_redownload")
         dataset = builder.as_dataset(split=spec.split)
 
-    Rows that an adapter deliberately skips are counted in ``builder.skipped``.
+    Rows that an adapter deliberately skips are counted in ``builder.skipped``; what it reports about
+    the origin of its rows (e.g. a Hub dataset id and revision) is in ``builder.notes``.
     """
 
     BUILDER_CONFIG_CLASS = UnifiedSourceConfig
@@ -61,6 +62,7 @@ class UnifiedEmbedBuilder(GeneratorBasedBuilder):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.skipped: Counter[str] = Counter()
+        self.notes: dict[str, Any] = {}
 
     @property
     def source(self) -> SourceSpec:
@@ -85,9 +87,9 @@ class UnifiedEmbedBuilder(GeneratorBasedBuilder):
         spec = self.source
         source_format = get_source_format(spec.format)
         base_dir = Path(self.config.base_dir) if self.config.base_dir else None
-        files = resolve_files(spec.data_files, base_dir)
+        files = resolve_inputs(spec.data_files, base_dir, dataset_ids=source_format.dataset_ids)
         scratch = Path(self.config.scratch_dir) if self.config.scratch_dir else None
-        context = AdapterContext(spec.name, self.skipped, scratch=scratch)
+        context = AdapterContext(spec.name, self.skipped, scratch=scratch, split=spec.split, notes=self.notes)
         with_difficulty = DIFFICULTY_COLUMN in source_format.features(spec.options)
         tracker = InstructionTracker()
         rows = _guarded(source_format.rows(files, context, spec.options), spec, files)
@@ -98,12 +100,12 @@ class UnifiedEmbedBuilder(GeneratorBasedBuilder):
             yield index, row
 
 
-def _file_list(files: Sequence[Path], limit: int = 5) -> str:
+def _file_list(files: Sequence[Path | str], limit: int = 5) -> str:
     names = ", ".join(str(path) for path in files[:limit])
     return names + (f" and {len(files) - limit} more" if len(files) > limit else "")
 
 
-def _guarded(rows: Iterable[SourceRow], spec: SourceSpec, files: Sequence[Path]) -> Iterator[SourceRow]:
+def _guarded(rows: Iterable[SourceRow], spec: SourceSpec, files: Sequence[Path | str]) -> Iterator[SourceRow]:
     """The adapter's rows; an exception that is not a located project error is wrapped into one.
 
     A third-party adapter may fail with anything; the user must still learn which source and files
@@ -119,7 +121,12 @@ def _guarded(rows: Iterable[SourceRow], spec: SourceSpec, files: Sequence[Path])
             raise
         except UnicodeDecodeError as error:
             bad = next(
-                (path for path in files if path.is_file() and first_undecodable_byte(path, error.encoding)), None
+                (
+                    path
+                    for path in files
+                    if isinstance(path, Path) and path.is_file() and first_undecodable_byte(path, error.encoding)
+                ),
+                None,
             )
             if bad is not None:
                 raise decoding_error(bad, error.encoding) from error
@@ -129,7 +136,7 @@ def _guarded(rows: Iterable[SourceRow], spec: SourceSpec, files: Sequence[Path])
         yield item
 
 
-def _adapter_failure(spec: SourceSpec, files: Sequence[Path], error: Exception) -> SourceFormatError:
+def _adapter_failure(spec: SourceSpec, files: Sequence[Path | str], error: Exception) -> SourceFormatError:
     return SourceFormatError(
         f"source {spec.name!r}: the {spec.format!r} reader failed on {_file_list(files)}: "
         f"{type(error).__name__}: {error}",
@@ -178,11 +185,12 @@ def complete_row(
 
 @dataclass
 class BuildResult:
-    """What a build produced: the tasks, the source of each and the rows skipped per task."""
+    """What a build produced: the tasks, the source of each, the rows skipped and the adapters' notes per task."""
 
     dataset: DatasetDict
     sources: dict[str, SourceSpec] = field(default_factory=dict)
     skipped: dict[str, Counter[str]] = field(default_factory=dict)
+    notes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _project_error(error: BaseException) -> HfUnifiedEmbedError | None:
@@ -195,7 +203,7 @@ def _project_error(error: BaseException) -> HfUnifiedEmbedError | None:
     return None
 
 
-def _no_rows_error(spec: SourceSpec, files: Sequence[Path], skipped: Counter[str]) -> InputError:
+def _no_rows_error(spec: SourceSpec, files: Sequence[Path | str], skipped: Counter[str]) -> InputError:
     where = f"source {spec.name!r} (format {spec.format!r}, split {spec.split!r}; files {_file_list(files)})"
     if not skipped:
         return InputError(f"{where}: the files hold no rows")
@@ -205,10 +213,11 @@ def _no_rows_error(spec: SourceSpec, files: Sequence[Path], skipped: Counter[str
 
 def build_source(
     spec: SourceSpec, *, base_dir: Path | None, cache_dir: str | Path
-) -> tuple[datasets.Dataset, Counter[str]]:
+) -> tuple[datasets.Dataset, Counter[str], dict[str, Any]]:
     """Build one source into an Arrow-backed ``Dataset`` under ``cache_dir``.
 
-    Every failure is a located :class:`~hf_unified_embed.errors.HfUnifiedEmbedError`; a source that
+    Returns the rows, the skipped-row counts and the adapter's notes on the rows' origin. Every
+    failure is a located :class:`~hf_unified_embed.errors.HfUnifiedEmbedError`; a source that
     yields no row (empty files, or every row skipped) is an :class:`InputError` listing the skip reasons.
     """
     builder = UnifiedEmbedBuilder(
@@ -227,10 +236,11 @@ def build_source(
             raise cause from cause.__cause__  # its own chain (e.g. the adapter exception it wraps), not datasets'
         raise  # not the input's fault: a bug, keep the whole traceback
     if not builder.info.splits[spec.split].num_examples:
-        raise _no_rows_error(spec, resolve_files(spec.data_files, base_dir), builder.skipped)
+        files = resolve_inputs(spec.data_files, base_dir, dataset_ids=get_source_format(spec.format).dataset_ids)
+        raise _no_rows_error(spec, files, builder.skipped)
     dataset = builder.as_dataset(split=spec.split)
     assert isinstance(dataset, datasets.Dataset)
-    return dataset, builder.skipped
+    return dataset, builder.skipped, builder.notes
 
 
 def build_unified_with_report(
@@ -249,7 +259,7 @@ def build_unified_with_report(
         cache_dir = tempfile.mkdtemp(prefix="unified-build-", dir=get_temporary_cache_files_directory())
     result = BuildResult(DatasetDict())
     for spec in specs:
-        dataset, skipped = build_source(spec, base_dir=plan.base_dir, cache_dir=cache_dir)
+        dataset, skipped, notes = build_source(spec, base_dir=plan.base_dir, cache_dir=cache_dir)
         if skipped:
             logger.info("%s: skipped %s", spec.name, dict(skipped))
         tasks = dataset.unique("task") if len(dataset) else [spec.name]
@@ -266,6 +276,8 @@ def build_unified_with_report(
             result.dataset[task] = part
             result.sources[task] = spec
             result.skipped[task] = skipped
+            if notes:
+                result.notes[task] = notes
     return result
 
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict, DatasetInfo, SplitDict, SplitInfo, load_dataset
 from datasets.info import DatasetInfosDict
-from huggingface_hub import DatasetCardData
+from huggingface_hub import DatasetCard, DatasetCardData
 
 from hf_unified_embed.cards import render_template
 from hf_unified_embed.data.layout_check import check_layout, check_shard_schemas, read_card, unified_tasks
@@ -86,20 +86,45 @@ def _as_splits(data: DatasetDict | Mapping[str, DatasetDict]) -> dict[str, dict[
     return {split: dict(tasks) for split, tasks in data.items()}
 
 
+def task_notes(spec: SourceSpec | None, carried: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A task's ``source_notes`` entry: source, license and format from its recipe source, then ``carried``.
+
+    ``carried`` holds what an adapter reported (a Hub dataset id, its config and revision) or what an
+    earlier card said about the task; it wins over the defaults so facts survive later rewrites
+    (curriculum, mined negatives).
+    """
+    notes: dict[str, Any] = {
+        "source": spec.source if spec and spec.source else (spec.format if spec else "unknown"),
+        "license": spec.license if spec and spec.license else "unknown",
+        "format": spec.format if spec else "unified",
+    }
+    notes.update(carried or {})
+    return notes
+
+
+def source_notes(card: DatasetCard) -> dict[str, dict[str, Any]]:
+    """The ``source_notes`` of a unified dataset card, per task (what to carry into a folder derived from it)."""
+    notes = card.data.to_dict().get("source_notes") or {}
+    return {str(task): dict(note) for task, note in notes.items() if isinstance(note, dict)}
+
+
 def render_dataset_card(
     splits: Mapping[str, Mapping[str, Dataset]],
     *,
     sources: Mapping[str, SourceSpec] | None = None,
     skipped: Mapping[str, Counter[str]] | None = None,
     pretty_name: str = "Unified embedding training data",
-    shard_files: Mapping[tuple[str, str], list[str]] | None = None,
+    notes: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
-    """The README.md of a unified dataset folder (YAML front matter + task table + schema)."""
+    """The README.md of a unified dataset folder (YAML front matter + task table + schema).
+
+    ``notes`` are per-task facts added to the card's ``source_notes`` (see :func:`task_notes`).
+    """
     sources = sources or {}
     tasks = list(dict.fromkeys(task for tasks in splits.values() for task in tasks))
     infos = DatasetInfosDict()
     rows_table = []
-    notes: dict[str, dict[str, Any]] = {}
+    all_notes = {task: task_notes(sources.get(task), (notes or {}).get(task)) for task in tasks}
     for task in tasks:
         split_dict = SplitDict()
         features = None
@@ -109,25 +134,17 @@ def render_dataset_card(
             dataset = datasets_by_task[task]
             features = dataset.features
             split_dict.add(SplitInfo(name=split, num_examples=len(dataset), num_bytes=dataset.data.nbytes))
-            summary = task_summary(dataset)
-            spec = sources.get(task)
             rows_table.append(
                 {
                     "task": task,
                     "split": split,
-                    **summary,
-                    "source": (spec.source or spec.format) if spec else "",
-                    "license": (spec.license or "unknown") if spec else "unknown",
+                    **task_summary(dataset),
+                    "source": all_notes[task]["source"],
+                    "license": all_notes[task]["license"],
                     "skipped": dict((skipped or {}).get(task, {})),
                 }
             )
         infos[task] = DatasetInfo(features=features or UNIFIED_FEATURES, config_name=task, splits=split_dict)
-        spec = sources.get(task)
-        notes[task] = {
-            "source": spec.source if spec and spec.source else (spec.format if spec else "unknown"),
-            "license": spec.license if spec and spec.license else "unknown",
-            "format": spec.format if spec else "unified",
-        }
     configs: list[dict[str, Any]] = [
         {
             "config_name": task,
@@ -144,14 +161,14 @@ def render_dataset_card(
             "default": True,
         }
     )
-    licenses = sorted({note["license"] for note in notes.values()})
+    licenses = sorted({note["license"] for note in all_notes.values()})
     card_data = DatasetCardData(
         pretty_name=pretty_name,
         license=licenses[0].lower() if len(licenses) == 1 and licenses[0] != "unknown" else "other",
         task_categories=["sentence-similarity", "text-retrieval"],
         tags=["sentence-transformers", "embeddings", "hf-unified-embed"],
         configs=configs,
-        source_notes=notes,
+        source_notes=all_notes,
     )
     infos.to_dataset_card_data(card_data)
     schema = (
@@ -168,7 +185,8 @@ def render_dataset_card(
         pretty_name=pretty_name,
         tasks=rows_table,
         schema=schema,
-        notes=notes,
+        notes=all_notes,
+        mined={task: note["hard_negatives"] for task, note in all_notes.items() if note.get("hard_negatives")},
         splits=list(splits),
     )
 
@@ -191,6 +209,7 @@ def write_unified(
     *,
     sources: Mapping[str, SourceSpec] | None = None,
     skipped: Mapping[str, Counter[str]] | None = None,
+    notes: Mapping[str, Mapping[str, Any]] | None = None,
     pretty_name: str = "Unified embedding training data",
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     validate: bool = True,
@@ -217,7 +236,7 @@ def write_unified(
             for index in range(num_shards):
                 shard = dataset.shard(num_shards, index, contiguous=True)
                 shard.to_parquet(str(task_folder / f"{split}-{index:05d}-of-{num_shards:05d}.parquet"))
-    card = render_dataset_card(splits, sources=sources, skipped=skipped, pretty_name=pretty_name)
+    card = render_dataset_card(splits, sources=sources, skipped=skipped, notes=notes, pretty_name=pretty_name)
     (folder / "README.md").write_text(card, encoding="utf-8")
     return folder
 
@@ -229,13 +248,15 @@ def save_unified(
     overwrite: bool = False,
     sources: Mapping[str, SourceSpec] | None = None,
     skipped: Mapping[str, Counter[str]] | None = None,
+    notes: Mapping[str, Mapping[str, Any]] | None = None,
     pretty_name: str = "Unified embedding training data",
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
 ) -> Path:
     """Write the Hub layout: ``data/<task>/<split>-NNNNN-of-NNNNN.parquet`` and ``README.md``.
 
     ``data`` is a task-keyed ``DatasetDict`` (each dataset saved under its own ``split``, default
-    ``train``) or ``{split: DatasetDict}``. Names and rows are checked first; the folder is assembled
+    ``train``) or ``{split: DatasetDict}``; ``notes`` adds per-task facts to the card's
+    ``source_notes`` (:func:`task_notes`). Names and rows are checked first; the folder is assembled
     by :class:`~hf_unified_embed.outputs.StagedOutput` and appears whole or not at all; a non-empty
     ``out_dir`` is refused (:class:`~hf_unified_embed.errors.OutputExistsError`) unless ``overwrite``.
     """
@@ -252,6 +273,7 @@ def save_unified(
             stage.path,
             sources=sources,
             skipped=skipped,
+            notes=notes,
             pretty_name=pretty_name,
             max_shard_bytes=max_shard_bytes,
             validate=False,

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hf_unified_embed.data.registry import SourceFormatError
+from hf_unified_embed.locations import looks_local
 
 Quoting = Literal[0, 1, 2, 3]  # csv.QUOTE_MINIMAL, QUOTE_ALL, QUOTE_NONNUMERIC, QUOTE_NONE
 
@@ -49,6 +50,27 @@ def resolve_files(data_files: str | Path | Sequence[str | Path], base_dir: Path 
             )
         files.extend(Path(match) for match in matches)
     return files
+
+
+def resolve_inputs(
+    data_files: str | Path | Sequence[str | Path], base_dir: Path | None = None, *, dataset_ids: bool = False
+) -> list[Path | str]:
+    """Like :func:`resolve_files`; with ``dataset_ids`` a name that does not look local stays a Hub id (a string)."""
+    patterns = [data_files] if isinstance(data_files, (str, Path)) else list(data_files)
+    if not dataset_ids:
+        return list(resolve_files(patterns, base_dir))
+    inputs: list[Path | str] = []
+    for pattern in patterns:
+        if looks_local(pattern, base_dir):
+            inputs.extend(resolve_files(pattern, base_dir))
+        else:
+            inputs.append(str(pattern))
+    return inputs
+
+
+def local_files(inputs: Sequence[Path | str]) -> list[Path]:
+    """The local paths among resolved inputs (Hub ids left out)."""
+    return [entry for entry in inputs if isinstance(entry, Path)]
 
 
 def first_undecodable_byte(
@@ -242,14 +264,47 @@ def iter_parquet_records(path: Path, *, batch_size: int = 4_096) -> Iterator[tup
         ) from error
 
 
-def require_text(value: Any, *, file: Path, line: int, field: str) -> str:
+def record_field(record: dict[str, Any], column: str, *, file: str | Path, line: int) -> Any:
+    """``record[column]``; a missing column is an error naming the record's columns."""
+    if column not in record:
+        raise SourceFormatError(
+            f"column missing; the record has {sorted(record)}",
+            file=file,
+            line=line,
+            field=column,
+            expected="the configured column name",
+        )
+    return record[column]
+
+
+def record_texts(record: dict[str, Any], column: str, *, file: str | Path, line: int) -> list[str]:
+    """The non-empty texts of ``record[column]``, a cell holding one text or a list of texts."""
+    value = record_field(record, column, file=file, line=line)
+    values = value if isinstance(value, list) else [value]
+    return [require_text(text, file=file, line=line, field=column) for text in values]
+
+
+def record_text(record: dict[str, Any], column: str, *, file: str | Path, line: int) -> str:
+    """The non-empty text of ``record[column]``, stripped."""
+    return require_text(record_field(record, column, file=file, line=line), file=file, line=line, field=column)
+
+
+def require_text(value: Any, *, file: str | Path, line: int, field: str) -> str:
     """A non-empty string with surrounding whitespace removed."""
     if not isinstance(value, str) or not value.strip():
         raise SourceFormatError(f"got {value!r}", file=file, line=line, field=field, expected="a non-empty string")
     return value.strip()
 
 
-def parse_score(value: Any, *, file: Path, line: int, field: str, low: float, high: float) -> float:
+def score_bounds(score_range: Sequence[float]) -> tuple[float, float]:
+    """``(low, high)`` of a ``score_range`` option; ``high > low`` or an error naming the option."""
+    low, high = float(score_range[0]), float(score_range[1])
+    if not high > low:
+        raise SourceFormatError(f"got {score_range!r}", field="score_range", expected="[low, high] with high > low")
+    return low, high
+
+
+def parse_score(value: Any, *, file: str | Path, line: int, field: str, low: float, high: float) -> float:
     """Map a raw score in ``[low, high]`` linearly onto [0, 1]; anything else is an error."""
     try:
         score = float(value)
