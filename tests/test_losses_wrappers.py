@@ -64,13 +64,14 @@ def test_every_loss_inside_every_wrapper(tiny_model: SentenceTransformer, name: 
     tiny_model.eval()
     torch.manual_seed(0)
     loss = factory(tiny_model)
+    plain = loss(features_of(tiny_model, columns), torch.tensor(labels) if labels is not None else None)
     output = wrapped_output(wrapper, tiny_model, loss, columns, labels)
     expected = wrapped_output(wrapper, tiny_model, Summed(loss), columns, labels)
     # The parts, weighted by the wrapper part by part, add up to what the wrapper makes of the total.
     torch.testing.assert_close(total_loss(output), expected, rtol=1e-5, atol=1e-6)
     if isinstance(output, dict):
         assert isinstance(output, LossParts)
-        assert set(output) >= set(loss(features_of(tiny_model, columns), None if labels is None else torch.tensor(labels)))
+        assert set(output) >= set(plain)
         assert (OTHER in output) == (wrapper_name != "matryoshka")  # the KL term of the layer wrappers
     total_loss(output).backward()
     assert any(p.grad is not None and torch.count_nonzero(p.grad) for p in tiny_model.parameters())
@@ -108,7 +109,9 @@ def train(model: SentenceTransformer, dataset: Dataset, loss: nn.Module, output_
     return [entry for entry in trainer.state.log_history if "loss" in entry]
 
 
-def assert_trained_and_logged(model: SentenceTransformer, before: Tensor, logs: list[dict[str, float]], parts: set[str]):
+def assert_trained_and_logged(
+    model: SentenceTransformer, before: Tensor, logs: list[dict[str, float]], parts: set[str]
+) -> None:
     assert len(logs) == 3 and all(math.isfinite(entry["loss"]) for entry in logs)
     assert all(parts <= set(entry) for entry in logs), logs[0]
     for entry in logs:  # the logged parts add up to the logged loss
