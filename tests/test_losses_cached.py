@@ -15,6 +15,8 @@ from hf_unified_embed.losses import (
     AnglEJointLoss,
     CoDiEmbSTSLoss,
     CurriculumInfoNCELoss,
+    DistillKLLoss,
+    DistillMarginMSELoss,
     EmbeddingLoss,
     GURLoss,
     InstructorLoss,
@@ -80,11 +82,13 @@ SENTENCES2 = [
 ]
 STS_LABELS = [0.95, 0.05, 0.85, 0.2, 1.0, 0.9, 0.1, 0.6]
 DIFFICULTY = [0.4, -0.1, 0.3, 0.2, 0.5, -0.3, 0.1, 0.0]
+# A teacher's scores of each row's (positive, negative), as mine-negatives stores them.
+TEACHER_SCORES = [[0.9, 0.4], [0.8, 0.5], [0.95, 0.3], [0.7, 0.6], [0.85, 0.2], [0.9, 0.45], [0.75, 0.5], [0.8, 0.35]]
 RETRIEVAL = [QUERIES, POSITIVES, NEGATIVES]
 PAIRS = [SENTENCES1, SENTENCES2]
 
 # name -> (factory(model, **cache_options), text columns, labels)
-CASES: dict[str, tuple[Callable[..., EmbeddingLoss], list[list[str]], list[float] | None]] = {
+CASES: dict[str, tuple[Callable[..., EmbeddingLoss], list[list[str]], list[Any] | None]] = {
     "multi_positive": (
         lambda m, **kw: MultiPositiveInfoNCELoss(m, positives_per_query=2, **kw),
         [QUERIES, POSITIVES, SECOND_POSITIVES, NEGATIVES],
@@ -104,6 +108,8 @@ CASES: dict[str, tuple[Callable[..., EmbeddingLoss], list[list[str]], list[float
     "codiemb_sts": (lambda m, **kw: CoDiEmbSTSLoss(m, infonce_weight=1.0, **kw), PAIRS, STS_LABELS),
     "angle_joint": (AnglEJointLoss, PAIRS, STS_LABELS),
     "gur": (GURLoss, PAIRS, None),
+    "distill_kl": (DistillKLLoss, RETRIEVAL, TEACHER_SCORES),
+    "distill_margin_mse": (DistillMarginMSELoss, RETRIEVAL, TEACHER_SCORES),
 }
 MINI_BATCH = 3  # 8 rows -> mini-batches of 3, 3 and 2
 
@@ -119,7 +125,7 @@ def features_of(model: SentenceTransformer, columns: list[list[str]]) -> list[di
 
 
 def run(
-    loss: torch.nn.Module, model: SentenceTransformer, columns: list[list[str]], labels: list[float] | None, seed: int
+    loss: torch.nn.Module, model: SentenceTransformer, columns: list[list[str]], labels: list[Any] | None, seed: int
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Loss parts and the gradient of every parameter (model and loss) after one backward pass."""
     loss.zero_grad(set_to_none=True)
@@ -161,7 +167,7 @@ def test_cached_equals_uncached_without_dropout(tiny_model: SentenceTransformer,
 
 
 def partitioned_reference(
-    loss: EmbeddingLoss, model: SentenceTransformer, columns: list[list[str]], labels: list[float] | None, seed: int
+    loss: EmbeddingLoss, model: SentenceTransformer, columns: list[list[str]], labels: list[Any] | None, seed: int
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """The uncached loss with the forward passes cut into the same mini-batches, run from the same seed.
 
