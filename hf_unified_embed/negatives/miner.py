@@ -90,6 +90,18 @@ def _teacher_to_unit(scores: np.ndarray, cross_encoder: bool) -> np.ndarray:
     return np.clip(unit, 0.0, 1.0).astype(np.float32)
 
 
+def _padded_positives(pair_query: torch.Tensor, pair_doc: torch.Tensor, count: int) -> torch.Tensor:
+    """``(count, most positives)`` document ids of each query's positives, padded with -2 (never an id)."""
+    order = torch.argsort(pair_query, stable=True)
+    queries, documents = pair_query[order], pair_doc[order]
+    sizes = torch.bincount(queries, minlength=count)
+    starts = torch.cumsum(sizes, 0) - sizes
+    column = torch.arange(len(queries), device=queries.device) - starts[queries]
+    padded = torch.full((count, int(sizes.max()) if len(queries) else 0), -2, dtype=torch.long, device=queries.device)
+    padded[queries, column] = documents
+    return padded
+
+
 class _TaskMiner:
     """The state of mining one task: its distinct texts, embeddings, pairs and the per-query results."""
 
@@ -245,9 +257,7 @@ class _TaskMiner:
         valid = ids >= 0
         report.candidates += int(valid.sum())
         # The query's positives (by document id; identical texts share an id) and the query's own text.
-        size = len(self.document_texts)
-        local = torch.arange(count, device=self.device).unsqueeze(1)
-        identical = torch.isin(local * size + ids, pair_query * size + pair_doc)
+        identical = (ids.unsqueeze(2) == _padded_positives(pair_query, pair_doc, count).unsqueeze(1)).any(dim=2)
         if config.drop_query_text:
             query_doc = torch.from_numpy(self.query_doc[start : start + count]).to(self.device).unsqueeze(1)
             identical |= (ids == query_doc) & (query_doc >= 0)
