@@ -186,13 +186,17 @@ def compare(args: argparse.Namespace, scratch: Path) -> None:
         "relative_margin": args.relative_margin,
         "batch_size": args.batch_size,
     }
-    runs = {}
-    for mode in ("ours", "theirs"):
-        runs[mode] = run_worker(mode, {**common, "negatives_file": str(scratch / f"{mode}.json")})
-        print(
-            f"{mode:<7} {runs[mode]['seconds']:8.1f} s  {runs[mode]['peak_rss_mb']:8.0f} MB  {runs[mode]['negatives']:>9,} negatives",
-            flush=True,
-        )
+    runs: dict[str, dict[str, Any]] = {}
+    # Alternate the two miners and keep each one's fastest run: the machine is shared and its load moves.
+    for _ in range(args.repeat):
+        for mode in ("ours", "theirs"):
+            run = run_worker(mode, {**common, "negatives_file": str(scratch / f"{mode}.json")})
+            if mode not in runs or run["seconds"] < runs[mode]["seconds"]:
+                runs[mode] = run
+            print(
+                f"{mode:<7} {run['seconds']:8.1f} s  {run['peak_rss_mb']:8.0f} MB  {run['negatives']:>9,} negatives",
+                flush=True,
+            )
     ours, theirs = (json.loads((scratch / f"{mode}.json").read_text()) for mode in ("ours", "theirs"))
     print(
         f"corpus {args.corpus:,}, queries {args.queries:,}, model {args.model}, device {device()}: "
@@ -294,6 +298,7 @@ def main() -> None:
         "--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="scale: corpus sizes"
     )
     parser.add_argument("--negatives", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=2, help="compare: runs of each miner (the fastest counts)")
     parser.add_argument("--relative-margin", type=float, default=0.05)
     parser.add_argument("--batch-size", type=int, default=256, help="encoding batch size")
     parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data", help="quality: real data")

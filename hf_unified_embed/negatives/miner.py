@@ -14,7 +14,7 @@ the source's own), ``negative_scores`` and ``positive_scores`` from the same tea
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -90,6 +90,18 @@ def _teacher_to_unit(scores: np.ndarray, cross_encoder: bool) -> np.ndarray:
     return np.clip(unit, 0.0, 1.0).astype(np.float32)
 
 
+def _encoder(encode: Callable[..., np.ndarray], prompt: str, batch_size: int) -> Encoder:
+    """``texts -> normalised embeddings`` with the task's instruction as prompt (none when empty)."""
+    return partial(
+        encode,
+        prompt=prompt or None,
+        batch_size=batch_size,
+        normalize_embeddings=True,
+        convert_to_numpy=True,
+        show_progress_bar=False,
+    )
+
+
 def _padded_positives(pair_query: torch.Tensor, pair_doc: torch.Tensor, count: int) -> torch.Tensor:
     """``(count, most positives)`` document ids of each query's positives, padded with -2 (never an id)."""
     order = torch.argsort(pair_query, stable=True)
@@ -138,30 +150,15 @@ class _TaskMiner:
         found = pc.index_in(self.query_texts, value_set=self.document_texts)
         self.query_doc = np.asarray(found.fill_null(-1), dtype=np.int64)
 
-        encode = partial(
-            model.encode_query,
-            prompt=self.query_prompt or None,
-            batch_size=config.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
         self.queries = EmbeddingFile.encode(
             scratch / f"{task}.queries",
             self.query_texts,
-            encode,
+            _encoder(model.encode_query, self.query_prompt, config.batch_size),
             dtype=config.dtype,
             description="Encoding queries",
             show_progress_bar=show_progress_bar,
         )
-        encode_documents = partial(
-            model.encode_document,
-            prompt=self.document_prompt or None,
-            batch_size=config.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        encode_documents = _encoder(model.encode_document, self.document_prompt, config.batch_size)
         segments = []
         if external is not None and len(shared):
             segments.append(
