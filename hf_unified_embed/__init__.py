@@ -130,12 +130,14 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "register_merge_method",
     ),
     "evaluation": (
+        "EvaluationKind",
         "EvaluationSuite",
         "SuiteResults",
         "build_evaluators",
         "build_sequential_evaluator",
         "embedding_space_diagnostics",
         "load_suite",
+        "register_evaluation_kind",
         "run_suite",
     ),
 }
@@ -181,12 +183,14 @@ if TYPE_CHECKING:
         UsageError,
     )
     from hf_unified_embed.evaluation import (
+        EvaluationKind,
         EvaluationSuite,
         SuiteResults,
         build_evaluators,
         build_sequential_evaluator,
         embedding_space_diagnostics,
         load_suite,
+        register_evaluation_kind,
         run_suite,
     )
     from hf_unified_embed.losses import (

@@ -11,6 +11,7 @@ import torch
 from _merge_helpers import edited_copy, noisy_copy, read_weights
 from safetensors.torch import save_file
 
+from hf_unified_embed.errors import OutputError
 from hf_unified_embed.merge import MergeConfig, MergeError, merge_models
 
 
@@ -28,7 +29,9 @@ def assert_fails(models: list[Path], out: Path, match: str, method: str = "soup"
     with pytest.raises(MergeError, match=match):
         merge_models(models, method, out, show_progress=False, **params)
     assert not out.exists()
-    assert not any(p.name.startswith(f".{out.name}.tmp-") for p in out.parent.iterdir()), "staging folder left behind"
+    assert not any(p.name.startswith(f".{out.name}.staging-") for p in out.parent.iterdir()), (
+        "staging folder left behind"
+    )
 
 
 def test_different_architecture(pair: tuple[Path, Path], tmp_path: Path) -> None:
@@ -131,9 +134,9 @@ def test_weights_that_do_not_sum_to_one(pair: tuple[Path, Path], tmp_path: Path)
 
 
 def test_output_equal_to_or_inside_an_input(pair: tuple[Path, Path]) -> None:
-    with pytest.raises(MergeError, match="overlaps the input"):
+    with pytest.raises(OutputError, match="overlaps the input"):
         merge_models(list(pair), "soup", pair[0], overwrite=True, show_progress=False)
-    with pytest.raises(MergeError, match="overlaps the input"):
+    with pytest.raises(OutputError, match="overlaps the input"):
         merge_models(list(pair), "soup", pair[1] / "merged", show_progress=False)
     assert not (pair[1] / "merged").exists()
 

@@ -306,3 +306,12 @@ def test_lora_adapter_is_merged_into_its_base_first(tiny_model_path: str, tmp_pa
     name = "encoder.layer.0.attention.self.query.weight"
     torch.testing.assert_close(merged[name], expected[name], rtol=0, atol=1e-6)
     assert not torch.equal(merged[name], read_weights(base_dir)[name])
+
+
+def test_slerp_of_antiparallel_tensors_is_lerp() -> None:
+    """sin θ vanishes at θ = π as well as at 0: anti-parallel inputs must take the lerp fallback."""
+    from hf_unified_embed.merge.methods.slerp import slerp
+
+    v = torch.randn(64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    torch.testing.assert_close(slerp(0.25, v, -v), torch.lerp(v, -v, 0.25))
+    torch.testing.assert_close(slerp(0.25, v, 2 * v), torch.lerp(v, 2 * v, 0.25))

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if shard is not None:
         return _encode_shard(args, shard, shard_dir)
 
-    from hf_unified_embed.data.readers import looks_local
+    from hf_unified_embed.locations import looks_local
     from hf_unified_embed.outputs import StagedOutput
 
     # Dataset, plan and plots appear together or not at all. The stage exists before the teacher

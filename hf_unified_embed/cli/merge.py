@@ -6,14 +6,18 @@ Either a YAML recipe (see :mod:`hf_unified_embed.merge.config`) or flags for the
     hf-unified-embed merge --method soup --models run-1 run-2 run-3 -o soup-out
     hf-unified-embed merge --method slerp --models a b --t 0.3 -o slerp-out
     hf-unified-embed merge --method task_arithmetic --models a b --base base --weights 0.6 0.4 -o ta-out
+    hf-unified-embed merge --method my_pkg.methods:MyMethod --models a b --param alpha=0.3 -o mine
 
-Flags given together with a YAML file override its values.
+Flags given together with a YAML file override its values; ``--param NAME=VALUE`` sets any method
+parameter (the value is read as YAML: ``0.3``, ``[0.2, 0.8]``, ``true``).
 """
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
+
+import yaml
 
 from hf_unified_embed.errors import UsageError
 from hf_unified_embed.yaml_files import read_yaml_mapping
@@ -22,11 +26,11 @@ from hf_unified_embed.yaml_files import read_yaml_mapping
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "merge",
-        help="merge checkpoints (soup, slerp, task_arithmetic, CoDiEmb hierarchical) into a new model folder",
+        help="merge checkpoints (soups, SLERP, task arithmetic, CoDiEmb hierarchical, …) into a new model folder",
         description="Stream-merge model folders of one architecture into a new sentence-transformers folder with a card.",
     )
     parser.add_argument("config", nargs="?", help="YAML merge recipe")
-    parser.add_argument("--method", help="soup, slerp, task_arithmetic or hierarchical")
+    parser.add_argument("--method", help="a registered method name, or package.module:ClassName for your own")
     parser.add_argument("--models", nargs="+", metavar="PATH", help="input model folders")
     parser.add_argument("-o", "--output-dir", help="folder to create")
     parser.add_argument("--weights", nargs="+", type=float, help="per-model weights (soup, task_arithmetic)")
@@ -34,6 +38,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--t", nargs="+", type=float, help="slerp: one t, or a list interpolated over the layers")
     parser.add_argument("--base", help="task_arithmetic / hierarchical: the base model")
     parser.add_argument("--temperature", type=float, help="hierarchical: τ of CoDiEmb Eq. 11")
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="any method parameter, the value read as YAML (repeatable)",
+    )
     parser.add_argument(
         "--reference", help="input (index or path) whose config, tokenizer and non-float tensors are used"
     )
@@ -47,6 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _recipe(args: argparse.Namespace) -> dict[str, Any]:
     data = read_yaml_mapping(args.config, UsageError) if args.config else {}
+    if not isinstance(data.get("parameters") or {}, dict):
+        raise UsageError(f"{args.config}: parameters must be a mapping of the method's parameters")
     parameters = dict(data.get("parameters") or {})
     for flag, key in (
         ("weights", "weights"),
@@ -58,6 +71,14 @@ def _recipe(args: argparse.Namespace) -> dict[str, Any]:
             parameters[key] = getattr(args, flag)
     if args.t is not None:
         parameters["t"] = args.t[0] if len(args.t) == 1 else args.t
+    for item in args.param:
+        name, separator, value = item.partition("=")
+        if not separator or not name.strip():
+            raise UsageError(f"--param {item!r}: expected NAME=VALUE")
+        try:
+            parameters[name.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as error:
+            raise UsageError(f"--param {item!r}: the value is not YAML: {error}") from error
     if parameters:
         data["parameters"] = parameters
     overrides = {

@@ -20,9 +20,9 @@ from huggingface_hub import DatasetCard, DatasetCardData
 
 from hf_unified_embed.cards import render_template
 from hf_unified_embed.data.layout_check import check_layout, check_shard_schemas, read_card, unified_tasks
-from hf_unified_embed.data.readers import looks_local
 from hf_unified_embed.data.recipe import SourceSpec
 from hf_unified_embed.errors import InputError
+from hf_unified_embed.locations import looks_local
 from hf_unified_embed.naming import ALL_CONFIG, check_split_name, check_task_name
 from hf_unified_embed.outputs import StagedOutput
 from hf_unified_embed.schema import UNIFIED_FEATURES, validate_unified

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hf_unified_embed.data.registry import SourceFormatError
+from hf_unified_embed.locations import looks_local
 
 Quoting = Literal[0, 1, 2, 3]  # csv.QUOTE_MINIMAL, QUOTE_ALL, QUOTE_NONNUMERIC, QUOTE_NONE
 
@@ -49,21 +50,6 @@ def resolve_files(data_files: str | Path | Sequence[str | Path], base_dir: Path 
             )
         files.extend(Path(match) for match in matches)
     return files
-
-
-def looks_local(name: str | Path, base_dir: Path | None = None) -> bool:
-    """Whether ``name`` names a local path rather than a Hub dataset id (``name`` or ``owner/name``).
-
-    A ``Path``, a name starting with ``.``, ``/`` or ``~``, one with more than one ``/`` and one whose
-    first part exists (relative to ``base_dir``, else the working folder) are local; such a name is never
-    looked up on the Hub, so a typo in a local path is reported as a missing path.
-    """
-    if isinstance(name, Path):
-        return True
-    if name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1:
-        return True
-    base = base_dir or Path()
-    return (base / name).exists() or (base / name.split("/", 1)[0]).exists()
 
 
 def resolve_inputs(

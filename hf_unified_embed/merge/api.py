@@ -6,10 +6,13 @@ Order of work (so that a bad input never leaves anything behind):
 2. every input is opened (headers only) and compared with the reference — architecture, vocabulary,
    tensor names, shapes, dtypes; truncated safetensors fail here;
 3. the method's preparation runs (the delta norms of ``hierarchical``);
-4. tensors stream one name at a time into a hidden staging folder beside the output: floating-point
-   tensors are merged (inputs and result checked for NaN/inf), others are copied from the reference;
+4. tensors stream one name at a time into a staging folder beside the output
+   (:class:`hf_unified_embed.outputs.StagedOutput`): floating-point tensors are merged (inputs and
+   result checked for NaN/inf), others are copied from the reference;
 5. non-weight files of the reference, ``merge_config.yaml`` and the card are added, and the staging
-   folder is renamed to the output. Any error removes the staging folder.
+   folder is renamed to the output. Any error removes the staging folder; one left by a killed run
+   is removed by the next run for the same output. LoRA inputs are merged into their base inside
+   the staging folder's scratch space.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,7 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-from hf_unified_embed.errors import MergeError, OutputExistsError
+from hf_unified_embed.errors import InputNotFoundError, MergeError
 from hf_unified_embed.merge.card import write_merge_card
 from hf_unified_embed.merge.checks import all_finite, check_compatible, check_finite, is_mergeable
 from hf_unified_embed.merge.config import DEFAULT_MAX_SHARD_SIZE, CardConfig, MergeConfig, ModelSpec
@@ -34,6 +36,8 @@ from hf_unified_embed.merge.layers import group_tensor_names
 from hf_unified_embed.merge.loader import LazyCheckpoint
 from hf_unified_embed.merge.methods import MergeMethod, get_merge_method
 from hf_unified_embed.merge.writer import ShardedSafetensorsWriter
+from hf_unified_embed.outputs import StagedOutput
+from hf_unified_embed.redaction import redact
 
 logger = logging.getLogger(__name__)
 
@@ -100,57 +104,39 @@ def run_merge(config: MergeConfig, show_progress: bool = True) -> Path:
     method = get_merge_method(config.method).from_params([spec.path for spec in config.models], config.parameters)
     specs = config.models or [ModelSpec(path) for path in method.models]
     inputs = method.input_paths()
+    for path in inputs:
+        if not path.exists():
+            raise InputNotFoundError(f"input model {path} does not exist")
     output_dir = config.output_dir
-    _check_output_dir(output_dir, inputs, config.overwrite)
     reference_path = _reference_path(config.reference, specs, method, inputs)
 
-    with tempfile.TemporaryDirectory(prefix="hf-unified-embed-lora-") as scratch:
-        checkpoints = {path: LazyCheckpoint(path, Path(scratch)) for path in inputs}
+    with StagedOutput(output_dir, overwrite=config.overwrite, inputs=inputs) as stage:
+        checkpoints = {path: LazyCheckpoint(path, stage.scratch) for path in inputs}
         reference = checkpoints[reference_path]
         check_compatible(reference, [checkpoints[path] for path in inputs])
         groups = group_tensor_names(reference.names)
         method.prepare(checkpoints, groups)
 
-        output_dir.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
-        staging.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary model folder
-        try:
-            recipe = {
+        recipe = redact(
+            {
                 **method.recipe(),
+                "method": config.method,
                 "models": [spec.card_id for spec in specs],
                 "reference": str(reference_path),
             }
-            _write_weights(method, checkpoints, reference, groups, staging, config, recipe, show_progress)
-            for relative, source in reference.support_files().items():
-                (staging / relative).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source, staging / relative)
-            (staging / RECIPE_FILE).write_text(
-                yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True), encoding="utf-8"
-            )
-            if config.write_card:
-                model_id = config.card.model_name or output_dir.name
-                write_merge_card(staging, method, specs, reference, groups, recipe, config.card, model_id)
-            _replace_dir(staging, output_dir)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+        )
+        _write_weights(method, checkpoints, reference, groups, stage.path, config, recipe, show_progress)
+        for relative, source in reference.support_files().items():
+            (stage.path / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, stage.path / relative)
+        (stage.path / RECIPE_FILE).write_text(
+            yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True), encoding="utf-8"
+        )
+        if config.write_card:
+            model_id = config.card.model_name or output_dir.name
+            write_merge_card(stage.path, method, specs, reference, groups, recipe, config.card, model_id)
     logger.info("Merged %d models with %s into %s", len(method.models), method.name, output_dir)
     return output_dir
-
-
-def _check_output_dir(output_dir: Path, inputs: Sequence[Path], overwrite: bool) -> None:
-    target = output_dir.resolve()
-    for path in inputs:
-        source = path.resolve()
-        if target == source or source in target.parents or target in source.parents:
-            raise MergeError(f"output_dir {output_dir} overlaps the input {path}; inputs are never overwritten")
-    if output_dir.exists():
-        if not output_dir.is_dir():
-            raise MergeError(f"output_dir {output_dir} exists and is not a folder")
-        if any(output_dir.iterdir()) and not overwrite:
-            raise OutputExistsError(
-                f"output_dir {output_dir} is not empty (pass overwrite=True / --overwrite to replace it)"
-            )
 
 
 def _reference_path(
@@ -210,14 +196,3 @@ def _write_weights(
             bar.update()
     for writer in writers.values():
         writer.close()
-
-
-def _replace_dir(staging: Path, output_dir: Path) -> None:
-    """Rename the finished staging folder to the output; an old output is moved aside first, then deleted."""
-    if output_dir.exists():
-        trash = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=output_dir.parent))
-        output_dir.rename(trash / "old")
-        staging.rename(output_dir)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        staging.rename(output_dir)

@@ -18,17 +18,10 @@ from hf_unified_embed.cards import render_template
 from hf_unified_embed.merge.checks import is_mergeable
 from hf_unified_embed.merge.config import CardConfig, ModelSpec
 from hf_unified_embed.merge.loader import LazyCheckpoint
-from hf_unified_embed.merge.methods import Hierarchical, MergeMethod
+from hf_unified_embed.merge.methods import MergeMethod
+from hf_unified_embed.redaction import redact
 
 TEMPLATE = "merged_model_card.md.j2"
-HEATMAP_FILE = "delta_heatmap.png"
-
-_DESCRIPTIONS = {
-    "soup": "a weighted average of whole checkpoints, Model Soups",
-    "slerp": "spherical linear interpolation between two checkpoints",
-    "task_arithmetic": "the base model plus weighted task vectors",
-    "hierarchical": "CoDiEmb's delta-guided fusion of an IR soup and an STS soup, one weight per layer",
-}
 
 
 def _link(model_id: str) -> str:
@@ -45,21 +38,17 @@ def render_merge_card(
     recipe: Mapping[str, Any],
     card: CardConfig,
     model_id: str,
-    heatmap: str | None = None,
+    extra_section: str | None = None,
 ) -> str:
     ids = {spec.path: spec.card_id for spec in specs}
-    roles: dict[Path, list[str]] = {}
-    if isinstance(method, Hierarchical):
-        for field_name in ("ir_models", "sts_models"):
-            for path in getattr(method, field_name):
-                roles.setdefault(Path(path), []).append(f"{field_name[:-7].upper()} soup")
+    roles = method.input_roles()
     inputs = [
         {"link": _link(ids.get(path, str(path))), "role": ", ".join(roles.get(path, []))} for path in method.models
     ]
     extra_inputs = [
-        {"link": _link(ids.get(path, str(path))), "role": role}
-        for role in ("base", "ir_specialist", "sts_specialist")
-        if (path := getattr(method, role, None)) is not None and path not in method.models
+        {"link": _link(ids.get(path, str(path))), "role": ", ".join(roles.get(path, []))}
+        for path in method.input_paths()
+        if path not in method.models
     ]
     weights = method.group_weights(groups)
     columns = list(next(iter(weights.values()))) if weights else []
@@ -91,18 +80,18 @@ def render_merge_card(
         metadata["model-index"] = eval_results_to_model_index(model_id, results)
     return render_template(
         TEMPLATE,
-        metadata=metadata,
+        metadata=redact(metadata),
         title=f"{model_id} ({method.name} merge)",
         method=method.name,
-        method_description=_DESCRIPTIONS.get(method.name, method.name),
+        method_description=method.description or method.name,
+        citation=method.citation,
         inputs=inputs,
         extra_inputs=extra_inputs,
         reference=_link(str(recipe.get("reference", reference.path))),
-        recipe=dict(recipe),
+        recipe=redact(dict(recipe)),
         weight_columns=columns,
         layer_rows=rows,
-        heatmap=heatmap,
-        temperature=getattr(method, "temperature", None),
+        extra_section=extra_section,
         evaluation_results=[vars(result) for result in results],
         model_id=model_id,
     )
@@ -118,12 +107,9 @@ def write_merge_card(
     card: CardConfig,
     model_id: str,
 ) -> Path:
-    """Write README.md (and the delta heatmap of a hierarchical merge) into ``directory``."""
-    heatmap = None
-    if isinstance(method, Hierarchical) and method.report is not None:
-        method.report.plot(directory / HEATMAP_FILE, title="Layer-wise deviation of the IR and STS specialists")
-        heatmap = HEATMAP_FILE
-    text = render_merge_card(method, specs, reference, groups, recipe, card, model_id, heatmap)
+    """Write README.md (and the method's extra card material, such as a plot) into ``directory``."""
+    extra_section = method.card_section(directory)
+    text = render_merge_card(method, specs, reference, groups, recipe, card, model_id, extra_section)
     path = directory / "README.md"
     path.write_text(text, encoding="utf-8")
     return path

@@ -62,7 +62,12 @@ class ModelSpec:
             return cls(Path(entry))
         if isinstance(entry, ModelSpec):
             return entry
-        if isinstance(entry, Mapping) and "path" in entry and set(entry) <= {"path", "id"}:
+        if (
+            isinstance(entry, Mapping)
+            and isinstance(entry.get("path"), str)
+            and set(entry) <= {"path", "id"}
+            and isinstance(entry.get("id"), (str, type(None)))
+        ):
             return cls(Path(entry["path"]), entry.get("id"))
         raise MergeError(f"{where}: expected a path or {{path: ..., id: ...}}, got {entry!r}")
 
@@ -121,15 +126,26 @@ class MergeConfig:
     card: CardConfig = dataclasses.field(default_factory=CardConfig)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.models, (list, tuple)):
+            raise MergeError(f"models: expected a list of model folders, got {self.models!r}")
         self.models = [ModelSpec.parse(entry, f"models[{index}]") for index, entry in enumerate(self.models)]
+        if not isinstance(self.output_dir, (str, Path)) or not str(self.output_dir):
+            raise MergeError(f"output_dir: expected a folder path, got {self.output_dir!r}")
         self.output_dir = Path(self.output_dir)
+        if not isinstance(self.parameters, Mapping):
+            raise MergeError(f"parameters: expected a mapping of the method's parameters, got {self.parameters!r}")
         get_merge_method(self.method)
         try:
             parse_size(self.max_shard_size)
         except ValueError as error:
             raise MergeError(str(error)) from error
         if isinstance(self.card, Mapping):
+            card_keys = {field.name for field in dataclasses.fields(CardConfig)}
+            if unknown := sorted(set(self.card) - card_keys):
+                raise MergeError(f"unknown key card.{unknown[0]}; known: {', '.join(sorted(card_keys))}")
             self.card = CardConfig(**self.card)
+        elif not isinstance(self.card, CardConfig):
+            raise MergeError(f"card: expected a mapping of card options, got {self.card!r}")
         if isinstance(self.reference, int) and not 0 <= self.reference < len(self.models):
             raise MergeError(f"reference: index {self.reference} is out of range for {len(self.models)} models")
 
@@ -140,18 +156,16 @@ class MergeConfig:
         known = {field.name for field in dataclasses.fields(cls)}
         if unknown := sorted(set(data) - known):
             raise MergeError(f"{source}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(known))}")
-        for required in ("models", "method", "output_dir"):
-            if required not in data and not (required == "models" and data.get("method") == "hierarchical"):
+        for required in ("method", "output_dir"):
+            if required not in data:
                 raise MergeError(f"{source}: missing key {required!r}")
+        if "models" not in data and not get_merge_method(data["method"]).models_optional:
+            raise MergeError(f"{source}: missing key 'models'")
         values = dict(data)
         values.setdefault("models", [])
-        if isinstance(values.get("card"), Mapping):
-            card_keys = {field.name for field in dataclasses.fields(CardConfig)}
-            if unknown := sorted(set(values["card"]) - card_keys):
-                raise MergeError(f"{source}: unknown key card.{unknown[0]}; known: {', '.join(sorted(card_keys))}")
         try:
             return cls(**values)
-        except TypeError as error:
+        except MergeError as error:
             raise MergeError(f"{source}: {error}") from error
 
     @classmethod

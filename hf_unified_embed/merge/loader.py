@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import torch
 from safetensors import SafetensorError, safe_open
 
-from hf_unified_embed.errors import MergeError
+from hf_unified_embed.errors import InputNotFoundError, MergeError
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +154,14 @@ class _TorchBinFile:
         return self._state[key].clone()
 
 
+def _read_json(path: Path) -> Any:
+    """A JSON file of an input folder; a broken one is the input's fault, named in the error."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise MergeError(f"{path}: not valid JSON: {error}") from error
+
+
 def _open_weight_files(directory: Path) -> list[_TensorFile]:
     """The weight files of one folder, preferring safetensors over .bin as transformers does."""
     for index_name, opener in ((SAFETENSORS_INDEX, _SafetensorsFile), (TORCH_INDEX, _TorchBinFile)):
@@ -186,7 +194,10 @@ def _merge_lora_adapter(adapter_dir: Path, scratch_dir: Path) -> Path:
     from peft import PeftConfig, PeftModel
     from transformers import AutoModel
 
-    config = PeftConfig.from_pretrained(str(adapter_dir))
+    try:
+        config = PeftConfig.from_pretrained(str(adapter_dir))
+    except (ValueError, OSError, TypeError) as error:
+        raise MergeError(f"{adapter_dir / ADAPTER_CONFIG}: not a readable PEFT adapter config: {error}") from error
     base_path = config.base_model_name_or_path
     if not base_path or not Path(base_path).is_dir():
         raise MergeError(
@@ -211,6 +222,8 @@ class LazyCheckpoint:
 
     def __init__(self, path: str | Path, scratch_dir: Path | None = None) -> None:
         self.path = Path(path)
+        if not self.path.exists():
+            raise InputNotFoundError(f"input model {self.path} does not exist")
         if not self.path.is_dir():
             raise MergeError(f"{self.path}: not a model folder")
         self.adapter_base: Path | None = None
@@ -222,9 +235,7 @@ class LazyCheckpoint:
                 if scratch_dir is None:
                     raise MergeError(f"{directory}: a LoRA adapter folder needs a scratch folder to merge into")
                 merged_dir = _merge_lora_adapter(directory, scratch_dir)
-                self.adapter_base = Path(
-                    json.loads((directory / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
-                )
+                self.adapter_base = Path(_read_json(directory / ADAPTER_CONFIG)["base_model_name_or_path"])
                 # Files of the base (config.json…) come first so that the adapter folder's own files win.
                 self._support_dirs.append((prefix, self.adapter_base))
                 files = _open_weight_files(merged_dir)
@@ -288,12 +299,12 @@ class LazyCheckpoint:
         for _, directory in self._support_dirs:
             config_file = directory / "config.json"
             if config_file.is_file():
-                config = json.loads(config_file.read_text(encoding="utf-8"))
+                config = _read_json(config_file)
                 signature["model_type"] = config.get("model_type")
                 signature["architectures"] = config.get("architectures")
             modules_file = directory / "modules.json"
             if modules_file.is_file():
-                modules = json.loads(modules_file.read_text(encoding="utf-8"))
+                modules = _read_json(modules_file)
                 # The class path moved between sentence-transformers versions; the class name did not.
                 signature["modules"] = [
                     (m.get("path", ""), str(m.get("type", "")).rsplit(".", 1)[-1]) for m in modules
@@ -308,7 +319,7 @@ class LazyCheckpoint:
             if name in files:
                 fingerprint[name] = hashlib.sha256(files[name].read_bytes()).hexdigest()
         if "tokenizer.json" in files and not fingerprint:  # parsing it is slow; plain vocab files suffice
-            model = json.loads(files["tokenizer.json"].read_text(encoding="utf-8")).get("model", {})
+            model = _read_json(files["tokenizer.json"]).get("model", {})
             fingerprint["tokenizer.json"] = hashlib.sha256(
                 json.dumps(model.get("vocab"), sort_keys=True).encode()
             ).hexdigest()

@@ -10,8 +10,9 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from hf_unified_embed.data.hub_layout import load_unified, read_card, source_notes, write_unified
-from hf_unified_embed.data.readers import decoding_error, first_undecodable_byte, looks_local
+from hf_unified_embed.data.readers import decoding_error, first_undecodable_byte
 from hf_unified_embed.errors import InputNotFoundError, SourceFormatError
+from hf_unified_embed.locations import looks_local
 from hf_unified_embed.negatives.config import HardNegativeConfig
 from hf_unified_embed.negatives.miner import ExternalCorpus, MiningResult, mine_hard_negatives
 from hf_unified_embed.outputs import StagedOutput

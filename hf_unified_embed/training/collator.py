@@ -111,7 +111,8 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
             losses: The loss per task (see :func:`~hf_unified_embed.training.losses_for_tasks`).
             negatives_per_query: K− for contrastive tasks, one number or one per task.
             seed: Seed of the per-epoch draws.
-            prompts: Defaults to :func:`prompts_from_unified` of ``dataset_dict``; ``{}`` for none.
+            prompts: Defaults to :func:`prompts_from_unified` of ``dataset_dict`` with the model's
+                tokenizer (prompt boundaries checked); ``{}`` for none.
         """
         return cls(
             preprocess_fn=model.preprocess,
@@ -119,7 +120,9 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
             seed=seed,
             prompts={
                 task: dict(columns)
-                for task, columns in (prompts_from_unified(dataset_dict) if prompts is None else prompts).items()
+                for task, columns in (
+                    prompts_from_unified(dataset_dict, model.tokenizer) if prompts is None else prompts
+                ).items()
             },
         )
 

@@ -4,12 +4,19 @@ A method is a small dataclass whose fields are its parameters. The merge driver
 (:func:`hf_unified_embed.merge.api.run_merge`) validates the inputs, then asks the method for one
 tensor at a time; the method pulls the input tensors it needs through a ``read(path)`` callable, so
 a linear method holds one input tensor plus a float64 accumulator, whatever the number of inputs.
+
+A method also describes itself, so that the card, the config reader and the CLI name no method:
+its ``description`` and ``citation`` (card text), the roles of its inputs (:meth:`MergeMethod.input_roles`),
+whether ``models`` may be left out of a config (``models_optional``) and extra card material
+(:meth:`MergeMethod.card_section`, e.g. a plot). A method written in the user's own module is named
+``package.module:ClassName`` wherever a method name is accepted (:func:`get_merge_method`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -19,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import torch
 
 from hf_unified_embed.errors import MergeError
+from hf_unified_embed.plugins import import_object, is_import_path
 
 if TYPE_CHECKING:
     from hf_unified_embed.merge.loader import LazyCheckpoint
@@ -36,9 +44,19 @@ class MergeMethod(ABC):
 
     Args:
         models: the checkpoints being merged, in the user's order.
+
+    Class attributes (what the card and the config reader ask of a method):
+        name: the registry name, used in the card's tags and title.
+        description: one line for the card ("a weighted average of whole checkpoints, Model Soups").
+        citation: BibTeX of the method's paper for the card, or ``None``.
+        models_optional: the method can name its inputs through its own parameters, so a config
+            may leave ``models`` out.
     """
 
     name: ClassVar[str]
+    description: ClassVar[str] = ""
+    citation: ClassVar[str | None] = None
+    models_optional: ClassVar[bool] = False
     models: list[Path]
 
     def __post_init__(self) -> None:
@@ -55,11 +73,29 @@ class MergeMethod(ABC):
             raise MergeError(
                 f"method {cls.name!r} has no parameter {unknown[0]!r}; its parameters: {', '.join(known)}"
             )
-        return cls(models=[Path(model) for model in models], **params)
+        try:
+            return cls(models=[Path(model) for model in models], **params)
+        except TypeError as error:  # a parameter of the wrong type (a number where a path is expected…)
+            raise MergeError(f"method {cls.name!r}: invalid parameter value: {error}") from error
 
     def input_paths(self) -> list[Path]:
         """Every checkpoint this method reads (models first, then bases and specialists)."""
         return list(self.models)
+
+    def input_roles(self) -> dict[Path, list[str]]:
+        """What each input is for, as the card lists it: ``{path: ["IR soup"]}``, ``{base: ["base"]}``.
+
+        Inputs that are read but not merged (a base, specialists) appear here and in
+        :meth:`input_paths`, not in ``models``. The default gives the merged models no role.
+        """
+        return {path: [] for path in self.models}
+
+    def card_section(self, directory: Path) -> str | None:
+        """Markdown added to the card after the per-layer table (``None``: nothing).
+
+        Files it refers to (plots) are written into ``directory``, the model folder being built.
+        """
+        return None
 
     def prepare(self, checkpoints: Mapping[Path, LazyCheckpoint], groups: LayerGroups) -> None:  # noqa: B027
         """Work done once before the stream, after the inputs were checked (optional)."""
@@ -172,7 +208,19 @@ def register_merge_method(cls: MethodT) -> MethodT:
 
 
 def get_merge_method(name: str) -> type[MergeMethod]:
-    try:
+    """A registered method by name, or a user's ``package.module:ClassName`` (a :class:`MergeMethod` subclass)."""
+    if not isinstance(name, str):
+        raise MergeError(f"method must be a name, got {name!r}")
+    if name in MERGE_METHODS:
         return MERGE_METHODS[name]
-    except KeyError:
-        raise MergeError(f"unknown merge method {name!r}; available: {', '.join(sorted(MERGE_METHODS))}") from None
+    if not is_import_path(name):
+        raise MergeError(
+            f"unknown merge method {name!r}; available: {', '.join(sorted(MERGE_METHODS))} "
+            "or 'package.module:ClassName' for your own"
+        )
+    method = import_object(name, MergeError, "merge method")
+    if not (isinstance(method, type) and issubclass(method, MergeMethod)) or inspect.isabstract(method):
+        raise MergeError(f"merge method {name!r} is not a concrete subclass of hf_unified_embed.merge.MergeMethod")
+    if not isinstance(getattr(method, "name", None), str):
+        raise MergeError(f"merge method {name!r} has no class attribute 'name' (the name its card shows)")
+    return method

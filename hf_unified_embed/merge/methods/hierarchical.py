@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from hf_unified_embed.merge.loader import LazyCheckpoint
 
 IR, STS = "IR", "STS"
+HEATMAP_FILE = "delta_heatmap.png"
 
 
 def fusion_weights(delta_ir: float, delta_sts: float, temperature: float) -> float:
@@ -56,6 +57,14 @@ class Hierarchical(LinearMergeMethod):
     """
 
     name = "hierarchical"
+    description = "CoDiEmb's delta-guided fusion of an IR soup and an STS soup, one weight per layer"
+    citation = """@misc{zhang2025codiemb,
+    title={CoDiEmb: A Collaborative yet Distinct Framework for Unified Representation Learning in Information Retrieval and Semantic Textual Similarity},
+    author={Bowen Zhang and Zixin Song and Chunquan Chen and Qian-Wen Zhang and Di Yin and Xing Sun},
+    year={2025},
+    url={https://github.com/TencentCloudADP/youtu-embedding},
+}"""
+    models_optional = True  # ir_models + sts_models name the inputs
     ir_models: list[Path | int] = dataclasses.field(default_factory=list)
     sts_models: list[Path | int] = dataclasses.field(default_factory=list)
     base: Path | None = None
@@ -119,6 +128,34 @@ class Hierarchical(LinearMergeMethod):
     def input_paths(self) -> list[Path]:
         extra = [self.base, self.ir_specialist, self.sts_specialist] if self.deltas is None else []
         return list(dict.fromkeys([*self.models, *(path for path in extra if path is not None)]))
+
+    def input_roles(self) -> dict[Path, list[str]]:
+        roles = super().input_roles()
+        for label, members in (("IR soup", self.ir_models), ("STS soup", self.sts_models)):
+            for model in members:
+                roles[Path(str(model))].append(label)
+        if self.deltas is None:
+            for label, path in (
+                ("base", self.base),
+                ("IR specialist", self.ir_specialist),
+                ("STS specialist", self.sts_specialist),
+            ):
+                assert path is not None
+                roles.setdefault(path, []).append(label)
+        return roles
+
+    def card_section(self, directory: Path) -> str | None:
+        if self.report is None:
+            return None
+        self.report.plot(directory / HEATMAP_FILE, title="Layer-wise deviation of the IR and STS specialists")
+        return (
+            "### Layer-wise deviation of the specialists\n\n"
+            f"![Layer-wise parameter deviation]({HEATMAP_FILE})\n\n"
+            "L2 norm of each layer's deviation from the base model in the IR-only and the STS-only specialist\n"
+            "(CoDiEmb, Figure 4). The fusion weight of layer *l* is "
+            "w_IR = exp(δ_IR/τ) / (exp(δ_IR/τ) + exp(δ_STS/τ)), "
+            f"τ = {self.temperature} (CoDiEmb Eq. 11).\n"
+        )
 
     def prepare(self, checkpoints: Mapping[Path, LazyCheckpoint], groups: LayerGroups) -> None:
         if self.deltas is None:

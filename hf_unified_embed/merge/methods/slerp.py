@@ -54,6 +54,7 @@ class Slerp(MergeMethod):
     """
 
     name = "slerp"
+    description = "spherical linear interpolation between two checkpoints"
     t: float | list[float] | dict[str, float] = 0.5
 
     def __post_init__(self) -> None:

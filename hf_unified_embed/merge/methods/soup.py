@@ -26,6 +26,14 @@ class Soup(LinearMergeMethod):
     """
 
     name = "soup"
+    description = "a weighted average of whole checkpoints, Model Soups"
+    citation = """@inproceedings{wortsman2022soups,
+    title={Model soups: averaging weights of multiple fine-tuned models improves accuracy without increasing inference time},
+    author={Wortsman, Mitchell and Ilharco, Gabriel and Gadre, Samir Yitzhak and Roelofs, Rebecca and Gontijo-Lopes, Raphael and Morcos, Ari S. and Namkoong, Hongseok and Farhadi, Ali and Carmon, Yair and Kornblith, Simon and Schmidt, Ludwig},
+    booktitle={International Conference on Machine Learning},
+    year={2022},
+    url={https://arxiv.org/abs/2203.05482},
+}"""
     weights: list[float] | None = None
     normalize: bool = False
 

@@ -25,6 +25,14 @@ class TaskArithmetic(LinearMergeMethod):
     """
 
     name = "task_arithmetic"
+    description = "the base model plus weighted task vectors"
+    citation = """@inproceedings{ilharco2023editing,
+    title={Editing Models with Task Arithmetic},
+    author={Ilharco, Gabriel and Ribeiro, Marco Tulio and Wortsman, Mitchell and Gururangan, Suchin and Schmidt, Ludwig and Hajishirzi, Hannaneh and Farhadi, Ali},
+    booktitle={International Conference on Learning Representations},
+    year={2023},
+    url={https://arxiv.org/abs/2212.04089},
+}"""
     base: Path | None = None
     weights: list[float] | None = None
 
@@ -42,6 +50,12 @@ class TaskArithmetic(LinearMergeMethod):
     def input_paths(self) -> list[Path]:
         assert self.base is not None
         return [*self.models, *([self.base] if self.base not in self.models else [])]
+
+    def input_roles(self) -> dict[Path, list[str]]:
+        assert self.base is not None
+        roles = super().input_roles()
+        roles.setdefault(self.base, []).append("base")
+        return roles
 
     def coefficients(self, group: str) -> dict[Path, float]:
         # θ_base + Σ λᵢ(θᵢ − θ_base) rewritten as (1 − Σλᵢ)·θ_base + Σ λᵢθᵢ: each input is read once.
