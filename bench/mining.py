@@ -239,26 +239,29 @@ def quality(args: argparse.Namespace, scratch: Path) -> None:
     recipe = training_sources(args.data_root)
     recipe["sources"] = [source for source in recipe["sources"] if source["task_type"] == "retrieval"]
     own = build_unified(recipe)
-    teacher = load_model("minilm", scratch)
+    teacher = load_model(args.model, scratch)
     mined = mine_hard_negatives(
         own, teacher, HardNegativeConfig(num_negatives=args.negatives), scratch_dir=scratch
     ).tasks
     suite = load_suite(REPO / "examples" / "suites" / "shared.yaml", data_root=args.data_root)
-    print(f"{'negatives':<10} {'MS MARCO nDCG@10':>17} {'TrecQA MAP':>11}")
+    print(
+        f"{'negatives':<10} {'MS MARCO nDCG@10':>17} {'TrecQA MAP':>11}  (model {args.model}, {args.max_steps} steps)"
+    )
     for name, tasks in (("own", own), ("mined", mined)):
-        model = train_minilm(tasks, MultiPositiveInfoNCELoss, CurriculumBatchSampler, args, scratch / name)
-        results = run_suite(model, suite).to_dict()["results"]
+        model = train_model(tasks, MultiPositiveInfoNCELoss, CurriculumBatchSampler, args, scratch / name)
+        results = run_suite(model, suite, diagnostics=False, show_progress_bar=False).to_dict()["results"]
         ndcg = pick_metric(results["msmarco-dl"]["metrics"], r"(cosine_)?ndcg@10", "msmarco-dl")
         trec = pick_metric(results["trecqa-test"]["metrics"], r"(cosine_)?map", "trecqa-test")
         print(f"{name:<10} {ndcg:>17.4f} {trec:>11.4f}", flush=True)
 
 
-def train_minilm(tasks: Any, loss: Any, sampler: Any, args: argparse.Namespace, output: Path) -> Any:
+def train_model(tasks: Any, loss: Any, sampler: Any, args: argparse.Namespace, output: Path) -> Any:
+    """One ordinary trainer run of `args.model` on `tasks` (the device: cuda when there is one)."""
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 
     from hf_unified_embed.training import UnifiedDataCollator, losses_for_tasks
 
-    model = load_model("minilm", output)
+    model = load_model(args.model, output)
     losses = losses_for_tasks(model, tasks, {"retrieval": loss})
     collator = UnifiedDataCollator.for_losses(
         model, tasks, losses, negatives_per_query=args.negatives, seed=args.seed, prompts={}
@@ -291,7 +294,9 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("compare", "scale", "quality"))
-    parser.add_argument("--model", default="static", help="static (default), minilm, or a model path")
+    parser.add_argument(
+        "--model", help="static, minilm or a model path (default: static; quality: minilm, teacher and student)"
+    )
     parser.add_argument("--corpus", type=int, default=100_000, help="compare: corpus passages")
     parser.add_argument("--queries", type=int, default=10_000)
     parser.add_argument(
@@ -305,6 +310,7 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=200, help="quality: optimizer steps per run")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    args.model = args.model or ("minilm" if args.mode == "quality" else "static")
     with tempfile.TemporaryDirectory(prefix="bench-mining-") as folder:
         {"compare": compare, "scale": scale, "quality": quality}[args.mode](args, Path(folder))
 
