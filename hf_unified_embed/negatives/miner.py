@@ -324,7 +324,7 @@ def mine_hard_negatives(
     model: SentenceTransformer,
     config: HardNegativeConfig | None = None,
     *,
-    corpus: ExternalCorpus | Sequence[str] | None = None,
+    corpus: ExternalCorpus | Sequence[str] | pa.Array | None = None,
     cross_encoder: CrossEncoder | None = None,
     task_names: Sequence[str] | None = None,
     teacher_name: str | None = None,
