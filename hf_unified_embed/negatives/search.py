@@ -54,7 +54,7 @@ def search(
     *,
     pair_query: Tensor | None = None,
     pair_doc: Tensor | None = None,
-    corpus_block: int = 16_384,
+    corpus_block: int = 32_768,
 ) -> SearchResult:
     """Exact top-``k`` by cosine of ``queries`` (normalised, on the device to use) over ``corpus``.
 
