@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _curriculum_helpers import tiny_tasks
+from huggingface_hub import DatasetCard
 
 from hf_unified_embed.cli.main import main
 from hf_unified_embed.curriculum import CurriculumPlan
@@ -17,7 +18,8 @@ FAST = ["--iterations", "2000", "--n-samples", "4", "--batch-size", "8"]
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_unified(tiny_tasks(), tmp_path_factory.mktemp("unified") / "data")
+    notes = {"alpha": {"dataset": "org/alpha", "revision": "v1", "license": "MIT"}}
+    return save_unified(tiny_tasks(), tmp_path_factory.mktemp("unified") / "data", notes=notes)
 
 
 def test_curriculum_writes_dataset_plan_and_plots(data_dir: Path, tiny_model_path: str, tmp_path: Path) -> None:
@@ -34,6 +36,9 @@ def test_curriculum_writes_dataset_plan_and_plots(data_dir: Path, tiny_model_pat
         assert plan.task_statistics[task].rows == len(dataset)
         assert plan.task_statistics[task].difficulty_mean == pytest.approx(np.mean(dataset["difficulty"]), abs=1e-6)
     assert plan.representation["teacher"] == tiny_model_path
+    # The input card's sources (a Hub id, its revision, the license) carry over to the new folder.
+    notes = DatasetCard.load(out / "README.md").data.to_dict()["source_notes"]["alpha"]
+    assert (notes["dataset"], notes["revision"], notes["license"]) == ("org/alpha", "v1", "MIT")
     assert not list(tmp_path.glob(".curriculum*")), "no staging folder may be left behind"
 
     # A non-empty output is refused (exit 2) unless --overwrite; the input may never be the output.

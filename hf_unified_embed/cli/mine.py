@@ -49,7 +49,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--keep-query-text", action="store_true", help="keep documents identical to the query")
     parser.add_argument("--batch-size", type=int, default=64, help="encoding batch size")
     parser.add_argument("--query-block", type=int, default=2_048, help="queries searched together")
-    parser.add_argument("--corpus-block", type=int, default=16_384, help="documents scored per matmul")
+    parser.add_argument("--corpus-block", type=int, default=32_768, help="documents scored per matmul")
     parser.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="embeddings on disk")
     parser.add_argument("--device", help="torch device for the models and the search (default: the model's)")
     parser.set_defaults(func=run)

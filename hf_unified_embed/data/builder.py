@@ -124,7 +124,8 @@ def _guarded(rows: Iterable[SourceRow], spec: SourceSpec, files: Sequence[Path |
                 (
                     path
                     for path in files
-                    if isinstance(path, Path) and path.is_file() and first_undecodable_byte(path, error.encoding)
+                    # Not isinstance(path, Path): datasets swaps this module's `Path` while it generates.
+                    if not isinstance(path, str) and path.is_file() and first_undecodable_byte(path, error.encoding)
                 ),
                 None,
             )

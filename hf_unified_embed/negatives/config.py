@@ -33,7 +33,8 @@ class HardNegativeConfig:
         min_score: drop candidates scoring below this (too easy).
         drop_query_text: drop a document whose text equals the query.
         batch_size: encoding batch size.
-        query_block: queries searched together (memory: ``query_block × (k + corpus_block)`` scores).
+        query_block: queries searched together (memory: ``query_block × corpus_block`` float32 scores,
+            256 MiB with the defaults, whatever the corpus size).
         corpus_block: documents scored per matmul.
         dtype: how embeddings are stored on disk (``float16`` halves the disk traffic; scores are
             always computed in float32).
@@ -49,7 +50,7 @@ class HardNegativeConfig:
     drop_query_text: bool = True
     batch_size: int = 64
     query_block: int = 2_048
-    corpus_block: int = 16_384
+    corpus_block: int = 32_768
     dtype: EmbeddingDtype = "float32"
 
     def __post_init__(self) -> None:

@@ -14,7 +14,7 @@ the source's own), ``negative_scores`` and ``positive_scores`` from the same tea
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -90,6 +90,30 @@ def _teacher_to_unit(scores: np.ndarray, cross_encoder: bool) -> np.ndarray:
     return np.clip(unit, 0.0, 1.0).astype(np.float32)
 
 
+def _encoder(encode: Callable[..., np.ndarray], prompt: str, batch_size: int) -> Encoder:
+    """``texts -> normalised embeddings`` with the task's instruction as prompt (none when empty)."""
+    return partial(
+        encode,
+        prompt=prompt or None,
+        batch_size=batch_size,
+        normalize_embeddings=True,
+        convert_to_numpy=True,
+        show_progress_bar=False,
+    )
+
+
+def _padded_positives(pair_query: torch.Tensor, pair_doc: torch.Tensor, count: int) -> torch.Tensor:
+    """``(count, most positives)`` document ids of each query's positives, padded with -2 (never an id)."""
+    order = torch.argsort(pair_query, stable=True)
+    queries, documents = pair_query[order], pair_doc[order]
+    sizes = torch.bincount(queries, minlength=count)
+    starts = torch.cumsum(sizes, 0) - sizes
+    column = torch.arange(len(queries), device=queries.device) - starts[queries]
+    padded = torch.full((count, int(sizes.max()) if len(queries) else 0), -2, dtype=torch.long, device=queries.device)
+    padded[queries, column] = documents
+    return padded
+
+
 class _TaskMiner:
     """The state of mining one task: its distinct texts, embeddings, pairs and the per-query results."""
 
@@ -126,30 +150,15 @@ class _TaskMiner:
         found = pc.index_in(self.query_texts, value_set=self.document_texts)
         self.query_doc = np.asarray(found.fill_null(-1), dtype=np.int64)
 
-        encode = partial(
-            model.encode_query,
-            prompt=self.query_prompt or None,
-            batch_size=config.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
         self.queries = EmbeddingFile.encode(
             scratch / f"{task}.queries",
             self.query_texts,
-            encode,
+            _encoder(model.encode_query, self.query_prompt, config.batch_size),
             dtype=config.dtype,
             description="Encoding queries",
             show_progress_bar=show_progress_bar,
         )
-        encode_documents = partial(
-            model.encode_document,
-            prompt=self.document_prompt or None,
-            batch_size=config.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        encode_documents = _encoder(model.encode_document, self.document_prompt, config.batch_size)
         segments = []
         if external is not None and len(shared):
             segments.append(
@@ -245,9 +254,7 @@ class _TaskMiner:
         valid = ids >= 0
         report.candidates += int(valid.sum())
         # The query's positives (by document id; identical texts share an id) and the query's own text.
-        size = len(self.document_texts)
-        local = torch.arange(count, device=self.device).unsqueeze(1)
-        identical = torch.isin(local * size + ids, pair_query * size + pair_doc)
+        identical = (ids.unsqueeze(2) == _padded_positives(pair_query, pair_doc, count).unsqueeze(1)).any(dim=2)
         if config.drop_query_text:
             query_doc = torch.from_numpy(self.query_doc[start : start + count]).to(self.device).unsqueeze(1)
             identical |= (ids == query_doc) & (query_doc >= 0)
@@ -317,7 +324,7 @@ def mine_hard_negatives(
     model: SentenceTransformer,
     config: HardNegativeConfig | None = None,
     *,
-    corpus: ExternalCorpus | Sequence[str] | None = None,
+    corpus: ExternalCorpus | Sequence[str] | pa.Array | None = None,
     cross_encoder: CrossEncoder | None = None,
     task_names: Sequence[str] | None = None,
     teacher_name: str | None = None,

@@ -54,7 +54,7 @@ def search(
     *,
     pair_query: Tensor | None = None,
     pair_doc: Tensor | None = None,
-    corpus_block: int = 16_384,
+    corpus_block: int = 32_768,
 ) -> SearchResult:
     """Exact top-``k`` by cosine of ``queries`` (normalised, on the device to use) over ``corpus``.
 
@@ -81,10 +81,13 @@ def search(
         lo, hi = (int(i) for i in torch.searchsorted(sorted_doc, torch.tensor([start, start + size], device=device)))
         chosen = order[lo:hi]
         pair_scores[chosen] = scores[pair_query[chosen], pair_doc[chosen] - start]
-        kept = best_scores.size(1)
-        best_scores, position = torch.topk(torch.cat([best_scores, scores], dim=1), min(k, kept + size), dim=1)
-        earlier = best_ids.gather(1, position.clamp(max=kept - 1)) if kept else torch.zeros_like(position)
-        best_ids = torch.where(position >= kept, position - kept + start, earlier)
+        # The block's own top-k first, so the merge with the running top-k only sorts 2k columns.
+        block_scores, block_ids = torch.topk(scores, min(k, size), dim=1)
+        merged_ids = torch.cat([best_ids, block_ids + start], dim=1)
+        best_scores, position = torch.topk(
+            torch.cat([best_scores, block_scores], dim=1), min(k, merged_ids.size(1)), dim=1
+        )
+        best_ids = merged_ids.gather(1, position)
     missing = k - best_scores.size(1)
     if missing > 0:  # a corpus smaller than k: pad like an index that has run out of documents
         best_scores = torch.cat([best_scores, best_scores.new_full((count, missing), float("-inf"))], dim=1)

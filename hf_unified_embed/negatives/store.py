@@ -50,7 +50,7 @@ class EmbeddingFile:
         encoder: Encoder,
         *,
         dtype: EmbeddingDtype = "float32",
-        chunk: int = 8_192,
+        chunk: int = 32_768,
         description: str = "Encoding",
         show_progress_bar: bool | None = None,
     ) -> EmbeddingFile:
