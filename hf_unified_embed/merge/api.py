@@ -3,45 +3,53 @@
 Order of work (so that a bad input never leaves anything behind):
 
 1. method parameters, output path and overwrite rule are checked;
-2. every input is opened (headers only) and compared with the reference — architecture, vocabulary,
-   tensor names, shapes, dtypes; truncated safetensors fail here;
-3. the method's preparation runs (the delta norms of ``hierarchical``);
-4. tensors stream one name at a time into a staging folder beside the output
-   (:class:`hf_unified_embed.outputs.StagedOutput`): floating-point tensors are merged (inputs and
-   result checked for NaN/inf), others are copied from the reference;
+2. every input is opened (headers only, each weight file once) and compared with the reference —
+   architecture, vocabulary, tensor names, shapes, dtypes; truncated safetensors fail here;
+3. the method's preparation runs (the delta norms of ``hierarchical``, mergekit's schedule);
+4. tensors stream through :func:`hf_unified_embed.merge.engine.stream_merge` straight into the
+   shard files of a staging folder beside the output (:class:`hf_unified_embed.outputs.StagedOutput`);
 5. non-weight files of the reference, ``merge_config.yaml`` and the card are added, and the staging
    folder is renamed to the output. Any error removes the staging folder; one left by a killed run
    is removed by the next run for the same output. LoRA inputs are merged into their base inside
    the staging folder's scratch space.
+
+Nothing written holds an absolute local path: inputs appear in ``merge_config.yaml``, the safetensors
+metadata and the card as paths relative to the output folder and as Hub ids
+(:mod:`hf_unified_embed.merge.model_ids`); secrets are redacted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
-from tqdm.auto import tqdm
 
 from hf_unified_embed.errors import InputNotFoundError, MergeError
-from hf_unified_embed.merge.card import write_merge_card
-from hf_unified_embed.merge.checks import all_finite, check_compatible, check_finite, is_mergeable
+from hf_unified_embed.merge.card import CardInput, write_merge_card
+from hf_unified_embed.merge.checks import check_compatible
 from hf_unified_embed.merge.config import DEFAULT_MAX_SHARD_SIZE, CardConfig, MergeConfig, ModelSpec
+from hf_unified_embed.merge.engine import FolderSink, stream_merge
 from hf_unified_embed.merge.layers import group_tensor_names
 from hf_unified_embed.merge.loader import LazyCheckpoint
 from hf_unified_embed.merge.methods import MergeMethod, get_merge_method
-from hf_unified_embed.merge.writer import ShardedSafetensorsWriter
+from hf_unified_embed.merge.model_ids import resolve_hub_ids
 from hf_unified_embed.outputs import StagedOutput
 from hf_unified_embed.redaction import redact
 
 logger = logging.getLogger(__name__)
 
 RECIPE_FILE = "merge_config.yaml"
+
+CardSection = Callable[[Path], str]
+"""Writes extra card material (plots) into the model folder and returns the Markdown that shows it."""
 
 
 def merge_models(
@@ -51,9 +59,11 @@ def merge_models(
     *,
     reference: int | str | Path | None = None,
     max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
+    precise: bool = False,
     overwrite: bool = False,
     write_card: bool = True,
     model_name: str | None = None,
+    model_ids: Sequence[str | None] | None = None,
     evaluation_results: Sequence[Mapping[str, Any]] = (),
     show_progress: bool = True,
     **method_params: Any,
@@ -63,19 +73,25 @@ def merge_models(
     Args:
         models: input model folders — sentence-transformers or transformers folders, single or sharded
             safetensors, ``pytorch_model.bin``, PEFT LoRA adapter folders.
-        method: ``soup``, ``slerp``, ``task_arithmetic``, ``hierarchical`` or any registered method.
+        method: ``soup``, ``task_arithmetic``, ``hierarchical``, any of mergekit's methods (``ties``,
+            ``dare_ties``, ``slerp``, ``model_stock``, … see :func:`available_merge_methods`) or
+            ``package.module:ClassName`` for your own.
         output_dir: the folder to create (refused if non-empty unless ``overwrite``).
         reference: the input supplying non-weight files and non-float tensors (index or path;
             default: the first model).
         max_shard_size: per safetensors shard (``"2GB"``, bytes…).
+        precise: compute in float64 instead of float32.
         overwrite: replace an existing non-empty ``output_dir``.
-        write_card: write README.md (with the delta heatmap for ``hierarchical``).
+        write_card: write README.md (with the method's extra card material, such as a heatmap).
         model_name: the merged model's Hub id, for the card.
+        model_ids: the Hub id of each model, for the card's ``base_model`` (``None`` entries: found
+            from the folder, see :mod:`hf_unified_embed.merge.model_ids`).
         evaluation_results: ``huggingface_hub.EvalResult`` fields, shown as ``model-index``.
         show_progress: tqdm progress bars.
-        **method_params: the method's parameters: ``weights``, ``normalize`` (soup); ``t`` (slerp);
-            ``base``, ``weights`` (task_arithmetic); ``ir_models``, ``sts_models``, ``base``,
-            ``ir_specialist``, ``sts_specialist``, ``deltas``, ``temperature`` (hierarchical).
+        **method_params: the method's parameters: ``weights``, ``normalize`` (soup); ``base``,
+            ``weights`` (task_arithmetic); ``ir_models``, ``sts_models``, ``base``, ``ir_specialist``,
+            ``sts_specialist``, ``deltas``, ``temperature`` (hierarchical); ``base``, ``seed`` and
+            mergekit's own names (``weight``, ``density``, ``t``, ``lambda``, …) for mergekit's methods.
 
     Example::
 
@@ -92,41 +108,72 @@ def merge_models(
         parameters=dict(method_params),
         reference=reference,
         max_shard_size=max_shard_size,
+        precise=precise,
         overwrite=overwrite,
         write_card=write_card,
+        model_ids=list(model_ids) if model_ids is not None else None,
         card=CardConfig(model_name=model_name, evaluation_results=[dict(result) for result in evaluation_results]),
     )
     return run_merge(config, show_progress=show_progress)
 
 
-def run_merge(config: MergeConfig, show_progress: bool = True) -> Path:
-    """Run a validated :class:`MergeConfig`; see :func:`merge_models`."""
-    method = get_merge_method(config.method).from_params([spec.path for spec in config.models], config.parameters)
-    specs = config.models or [ModelSpec(path) for path in method.models]
-    inputs = method.input_paths()
-    for path in inputs:
+@dataclass
+class OpenedInputs:
+    """Every input of a merge, opened and checked against the reference."""
+
+    checkpoints: dict[Path, LazyCheckpoint]
+    reference: LazyCheckpoint
+    groups: dict[str, list[str]]
+
+
+@contextlib.contextmanager
+def open_inputs(paths: Sequence[Path], reference: Path, scratch: Path) -> Iterator[OpenedInputs]:
+    """Open every input once (LoRA adapters are merged into their base in ``scratch``) and check them."""
+    for path in paths:
         if not path.exists():
             raise InputNotFoundError(f"input model {path} does not exist")
+    with contextlib.ExitStack() as stack:
+        checkpoints = {path: stack.enter_context(LazyCheckpoint(path, scratch)) for path in paths}
+        check_compatible(checkpoints[reference], list(checkpoints.values()))
+        yield OpenedInputs(checkpoints, checkpoints[reference], group_tensor_names(checkpoints[reference].names))
+
+
+def build_method(config: MergeConfig) -> MergeMethod:
+    """The configured method with its parameters checked."""
+    return get_merge_method(config.method).from_params([spec.path for spec in config.models], config.parameters)
+
+
+def run_merge(config: MergeConfig, show_progress: bool = True, card_section: CardSection | None = None) -> Path:
+    """Run a validated :class:`MergeConfig`; see :func:`merge_models`.
+
+    Args:
+        card_section: extra card material after the method's own (used by the merge search).
+    """
+    method = build_method(config)
+    specs = config.models or [ModelSpec(path) for path in method.models]
+    inputs = method.input_paths()
     output_dir = config.output_dir
     reference_path = _reference_path(config.reference, specs, method, inputs)
 
-    with StagedOutput(output_dir, overwrite=config.overwrite, inputs=inputs) as stage:
-        checkpoints = {path: LazyCheckpoint(path, stage.scratch) for path in inputs}
-        reference = checkpoints[reference_path]
-        check_compatible(reference, [checkpoints[path] for path in inputs])
-        groups = group_tensor_names(reference.names)
-        method.prepare(checkpoints, groups)
-
-        recipe = redact(
-            {
-                **method.recipe(),
-                "method": config.method,
-                "models": [spec.card_id for spec in specs],
-                "reference": str(reference_path),
-            }
+    with (
+        StagedOutput(output_dir, overwrite=config.overwrite, inputs=inputs) as stage,
+        open_inputs(inputs, reference_path, stage.scratch) as opened,
+    ):
+        method.prepare(opened.checkpoints, opened.groups)
+        card_inputs = _card_inputs(method, specs, output_dir)
+        recipe = redact(merge_recipe(config, method, card_inputs, reference_path))
+        sink = FolderSink(stage.path, opened.reference, config.max_shard_size, {"merge_recipe": json.dumps(recipe)})
+        stream_merge(
+            method,
+            opened.checkpoints,
+            opened.reference,
+            opened.groups,
+            sink,
+            precise=config.precise,
+            show_progress=show_progress,
         )
-        _write_weights(method, checkpoints, reference, groups, stage.path, config, recipe, show_progress)
-        for relative, source in reference.support_files().items():
+        sink.close()
+        for relative, source in opened.reference.support_files().items():
             (stage.path / relative).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, stage.path / relative)
         (stage.path / RECIPE_FILE).write_text(
@@ -134,9 +181,57 @@ def run_merge(config: MergeConfig, show_progress: bool = True) -> Path:
         )
         if config.write_card:
             model_id = config.card.model_name or output_dir.name
-            write_merge_card(stage.path, method, specs, reference, groups, recipe, config.card, model_id)
+            sections = [method.card_section(stage.path), card_section(stage.path) if card_section else None]
+            write_merge_card(
+                stage.path,
+                method,
+                card_inputs,
+                card_inputs[reference_path],
+                opened.reference,
+                opened.groups,
+                recipe,
+                config.card,
+                model_id,
+                [section for section in sections if section],
+            )
     logger.info("Merged %d models with %s into %s", len(method.models), method.name, output_dir)
     return output_dir
+
+
+def relative_to_output(path: Path, output_dir: Path) -> str:
+    """``path`` as written in the output folder's files: relative to that folder, with ``/``."""
+    return Path(os.path.relpath(path.resolve(), output_dir.resolve())).as_posix()
+
+
+def _card_inputs(method: MergeMethod, specs: Sequence[ModelSpec], output_dir: Path) -> dict[Path, CardInput]:
+    given = {spec.path: spec.id for spec in specs if spec.id}
+    ids = resolve_hub_ids(method.input_paths(), given)
+    roles = method.input_roles()
+    return {
+        path: CardInput(
+            path=relative_to_output(path, output_dir),
+            hub_ids=ids[path],
+            given_id=given.get(path),
+            roles=roles.get(path, []),
+        )
+        for path in method.input_paths()
+    }
+
+
+def merge_recipe(
+    config: MergeConfig, method: MergeMethod, inputs: Mapping[Path, CardInput], reference: Path
+) -> dict[str, Any]:
+    """What ``merge_config.yaml`` and the safetensors metadata hold: paths relative to the output, Hub ids."""
+    recipe = method.recipe(lambda path: inputs[path].path if path in inputs else path.name)
+    recipe["method"] = config.method
+    recipe["models"] = [
+        {"path": inputs[path].path, **({"id": inputs[path].hub_ids[0]} if len(inputs[path].hub_ids) == 1 else {})}
+        for path in method.models
+    ]
+    recipe["reference"] = inputs[reference].path
+    if config.precise:
+        recipe["precise"] = True
+    return recipe
 
 
 def _reference_path(
@@ -150,49 +245,3 @@ def _reference_path(
     if path not in inputs:
         raise MergeError(f"reference {reference} is not one of the inputs: {[str(p) for p in inputs]}")
     return path
-
-
-def _write_weights(
-    method: MergeMethod,
-    checkpoints: Mapping[Path, LazyCheckpoint],
-    reference: LazyCheckpoint,
-    groups: Mapping[str, Sequence[str]],
-    staging: Path,
-    config: MergeConfig,
-    recipe: Mapping[str, Any],
-    show_progress: bool,
-) -> None:
-    group_of = {name: group for group, names in groups.items() for name in names}
-    metadata = {"merge_recipe": json.dumps(recipe, ensure_ascii=False)}
-    # Module sub-folders ("2_Dense/…") are separate weight files, written by a writer of their own.
-    writers: dict[str, ShardedSafetensorsWriter] = {}
-    with tqdm(
-        total=len(reference.names), desc=f"Merging ({method.name})", unit="tensor", disable=not show_progress
-    ) as bar:
-        for name in reference.names:
-            folder, _, key = name.rpartition("/")
-            writer = writers.get(folder)
-            if writer is None:
-                writer = writers[folder] = ShardedSafetensorsWriter(staging / folder, config.max_shard_size, metadata)
-            info = reference.info(name)
-            if is_mergeable(info.dtype):
-                used: list[Path] = []
-
-                def read(path: Path, name: str = name, used: list[Path] = used) -> torch.Tensor:
-                    used.append(path)
-                    return checkpoints[path].get_tensor(name)
-
-                tensor = method.merge_tensor(name, group_of[name], read).to(info.dtype)
-                if not all_finite(tensor):
-                    # NaN/inf in an input reaches the result, so inputs are scanned only on failure.
-                    for path in dict.fromkeys(used):
-                        check_finite(checkpoints[path].get_tensor(name), name, checkpoints[path].file_of(name))
-                    raise MergeError(
-                        f"the {method.name} result for tensor {name!r} holds NaN/inf values in {info.dtype}"
-                    )
-            else:
-                tensor = reference.get_tensor(name)
-            writer.add(key, tensor)
-            bar.update()
-    for writer in writers.values():
-        writer.close()

@@ -6,7 +6,7 @@ Example ``merge.yaml``::
     output_dir: outputs/merged
     models:
       - path: outputs/run-ir
-        id: my-org/minilm-ir          # the card's base_model entry (default: the path)
+        id: my-org/minilm-ir          # its Hub id, if published (default: found from the folder)
       - outputs/run-sts
       - outputs/run-mixed
     parameters:
@@ -18,6 +18,7 @@ Example ``merge.yaml``::
       temperature: 0.5
     reference: 2                      # non-weight files and non-float tensors come from here
     max_shard_size: 2GB
+    precise: false                    # true: float64 arithmetic
     card:
       model_name: my-org/minilm-merged
       evaluation_results:
@@ -36,6 +37,7 @@ from typing import Any
 
 from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.methods import get_merge_method
+from hf_unified_embed.merge.model_ids import check_hub_id
 from hf_unified_embed.merge.writer import parse_size
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
@@ -44,17 +46,15 @@ DEFAULT_MAX_SHARD_SIZE = "2GB"
 
 @dataclasses.dataclass
 class ModelSpec:
-    """One input model folder and the id it goes by on the card (``base_model``)."""
+    """One input model folder and, when it is a published model, its Hub id (for the card's ``base_model``)."""
 
     path: Path
     id: str | None = None
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
-
-    @property
-    def card_id(self) -> str:
-        return self.id or str(self.path)
+        if self.id is not None:
+            check_hub_id(self.id, f"the id of {self.path}")
 
     @classmethod
     def parse(cls, entry: Any, where: str) -> ModelSpec:
@@ -110,6 +110,9 @@ class MergeConfig:
         reference: the input whose non-weight files (config, tokenizer, modules) and non-float tensors
             are used: an index into ``models`` or a path; default the first model.
         max_shard_size: bytes or a size string per safetensors shard.
+        precise: compute in float64 instead of float32 (slower; float32 agrees to about 1e-7).
+        model_ids: the Hub id of each model for the card (``None`` entries: found from the folder);
+            the same as ``id:`` in a ``models`` entry.
         overwrite: replace a non-empty ``output_dir``.
         write_card: write README.md (and the delta heatmap for ``hierarchical``).
         card: card options.
@@ -121,6 +124,8 @@ class MergeConfig:
     parameters: dict[str, Any] = dataclasses.field(default_factory=dict)
     reference: int | str | Path | None = None
     max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE
+    precise: bool = False
+    model_ids: list[str | None] | None = None
     overwrite: bool = False
     write_card: bool = True
     card: CardConfig = dataclasses.field(default_factory=CardConfig)
@@ -135,6 +140,19 @@ class MergeConfig:
         if not isinstance(self.parameters, Mapping):
             raise MergeError(f"parameters: expected a mapping of the method's parameters, got {self.parameters!r}")
         get_merge_method(self.method)
+        if self.model_ids is not None:
+            if not isinstance(self.model_ids, list) or len(self.model_ids) != len(self.models):
+                raise MergeError(
+                    f"model_ids: expected a list with one Hub id (or null) per model, got {self.model_ids!r}"
+                )
+            for spec, model_id in zip(self.models, self.model_ids):
+                if model_id is not None and spec.id is not None and spec.id != model_id:
+                    raise MergeError(f"model_ids: {spec.path} has the id {spec.id!r} and {model_id!r}")
+                if model_id is not None:
+                    spec.id = check_hub_id(model_id, f"model_ids entry for {spec.path}")
+        for flag in ("precise", "overwrite", "write_card"):
+            if not isinstance(getattr(self, flag), bool):
+                raise MergeError(f"{flag}: expected true or false, got {getattr(self, flag)!r}")
         try:
             parse_size(self.max_shard_size)
         except ValueError as error:
@@ -171,15 +189,3 @@ class MergeConfig:
     @classmethod
     def from_yaml(cls, path: str | Path) -> MergeConfig:
         return cls.from_dict(read_yaml_mapping(path, MergeError), source=str(path))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data (paths as strings), for the recipe stored with the merged model."""
-        return {
-            "method": self.method,
-            "models": [{"path": str(spec.path), "id": spec.card_id} for spec in self.models],
-            "parameters": {
-                key: str(value) if isinstance(value, Path) else value for key, value in self.parameters.items()
-            },
-            "reference": str(self.reference) if isinstance(self.reference, Path) else self.reference,
-            "max_shard_size": self.max_shard_size,
-        }
