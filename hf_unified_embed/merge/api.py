@@ -63,7 +63,7 @@ def merge_models(
     overwrite: bool = False,
     write_card: bool = True,
     model_name: str | None = None,
-    model_ids: Sequence[str | None] | None = None,
+    model_ids: Sequence[str | None] | Mapping[str | Path, str | None] | None = None,
     evaluation_results: Sequence[Mapping[str, Any]] = (),
     show_progress: bool = True,
     **method_params: Any,
@@ -84,8 +84,8 @@ def merge_models(
         overwrite: replace an existing non-empty ``output_dir``.
         write_card: write README.md (with the method's extra card material, such as a heatmap).
         model_name: the merged model's Hub id, for the card.
-        model_ids: the Hub id of each model, for the card's ``base_model`` (``None`` entries: found
-            from the folder, see :mod:`hf_unified_embed.merge.model_ids`).
+        model_ids: Hub ids for the card's ``base_model``: one per model (``None``: found from the
+            folder, see :mod:`hf_unified_embed.merge.model_ids`), or ``{path: id}`` for any input.
         evaluation_results: ``huggingface_hub.EvalResult`` fields, shown as ``model-index``.
         show_progress: tqdm progress bars.
         **method_params: the method's parameters: ``weights``, ``normalize`` (soup); ``base``,
@@ -111,10 +111,18 @@ def merge_models(
         precise=precise,
         overwrite=overwrite,
         write_card=write_card,
-        model_ids=list(model_ids) if model_ids is not None else None,
+        model_ids=model_ids_option(model_ids),
         card=CardConfig(model_name=model_name, evaluation_results=[dict(result) for result in evaluation_results]),
     )
     return run_merge(config, show_progress=show_progress)
+
+
+def model_ids_option(
+    model_ids: Sequence[str | None] | Mapping[str | Path, str | None] | None,
+) -> list[str | None] | dict[str, str | None] | None:
+    if isinstance(model_ids, Mapping):
+        return {str(path): model_id for path, model_id in model_ids.items()}
+    return list(model_ids) if model_ids is not None else None
 
 
 @dataclass
@@ -143,59 +151,71 @@ def build_method(config: MergeConfig) -> MergeMethod:
     return get_merge_method(config.method).from_params([spec.path for spec in config.models], config.parameters)
 
 
-def run_merge(config: MergeConfig, show_progress: bool = True, card_section: CardSection | None = None) -> Path:
-    """Run a validated :class:`MergeConfig`; see :func:`merge_models`.
-
-    Args:
-        card_section: extra card material after the method's own (used by the merge search).
-    """
+def run_merge(config: MergeConfig, show_progress: bool = True) -> Path:
+    """Run a validated :class:`MergeConfig`; see :func:`merge_models`."""
     method = build_method(config)
-    specs = config.models or [ModelSpec(path) for path in method.models]
     inputs = method.input_paths()
-    output_dir = config.output_dir
-    reference_path = _reference_path(config.reference, specs, method, inputs)
-
+    reference_path = reference_input(config, method)
     with (
-        StagedOutput(output_dir, overwrite=config.overwrite, inputs=inputs) as stage,
+        StagedOutput(config.output_dir, overwrite=config.overwrite, inputs=inputs) as stage,
         open_inputs(inputs, reference_path, stage.scratch) as opened,
     ):
         method.prepare(opened.checkpoints, opened.groups)
-        card_inputs = _card_inputs(method, specs, output_dir)
-        recipe = redact(merge_recipe(config, method, card_inputs, reference_path))
-        sink = FolderSink(stage.path, opened.reference, config.max_shard_size, {"merge_recipe": json.dumps(recipe)})
-        stream_merge(
+        write_merged_model(config, method, opened, stage.path, show_progress=show_progress)
+    logger.info("Merged %d models with %s into %s", len(method.models), method.name, config.output_dir)
+    return config.output_dir
+
+
+def write_merged_model(
+    config: MergeConfig,
+    method: MergeMethod,
+    opened: OpenedInputs,
+    target: Path,
+    *,
+    show_progress: bool = True,
+    card_sections: Sequence[CardSection] = (),
+    card: CardConfig | None = None,
+) -> None:
+    """Stream a prepared method's result into ``target`` with the reference's files, the recipe and the card.
+
+    Args:
+        target: the (staging) folder to fill; paths in the files are written relative to ``config.output_dir``.
+        card_sections: extra card material after the method's own (the merge search's table and plot).
+        card: card options instead of ``config.card``.
+    """
+    reference_path = reference_input(config, method)
+    card_inputs = _card_inputs(method, config.given_ids(), config.output_dir)
+    recipe = redact(merge_recipe(config, method, card_inputs, reference_path))
+    sink = FolderSink(target, opened.reference, config.max_shard_size, {"merge_recipe": json.dumps(recipe)})
+    stream_merge(
+        method,
+        opened.checkpoints,
+        opened.reference,
+        opened.groups,
+        sink,
+        precise=config.precise,
+        show_progress=show_progress,
+    )
+    sink.close()
+    for relative, source in opened.reference.support_files().items():
+        (target / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target / relative)
+    (target / RECIPE_FILE).write_text(yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    if config.write_card:
+        card = card or config.card
+        sections = [method.card_section(target), *(section(target) for section in card_sections)]
+        write_merge_card(
+            target,
             method,
-            opened.checkpoints,
+            card_inputs,
+            card_inputs[reference_path],
             opened.reference,
             opened.groups,
-            sink,
-            precise=config.precise,
-            show_progress=show_progress,
+            recipe,
+            card,
+            card.model_name or config.output_dir.name,
+            [section for section in sections if section],
         )
-        sink.close()
-        for relative, source in opened.reference.support_files().items():
-            (stage.path / relative).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, stage.path / relative)
-        (stage.path / RECIPE_FILE).write_text(
-            yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True), encoding="utf-8"
-        )
-        if config.write_card:
-            model_id = config.card.model_name or output_dir.name
-            sections = [method.card_section(stage.path), card_section(stage.path) if card_section else None]
-            write_merge_card(
-                stage.path,
-                method,
-                card_inputs,
-                card_inputs[reference_path],
-                opened.reference,
-                opened.groups,
-                recipe,
-                config.card,
-                model_id,
-                [section for section in sections if section],
-            )
-    logger.info("Merged %d models with %s into %s", len(method.models), method.name, output_dir)
-    return output_dir
 
 
 def relative_to_output(path: Path, output_dir: Path) -> str:
@@ -203,8 +223,7 @@ def relative_to_output(path: Path, output_dir: Path) -> str:
     return Path(os.path.relpath(path.resolve(), output_dir.resolve())).as_posix()
 
 
-def _card_inputs(method: MergeMethod, specs: Sequence[ModelSpec], output_dir: Path) -> dict[Path, CardInput]:
-    given = {spec.path: spec.id for spec in specs if spec.id}
+def _card_inputs(method: MergeMethod, given: dict[Path, str], output_dir: Path) -> dict[Path, CardInput]:
     ids = resolve_hub_ids(method.input_paths(), given)
     roles = method.input_roles()
     return {
@@ -234,14 +253,14 @@ def merge_recipe(
     return recipe
 
 
-def _reference_path(
-    reference: int | str | Path | None, specs: Sequence[ModelSpec], method: MergeMethod, inputs: Sequence[Path]
-) -> Path:
+def reference_input(config: MergeConfig, method: MergeMethod) -> Path:
+    """The input whose non-weight files and non-float tensors the output takes (default: the first model)."""
+    reference = config.reference
     if reference is None:
         return method.models[0]
     if isinstance(reference, int):
-        return specs[reference].path
+        return config.models[reference].path if config.models else method.models[reference]
     path = Path(reference)
-    if path not in inputs:
-        raise MergeError(f"reference {reference} is not one of the inputs: {[str(p) for p in inputs]}")
+    if path not in method.input_paths():
+        raise MergeError(f"reference {reference} is not one of the inputs: {[str(p) for p in method.input_paths()]}")
     return path

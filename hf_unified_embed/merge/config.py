@@ -31,9 +31,13 @@ Relative paths are taken relative to the current directory, as mergekit does.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.methods import get_merge_method
@@ -99,6 +103,71 @@ class CardConfig:
 
 
 @dataclasses.dataclass
+class SearchConfig:
+    """The ``search:`` section of a merge config.
+
+    Args:
+        suite: an evaluation suite of dev sets (YAML path or mapping, see :mod:`hf_unified_embed.evaluation`).
+        parameters: candidate values per method parameter: a list, or ``{min, max, steps}`` for evenly
+            spaced numbers; every combination is a candidate (other parameters come from the config).
+        objective: ``{metric: weight}``; a metric is a suite entry (its primary metric) or ``entry/metric``.
+        in_memory: merge candidates in memory (``True``), via scratch files (``False``) or by size (``"auto"``).
+        data_root: overrides the suite's ``data_root``.
+        device: where candidates are evaluated (default: CUDA when available).
+    """
+
+    suite: str | Path | dict[str, Any]
+    parameters: dict[str, Any]
+    objective: dict[str, float]
+    in_memory: bool | str = "auto"
+    data_root: str | None = None
+    device: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.parameters, Mapping) or not self.parameters:
+            raise MergeError("search.parameters: give candidate values for at least one parameter")
+        self.parameters = {name: _values(name, spec) for name, spec in self.parameters.items()}
+        if not isinstance(self.objective, Mapping) or not self.objective:
+            raise MergeError("search.objective: give at least one metric and its weight")
+        for key, weight in self.objective.items():
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+                raise MergeError(f"search.objective: the weight of {key!r} must be a number, got {weight!r}")
+        if self.in_memory not in (True, False, "auto"):
+            raise MergeError(f"search.in_memory: expected true, false or auto, got {self.in_memory!r}")
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "search") -> SearchConfig:
+        if not isinstance(data, Mapping):
+            raise MergeError(f"{source}: expected a mapping")
+        known = {field.name for field in dataclasses.fields(cls)}
+        if unknown := sorted(set(data) - known):
+            raise MergeError(f"{source}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(known))}")
+        if missing := sorted({"suite", "parameters", "objective"} - set(data)):
+            raise MergeError(f"{source}: missing key {missing[0]!r}")
+        return cls(**data)
+
+    def candidates(self, base: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Every combination of the searched values, over the config's other parameters."""
+        names = list(self.parameters)
+        return [{**base, **dict(zip(names, values))} for values in itertools.product(*self.parameters.values())]
+
+
+def _values(name: str, spec: Any) -> list[Any]:
+    if isinstance(spec, Mapping):
+        if set(spec) != {"min", "max", "steps"}:
+            raise MergeError(f"search.parameters.{name}: a range is {{min, max, steps}}, got {dict(spec)!r}")
+        low, high, steps = spec["min"], spec["max"], spec["steps"]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or not (
+            isinstance(steps, int) and steps >= 1
+        ):
+            raise MergeError(f"search.parameters.{name}: min and max must be numbers and steps a positive integer")
+        return [round(float(value), 10) for value in np.linspace(low, high, steps)]
+    if isinstance(spec, list) and spec:
+        return list(spec)
+    raise MergeError(f"search.parameters.{name}: expected a non-empty list of values or {{min, max, steps}}")
+
+
+@dataclasses.dataclass
 class MergeConfig:
     """Everything one merge needs; validated on construction (unknown method, bad sizes, bad references).
 
@@ -111,11 +180,14 @@ class MergeConfig:
             are used: an index into ``models`` or a path; default the first model.
         max_shard_size: bytes or a size string per safetensors shard.
         precise: compute in float64 instead of float32 (slower; float32 agrees to about 1e-7).
-        model_ids: the Hub id of each model for the card (``None`` entries: found from the folder);
-            the same as ``id:`` in a ``models`` entry.
+        model_ids: Hub ids for the card: a list with one per model (``None``: found from the folder;
+            the same as ``id:`` in a ``models`` entry), or ``{path: id}`` for any input, such as a
+            ``base`` named in ``parameters``.
         overwrite: replace a non-empty ``output_dir``.
         write_card: write README.md (and the delta heatmap for ``hierarchical``).
         card: card options.
+        search: a merge search (see :mod:`hf_unified_embed.merge.search`): candidates are scored on dev
+            sets and the best is written.
     """
 
     models: list[ModelSpec]
@@ -125,10 +197,18 @@ class MergeConfig:
     reference: int | str | Path | None = None
     max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE
     precise: bool = False
-    model_ids: list[str | None] | None = None
+    model_ids: list[str | None] | dict[str, str | None] | None = None
     overwrite: bool = False
     write_card: bool = True
     card: CardConfig = dataclasses.field(default_factory=CardConfig)
+    search: SearchConfig | None = None
+
+    def given_ids(self) -> dict[Path, str]:
+        """The Hub ids given in the config, by input folder."""
+        given = {spec.path: spec.id for spec in self.models if spec.id}
+        if isinstance(self.model_ids, dict):
+            given.update({Path(path): model_id for path, model_id in self.model_ids.items() if model_id})
+        return given
 
     def __post_init__(self) -> None:
         if not isinstance(self.models, (list, tuple)):
@@ -140,10 +220,15 @@ class MergeConfig:
         if not isinstance(self.parameters, Mapping):
             raise MergeError(f"parameters: expected a mapping of the method's parameters, got {self.parameters!r}")
         get_merge_method(self.method)
-        if self.model_ids is not None:
+        if isinstance(self.model_ids, Mapping):
+            self.model_ids = {
+                str(path): None if model_id is None else check_hub_id(model_id, f"model_ids entry for {path}")
+                for path, model_id in self.model_ids.items()
+            }
+        elif self.model_ids is not None:
             if not isinstance(self.model_ids, list) or len(self.model_ids) != len(self.models):
                 raise MergeError(
-                    f"model_ids: expected a list with one Hub id (or null) per model, got {self.model_ids!r}"
+                    f"model_ids: expected one Hub id (or null) per model, or {{path: id}}, got {self.model_ids!r}"
                 )
             for spec, model_id in zip(self.models, self.model_ids):
                 if model_id is not None and spec.id is not None and spec.id != model_id:
@@ -164,6 +249,10 @@ class MergeConfig:
             self.card = CardConfig(**self.card)
         elif not isinstance(self.card, CardConfig):
             raise MergeError(f"card: expected a mapping of card options, got {self.card!r}")
+        if isinstance(self.search, Mapping):
+            self.search = SearchConfig.from_dict(self.search)
+        elif self.search is not None and not isinstance(self.search, SearchConfig):
+            raise MergeError(f"search: expected a mapping, got {self.search!r}")
         if isinstance(self.reference, int) and not 0 <= self.reference < len(self.models):
             raise MergeError(f"reference: index {self.reference} is out of range for {len(self.models)} models")
 

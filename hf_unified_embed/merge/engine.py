@@ -19,7 +19,8 @@ them (for evaluating candidates of a merge search without writing them).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -35,6 +36,18 @@ from hf_unified_embed.merge.writer import ShardedSafetensorsWriter
 #: Elements per block of the linear path: 1 MiB of float32, so that a block, the accumulator and
 #: the read buffer stay in the CPU's cache between the passes over them.
 BLOCK = 1 << 18
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """Run torch ops on one thread: the block loop is memory-bound, and an OpenMP fork/join per 1 MiB
+    block costs more than it gains (measured on 2 busy cores: 3.8 ms per add with 2 threads, 0.09 ms with 1)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 class TensorSink(Protocol):
@@ -160,7 +173,10 @@ def stream_merge(
     group_of = {name: group for group, names in groups.items() for name in names}
     dtype = torch.float64 if precise else torch.float32
     linear = _LinearStream(checkpoints, sink, dtype) if isinstance(method, LinearMergeMethod) else None
-    with tqdm(total=len(sink.order), desc=f"Merging ({method.name})", unit="tensor", disable=not show_progress) as bar:
+    with (
+        _one_thread() if linear is not None else contextlib.nullcontext(),
+        tqdm(total=len(sink.order), desc=f"Merging ({method.name})", unit="tensor", disable=not show_progress) as bar,
+    ):
         for name in sink.order:
             info = reference.info(name)
             if not is_mergeable(info.dtype):

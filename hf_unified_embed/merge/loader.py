@@ -282,7 +282,7 @@ class LazyCheckpoint:
             )
         self._support_dirs.append(("", self.path))
 
-    def _module_paths(self) -> list[str]:
+    def module_paths(self) -> list[str]:
         """Folders of the sentence-transformers modules ("" for the root); empty for a plain folder."""
         modules_file = self.path / "modules.json"
         if not modules_file.is_file():
@@ -294,7 +294,7 @@ class LazyCheckpoint:
             raise MergeError(f"{modules_file}: not a sentence-transformers modules list: {error}") from error
 
     def _module_dirs(self) -> Iterator[tuple[str, Path]]:
-        paths = self._module_paths()
+        paths = self.module_paths()
         if not paths:
             yield "", self.path
             return
@@ -387,7 +387,7 @@ class LazyCheckpoint:
             for file in sorted(directory.iterdir()):
                 if file.is_file():
                     files[prefix + file.name] = file
-        for module_path in filter(None, self._module_paths()):
+        for module_path in filter(None, self.module_paths()):
             for file in sorted((self.path / module_path).rglob("*")):
                 if file.is_file():
                     files[f"{module_path}/{file.relative_to(self.path / module_path).as_posix()}"] = file
