@@ -42,7 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-o", "--output-dir", help="folder to create")
     parser.add_argument("--weights", nargs="+", type=float, help="per-model weights (soup, task_arithmetic)")
     parser.add_argument("--normalize", action="store_true", default=None, help="soup: rescale weights to sum to 1")
-    parser.add_argument("--t", nargs="+", type=float, help="slerp: one t, or a list interpolated over the layers")
+    parser.add_argument(
+        "--t", nargs="+", type=float, help="slerp: one t, or a list (mergekit's gradient over the blocks)"
+    )
     parser.add_argument("--base", help="task_arithmetic / hierarchical: the base model")
     parser.add_argument("--temperature", type=float, help="hierarchical: τ of CoDiEmb Eq. 11")
     parser.add_argument(
