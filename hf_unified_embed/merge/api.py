@@ -36,7 +36,7 @@ from hf_unified_embed.errors import InputNotFoundError, MergeError
 from hf_unified_embed.merge.card import CardInput, write_merge_card
 from hf_unified_embed.merge.checks import check_compatible
 from hf_unified_embed.merge.config import DEFAULT_MAX_SHARD_SIZE, CardConfig, MergeConfig, ModelSpec
-from hf_unified_embed.merge.engine import FolderSink, stream_merge
+from hf_unified_embed.merge.engine import FolderSink, TensorSink, stream_merge
 from hf_unified_embed.merge.layers import group_tensor_names
 from hf_unified_embed.merge.loader import LazyCheckpoint
 from hf_unified_embed.merge.methods import MergeMethod, get_merge_method
@@ -133,6 +133,12 @@ class OpenedInputs:
     reference: LazyCheckpoint
     groups: dict[str, list[str]]
 
+    def stream(self, method: MergeMethod, sink: TensorSink, *, precise: bool, show_progress: bool) -> None:
+        """Merge every tensor with a prepared ``method`` into ``sink``."""
+        stream_merge(
+            method, self.checkpoints, self.reference, self.groups, sink, precise=precise, show_progress=show_progress
+        )
+
 
 @contextlib.contextmanager
 def open_inputs(paths: Sequence[Path], reference: Path, scratch: Path) -> Iterator[OpenedInputs]:
@@ -187,15 +193,7 @@ def write_merged_model(
     card_inputs = _card_inputs(method, config.given_ids(), config.output_dir)
     recipe = redact(merge_recipe(config, method, card_inputs, reference_path))
     sink = FolderSink(target, opened.reference, config.max_shard_size, {"merge_recipe": json.dumps(recipe)})
-    stream_merge(
-        method,
-        opened.checkpoints,
-        opened.reference,
-        opened.groups,
-        sink,
-        precise=config.precise,
-        show_progress=show_progress,
-    )
+    opened.stream(method, sink, precise=config.precise, show_progress=show_progress)
     sink.close()
     for relative, source in opened.reference.support_files().items():
         (target / relative).parent.mkdir(parents=True, exist_ok=True)

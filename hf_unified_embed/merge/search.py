@@ -48,7 +48,7 @@ from hf_unified_embed.merge.api import (
 )
 from hf_unified_embed.merge.card import METRIC_DIGITS
 from hf_unified_embed.merge.config import CardConfig, MergeConfig, SearchConfig
-from hf_unified_embed.merge.engine import FolderSink, MemorySink, stream_merge
+from hf_unified_embed.merge.engine import FolderSink, MemorySink
 from hf_unified_embed.merge.methods import MergeMethod
 from hf_unified_embed.outputs import StagedOutput
 from hf_unified_embed.redaction import redact
@@ -243,33 +243,18 @@ class _Evaluator:
         opened = self.opened
         method.prepare(opened.checkpoints, opened.groups)
         module_paths = opened.reference.module_paths()
-        if self.in_memory:
-            memory = MemorySink(opened.reference)
-            stream_merge(
-                method,
-                opened.checkpoints,
-                opened.reference,
-                opened.groups,
-                memory,
-                precise=self.config.precise,
-                show_progress=False,
-            )
-            load_weights(self.model, memory.tensors, module_paths)
-            del memory
+        folder = self.scratch / "candidate"
+        sink = (
+            MemorySink(opened.reference)
+            if self.in_memory
+            else FolderSink(folder, opened.reference, self.config.max_shard_size, {})
+        )
+        opened.stream(method, sink, precise=self.config.precise, show_progress=show_progress and not self.in_memory)
+        if isinstance(sink, MemorySink):
+            load_weights(self.model, sink.tensors, module_paths)
         else:
             from safetensors.torch import load_file
 
-            folder = self.scratch / "candidate"
-            sink = FolderSink(folder, opened.reference, self.config.max_shard_size, {})
-            stream_merge(
-                method,
-                opened.checkpoints,
-                opened.reference,
-                opened.groups,
-                sink,
-                precise=self.config.precise,
-                show_progress=show_progress,
-            )
             sink.close()
             for shard in sorted(folder.rglob("*.safetensors")):
                 prefix = shard.parent.relative_to(folder).as_posix()
