@@ -62,6 +62,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "CoDiEmbSTSLoss",
         "ColumnLayout",
         "CurriculumInfoNCELoss",
+        "DistillKLLoss",
+        "DistillMarginMSELoss",
         "EmbeddingLoss",
         "GURLoss",
         "InstructorLoss",
@@ -80,6 +82,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "load_unified",
         "register_source_format",
         "save_unified",
+        "validate_unified_folder",
     ),
     "publishing": (
         "push_folder",
@@ -107,6 +110,11 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "mine_pairs",
         "weighted_lcs",
     ),
+    "negatives": (
+        "HardNegativeConfig",
+        "mine_hard_negatives",
+        "mine_negatives_folder",
+    ),
     "curriculum": (
         "CurriculumPlan",
         "plan_curriculum",
@@ -124,12 +132,14 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "merge.search": ("search_merge",),
     "evaluation": (
+        "EvaluationKind",
         "EvaluationSuite",
         "SuiteResults",
         "build_evaluators",
         "build_sequential_evaluator",
         "embedding_space_diagnostics",
         "load_suite",
+        "register_evaluation_kind",
         "run_suite",
     ),
 }
@@ -155,6 +165,7 @@ if TYPE_CHECKING:
         load_unified,
         register_source_format,
         save_unified,
+        validate_unified_folder,
     )
     from hf_unified_embed.errors import (
         AfterTrainingError,
@@ -174,12 +185,14 @@ if TYPE_CHECKING:
         UsageError,
     )
     from hf_unified_embed.evaluation import (
+        EvaluationKind,
         EvaluationSuite,
         SuiteResults,
         build_evaluators,
         build_sequential_evaluator,
         embedding_space_diagnostics,
         load_suite,
+        register_evaluation_kind,
         run_suite,
     )
     from hf_unified_embed.losses import (
@@ -187,6 +200,8 @@ if TYPE_CHECKING:
         CoDiEmbSTSLoss,
         ColumnLayout,
         CurriculumInfoNCELoss,
+        DistillKLLoss,
+        DistillMarginMSELoss,
         EmbeddingLoss,
         GURLoss,
         InstructorLoss,
@@ -221,6 +236,11 @@ if TYPE_CHECKING:
     from hf_unified_embed.naming import (
         check_split_name,
         check_task_name,
+    )
+    from hf_unified_embed.negatives import (
+        HardNegativeConfig,
+        mine_hard_negatives,
+        mine_negatives_folder,
     )
     from hf_unified_embed.outputs import (
         StagedOutput,

@@ -3,8 +3,8 @@
 :class:`UnifiedModelCardData` subclasses ``SentenceTransformerModelCardData``, so the trainer fills
 everything it normally does (datasets, losses with configs, hyper-parameters, logs, citations). On
 top it renders ``cards/model_card.md.j2`` — the unified training data, the curriculum with its
-plots, the loss per task type, the sampler, the evaluation suite (also as ``model-index``) and the
-merge recipe — inserted before sentence-transformers' "Training Details" section.
+plots, the loss per task type, the sampler and the evaluation suite (also as ``model-index``)
+— inserted before sentence-transformers' "Training Details" section.
 
 Two behaviours differ from the stock card on purpose:
 
@@ -52,7 +52,7 @@ def composed_template_path() -> Path:
 
 @dataclass
 class UnifiedModelCardData(SentenceTransformerModelCardData):
-    """Card data of a model trained (or merged) with hf-unified-embed.
+    """Card data of a model trained with hf-unified-embed (merged models get their own card, see merge.card).
 
     Args:
         unified_tasks: one dict per training task: ``task``, ``task_type``, ``rows``,
@@ -65,9 +65,8 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
         evaluation: rows ``{"name", "kind", "metric", "value", "split"}`` from the evaluation suite.
         model_index_results: ``model-index`` ``results`` entries for the YAML metadata.
         diagnostics: embedding-space diagnostics per evaluation set (CoDiEmb §4).
-        merge: the merge recipe when the model is a merge.
         base_model_id: the Hub id of the base model, kept even when offline.
-        images: extra PNGs (paths relative to the model folder) to show under "Training plots".
+        base_model_relation: ``"adapter"`` when the folder holds a LoRA adapter of ``base_model_id``.
     """
 
     unified_tasks: list[dict[str, Any]] = field(default_factory=list)
@@ -78,9 +77,8 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
     evaluation: list[dict[str, Any]] = field(default_factory=list)
     model_index_results: list[dict[str, Any]] = field(default_factory=list)
     diagnostics: dict[str, dict[str, float]] = field(default_factory=dict)
-    merge: dict[str, Any] | None = None
     base_model_id: str | None = None
-    images: list[dict[str, str]] = field(default_factory=list)
+    base_model_relation: str | None = None
 
     template_path: Path = field(default_factory=composed_template_path, init=False, repr=False)
 
@@ -124,8 +122,6 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
             index = data.get("model-index") or [{"name": self.model_name or "model", "results": []}]
             index[0].setdefault("results", []).extend(self.model_index_results)
             data["model-index"] = index
-        if self.merge:
-            data["base_model"] = self.merge.get("base_models") or data.get("base_model")
         if self.datasets:
             data["datasets"] = list(self.datasets)
         self._cached_dict = data
@@ -133,6 +129,5 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
 
     def to_yaml(self, line_break: Any = None, original_order: list[str] | None = None) -> str:
         text = super().to_yaml(line_break=line_break)
-        if self.merge:
-            text += "\nbase_model_relation: merge"
-        return text
+        # sentence-transformers writes only the keys it knows; the Hub reads this one for adapters.
+        return f"{text}\nbase_model_relation: {self.base_model_relation}" if self.base_model_relation else text

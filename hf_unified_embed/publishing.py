@@ -1,24 +1,36 @@
 """Upload a model or dataset folder to the Hugging Face Hub with ``huggingface_hub``.
 
 ``push_folder`` creates the repository if needed (and the branch, for ``revision``) and uploads the
-folder in one commit; ``dry_run`` returns what would be sent without touching the network.
+folder in one commit; ``dry_run`` returns what would be sent without touching the network. Before
+anything is sent every file is searched for the active access token (the one given, ``HF_TOKEN`` or
+the stored login): a folder that holds it is refused with :class:`~hf_unified_embed.errors.SecretLeakError`.
 ``push_unified`` does the same for a unified dataset (a folder written by ``save_unified`` or an
 in-memory ``DatasetDict``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import huggingface_hub
 from datasets import DatasetDict
+from huggingface_hub import ModelCard
 
-from hf_unified_embed.errors import InputNotFoundError
+from hf_unified_embed.errors import InputError, InputNotFoundError, SecretLeakError
+from hf_unified_embed.locations import looks_local
+from hf_unified_embed.redaction import find_secrets, remember_secret
 
 RepoType = Literal["model", "dataset"]
+
+ADAPTER_CONFIG = "adapter_config.json"
 
 # Never uploaded: local caches and editor/OS clutter.
 IGNORE_PATTERNS = [".git/*", "**/.ipynb_checkpoints/*", "**/__pycache__/*", ".cache/*", "**/.DS_Store"]
@@ -95,25 +107,72 @@ def push_folder(
         raise InputNotFoundError(f"{folder} is not a folder")
     if repo_type not in ("model", "dataset"):
         raise ValueError(f"repo_type must be 'model' or 'dataset', got {repo_type!r}")
+    remember_secret(token)
     message = commit_message or f"Upload {repo_type} with hf-unified-embed"
     plan = _plan(folder, repo_id, repo_type, private, revision, create_pr, message)
     if not plan.files:
-        raise ValueError(f"{folder} has no files to upload")
+        raise InputNotFoundError(f"{folder} has no files to upload")
+    leaks = [path for path in find_secrets(folder) if str(path.relative_to(folder)) in plan.files]
+    if leaks:
+        raise SecretLeakError(
+            f"refusing to upload {folder}: {', '.join(str(path) for path in leaks)} contain(s) the active access token"
+        )
     if dry_run:
         return plan
     huggingface_hub.create_repo(repo_id, token=token, private=private, repo_type=repo_type, exist_ok=True)
     if revision is not None and not create_pr:
         huggingface_hub.create_branch(repo_id, branch=revision, token=token, repo_type=repo_type, exist_ok=True)
-    return huggingface_hub.upload_folder(
-        repo_id=repo_id,
-        folder_path=str(folder),
-        repo_type=repo_type,
-        revision=revision,
-        create_pr=create_pr,
-        token=token,
-        commit_message=message,
-        ignore_patterns=IGNORE_PATTERNS,
-    )
+    with _publishable(folder) as upload:
+        return huggingface_hub.upload_folder(
+            repo_id=repo_id,
+            folder_path=str(upload),
+            repo_type=repo_type,
+            revision=revision,
+            create_pr=create_pr,
+            token=token,
+            commit_message=message,
+            ignore_patterns=IGNORE_PATTERNS,
+        )
+
+
+@contextlib.contextmanager
+def _publishable(folder: Path) -> Iterator[Path]:
+    """``folder``, or a hard-linked copy whose adapter config names the base model's Hub id.
+
+    A LoRA adapter trained from a local base keeps that path in ``adapter_config.json`` so it loads
+    where it was trained; on the Hub it must name the base by id, which the card's ``base_model`` holds.
+    """
+    config_path = folder / ADAPTER_CONFIG
+    if not config_path.is_file():
+        yield folder
+        return
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    base = str(config.get("base_model_name_or_path") or "")
+    if not looks_local(base):
+        yield folder
+        return
+    readme = folder / "README.md"
+    hub_base = ModelCard.load(readme).data.base_model if readme.is_file() else None
+    if not isinstance(hub_base, str) or looks_local(hub_base):
+        raise InputError(
+            f"{config_path}: the adapter's base model is the local path {base}; give the card a base_model "
+            "Hub id (the training recipe's base_model_id) so the uploaded adapter can find its base"
+        )
+    with tempfile.TemporaryDirectory(prefix=f".{folder.name}.upload-", dir=folder.parent) as scratch:
+        copy = Path(scratch) / folder.name
+        shutil.copytree(folder, copy, copy_function=_link_or_copy)
+        (copy / ADAPTER_CONFIG).unlink()  # a hard link: never write through it into the original
+        (copy / ADAPTER_CONFIG).write_text(
+            json.dumps({**config, "base_model_name_or_path": hub_base}, indent=2) + "\n", encoding="utf-8"
+        )
+        yield copy
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def push_unified(
@@ -139,7 +198,7 @@ def push_unified(
             )
     folder = Path(dir_or_datasetdict)
     if not unified_tasks(read_card(folder)):
-        raise ValueError(
+        raise InputError(
             f"{folder}/README.md declares no task configs; write the folder with save_unified / `hf-unified-embed build`"
         )
     return push_folder(folder, repo_id, commit_message="Upload unified dataset with hf-unified-embed", **kwargs)

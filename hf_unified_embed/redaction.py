@@ -65,12 +65,17 @@ def scrub_text(text: str, secrets: Iterable[str] | None = None) -> str:
     return TOKEN_VALUE.sub(REDACTED, text)
 
 
+def _may_hold_secret(value: Any) -> bool:
+    # Floats and booleans are measurements and flags (``token_similarity``, ``use_auth_token: true``), never credentials.
+    return value not in (None, "") and not isinstance(value, (bool, float))
+
+
 def redact(data: Any, secrets: Iterable[str] | None = None) -> Any:
     """A copy of ``data`` (mappings, lists, scalars) with secret-keyed values and token strings redacted."""
     secrets = active_secrets() if secrets is None else list(secrets)
     if isinstance(data, Mapping):
         return {
-            key: (REDACTED if is_secret_key(key) and value not in (None, "") else redact(value, secrets))
+            key: (REDACTED if is_secret_key(key) and _may_hold_secret(value) else redact(value, secrets))
             for key, value in data.items()
         }
     if isinstance(data, (list, tuple)):

@@ -13,6 +13,7 @@ from typing import Any
 from datasets import Dataset, DatasetDict, Features, List, Value
 
 from hf_unified_embed.errors import UnifiedSchemaError
+from hf_unified_embed.naming import task_name_problem
 
 TASK_TYPES: tuple[str, ...] = ("retrieval", "sts", "pair_classification", "classification", "clustering")
 
@@ -46,12 +47,20 @@ def unified_features(with_difficulty: bool = False) -> Features:
     return features
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _check_scores(scores: Any, texts: Any, name: str, text_name: str) -> str | None:
     if scores is None:
         return f"{name} is missing (use [] for no scores)"
+    if not isinstance(scores, (list, tuple)):
+        return f"expected a list of numbers, got {type(scores).__name__} {scores!r}"
     if len(scores) not in (0, len(texts)):
         return f"has {len(scores)} scores for {len(texts)} {text_name}; lengths must match (or scores be empty)"
     for score in scores:
+        if score is not None and not _is_number(score):
+            return f"contains {score!r} ({type(score).__name__}); expected numbers"
         if score is None or not math.isfinite(score):
             return f"contains a non-finite score {score!r}"
         if not 0.0 <= score <= 1.0:
@@ -59,15 +68,24 @@ def _check_scores(scores: Any, texts: Any, name: str, text_name: str) -> str | N
     return None
 
 
-def validate_row(row: Mapping[str, Any], index: int, source: str | None = None) -> None:
-    """Check one unified row; raise :class:`UnifiedSchemaError` naming the row and field."""
+def validate_row(
+    row: Mapping[str, Any], index: int, source: str | None = None, *, expected_task: str | None = None
+) -> None:
+    """Check one unified row; raise :class:`UnifiedSchemaError` naming the row and field.
+
+    The task name follows the naming rule (:mod:`hf_unified_embed.naming`): it becomes a folder and a
+    config name. With ``expected_task`` the row must belong to that task (the folder or key it is in).
+    """
     task = row.get("task")
 
     def fail(field: str, message: str) -> UnifiedSchemaError:
         return UnifiedSchemaError(message, task=task, row=index, field=field, source=source)
 
-    if not task or not isinstance(task, str):
-        raise fail("task", "task name must be a non-empty string")
+    problem = task_name_problem(task)
+    if problem:
+        raise fail("task", problem)
+    if expected_task is not None and task != expected_task:
+        raise fail("task", f"the row belongs to task {task!r} but is stored under {expected_task!r}")
     if row.get("task_type") not in TASK_TYPES:
         raise fail("task_type", f"unknown task_type {row.get('task_type')!r}; expected one of {list(TASK_TYPES)}")
     for field in ("query_instruction", "document_instruction"):
@@ -80,6 +98,8 @@ def validate_row(row: Mapping[str, Any], index: int, source: str | None = None) 
     if positives is None or negatives is None:
         raise fail("positives" if positives is None else "negatives", "list is missing (use [] for none)")
     for field, texts in (("positives", positives), ("negatives", negatives)):
+        if not isinstance(texts, (list, tuple)):
+            raise fail(field, f"expected a list of texts, got {type(texts).__name__} {texts!r}")
         for text in texts:
             if not isinstance(text, str) or not text.strip():
                 raise fail(field, f"contains an empty or non-string text {text!r}")
@@ -97,7 +117,7 @@ def validate_row(row: Mapping[str, Any], index: int, source: str | None = None) 
             "positive_scores", f"an sts row needs exactly one score per positive, got {row['positive_scores']!r}"
         )
     difficulty = row.get(DIFFICULTY_COLUMN)
-    if difficulty is not None and not math.isfinite(difficulty):
+    if difficulty is not None and (not _is_number(difficulty) or not math.isfinite(difficulty)):
         raise fail(DIFFICULTY_COLUMN, f"difficulty must be finite, got {difficulty!r}")
 
 
@@ -149,15 +169,21 @@ def _iter_rows(dataset: Dataset, batch_size: int = 1_000) -> Iterable[dict[str, 
             yield dict(zip(columns, values))
 
 
-def validate_unified(dataset: Dataset | DatasetDict | Iterable[Mapping[str, Any]], source: str | None = None) -> None:
+def validate_unified(
+    dataset: Dataset | DatasetDict | Iterable[Mapping[str, Any]],
+    source: str | None = None,
+    *,
+    task: str | None = None,
+) -> None:
     """Validate a unified dataset (a ``Dataset``, a ``DatasetDict`` of tasks, or an iterable of rows).
 
     Raises :class:`UnifiedSchemaError` naming the task, row index and field of the first problem.
-    Row indices count within each dataset of a ``DatasetDict``.
+    Row indices count within each dataset of a ``DatasetDict``, whose keys must be the rows' tasks;
+    ``task`` asks the same of a single dataset.
     """
     if isinstance(dataset, DatasetDict):
         for name, split in dataset.items():
-            validate_unified(split, source=source or name)
+            validate_unified(split, source=source or name, task=name)
         return
     rows: Iterable[Mapping[str, Any]]
     if isinstance(dataset, Dataset):
@@ -167,5 +193,5 @@ def validate_unified(dataset: Dataset | DatasetDict | Iterable[Mapping[str, Any]
         rows = dataset
     tracker = InstructionTracker()
     for index, row in enumerate(rows):
-        validate_row(row, index, source)
+        validate_row(row, index, source, expected_task=task)
         tracker.check(row, index, source)

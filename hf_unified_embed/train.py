@@ -1,34 +1,52 @@
-"""Run a training recipe: unified data → (curriculum) → losses, collator, sampler → ``SentenceTransformerTrainer``.
+"""Run a training recipe: preflight → unified data → (curriculum) → losses, collator, sampler → ``SentenceTransformerTrainer``.
 
 Nothing here replaces sentence-transformers' machinery: the trainer is the stock one, the parts
 from :mod:`hf_unified_embed` go in as its ordinary arguments (``loss=`` dict per task,
 ``data_collator=``, ``multi_dataset_batch_sampler=``). Multi-device runs therefore work with
-``torchrun``/``accelerate launch`` unchanged; only the main process writes the final folder.
+``torchrun``/``accelerate launch`` unchanged.
+
+Order of work, so that nothing is lost and nothing half-written is left:
+
+1. :func:`~hf_unified_embed.preflight.preflight` checks the recipe before any data loads;
+2. the main process opens the staged output folder (a read-only parent fails here, at once);
+3. data, curriculum, model, losses, collator, sampler; training;
+4. the main process saves the model, the redacted recipe copy and the trainer arguments, and the
+   staged folder is renamed into place — the model is now safe;
+5. evaluation (``evaluation.json``, card re-rendered with the results) and the Hub push run after
+   that: if one fails, the model stays and :class:`~hf_unified_embed.errors.AfterTrainingError`
+   says what failed. Other processes write nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-import shutil
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import torch
 import yaml
 from datasets import DatasetDict
 from torch import nn
 
+from hf_unified_embed.backbones import merge_adapter
+from hf_unified_embed.errors import AfterTrainingError, HfUnifiedEmbedError, InputError, RecipeError
 from hf_unified_embed.model_card import UnifiedModelCardData
+from hf_unified_embed.outputs import StagedOutput
+from hf_unified_embed.preflight import ResolvedRecipe, preflight
 from hf_unified_embed.recipe import TrainRecipe
+from hf_unified_embed.redaction import redact
 
 logger = logging.getLogger(__name__)
 
 RECIPE_FILENAME = "hf_unified_embed_recipe.yaml"
+TRAINER_ARGS_FILENAME = "trainer_args.json"
 EVALUATION_FILENAME = "evaluation.json"
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -40,17 +58,16 @@ class TrainingOutcome:
     evaluation: Any | None  # hf_unified_embed.evaluation.SuiteResults
 
 
-def resolve_loss_class(name: str) -> type[nn.Module]:
-    """A loss class by name: this package's losses first, then sentence-transformers' own."""
-    from sentence_transformers.sentence_transformer import losses as st_losses
+@dataclass
+class PreparedRun:
+    """Everything the trainer gets, built from a checked recipe (also what ``train --check`` describes)."""
 
-    from hf_unified_embed import losses as unified_losses
-
-    for module in (unified_losses, st_losses):
-        candidate = getattr(module, name, None)
-        if isinstance(candidate, type) and issubclass(candidate, nn.Module):
-            return candidate
-    raise ValueError(f"unknown loss {name!r}: not in hf_unified_embed.losses nor sentence-transformers' losses")
+    resolved: ResolvedRecipe
+    tasks: DatasetDict
+    curriculum: dict[str, Any] | None
+    model: Any  # SentenceTransformer
+    losses: dict[str, nn.Module]
+    collator: Any  # UnifiedDataCollator
 
 
 def _load_tasks(recipe: TrainRecipe) -> DatasetDict:
@@ -63,8 +80,13 @@ def _load_tasks(recipe: TrainRecipe) -> DatasetDict:
     return tasks
 
 
-def _curriculum(recipe: TrainRecipe, tasks: DatasetDict, work_dir: Path) -> tuple[DatasetDict, dict[str, Any] | None]:
-    """The task order and ``difficulty`` column, from a saved plan or computed with a teacher."""
+def _curriculum(
+    recipe: TrainRecipe, tasks: DatasetDict, work_dir: Path | None
+) -> tuple[DatasetDict, dict[str, Any] | None]:
+    """The task order and ``difficulty`` column, from a saved plan or computed with a teacher.
+
+    The plan (when computed) and the similarity heatmap are written to ``work_dir`` unless it is ``None``.
+    """
     from hf_unified_embed.curriculum import CurriculumPlan, plan_curriculum, plot_task_similarity
 
     config = recipe.curriculum
@@ -75,8 +97,8 @@ def _curriculum(recipe: TrainRecipe, tasks: DatasetDict, work_dir: Path) -> tupl
         if recipe.sampler.instance_order == "easy_to_hard":
             missing = [name for name, ds in tasks.items() if "difficulty" not in ds.column_names]
             if missing:
-                raise ValueError(
-                    f"sampler.instance_order is easy_to_hard but task(s) {missing} of {recipe.data.path} have no "
+                raise InputError(
+                    f"{recipe.source}: sampler.instance_order is easy_to_hard but task(s) {missing} of {recipe.data.path} have no "
                     "'difficulty' column; point data.path at the output of `hf-unified-embed curriculum`"
                 )
     else:
@@ -93,14 +115,18 @@ def _curriculum(recipe: TrainRecipe, tasks: DatasetDict, work_dir: Path) -> tupl
             seed=recipe.seed,
         )
         plan, tasks = result.plan, result.tasks
-        plan.save(work_dir / "curriculum_plan.json")
-    heatmap = plot_task_similarity(plan, work_dir / "task_similarity.png")
+        if work_dir is not None:
+            plan.save(work_dir / "curriculum_plan.json")
+    plots = []
+    if work_dir is not None:
+        heatmap = plot_task_similarity(plan, work_dir / "task_similarity.png")
+        plots.append({"title": "Task similarity in tour order", "path": heatmap.name})
     summary = {
         "method": plan.solver.get("method", "annealing"),
         "score": float(plan.score),
         "task_order": [task for task in plan.order if task in tasks],
         "instance_order": recipe.sampler.instance_order,
-        "plots": [{"title": "Task similarity in tour order", "path": heatmap.name}],
+        "plots": plots,
     }
     return tasks, summary
 
@@ -156,114 +182,252 @@ def _sampler_card(recipe: TrainRecipe, args: Any) -> dict[str, Any]:
     return {**section, "world_size": args.world_size, "gradient_accumulation_steps": args.gradient_accumulation_steps}
 
 
-def _training_arguments(recipe: TrainRecipe, checkpoint_dir: Path, task_order: list[str] | None) -> Any:
-    from sentence_transformers import SentenceTransformerTrainingArguments
+def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curriculum: bool = True) -> PreparedRun:
+    """Load the data, plan the curriculum, build the model, the losses, the collator and the sampler.
 
-    settings: dict[str, Any] = {"report_to": "none", "save_strategy": "no", "seed": recipe.seed}
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
-        # transformers only sets up DDP on CPU when told to; otherwise every process trains alone.
-        settings.update(use_cpu=True, ddp_backend="gloo")
-    settings.update(recipe.training_args)
-    settings.setdefault("output_dir", str(checkpoint_dir))
-    return SentenceTransformerTrainingArguments(
-        multi_dataset_batch_sampler=_batch_sampler(recipe, task_order), **settings
+    Args:
+        resolved: the recipe after :func:`~hf_unified_embed.preflight.preflight`.
+        work_dir: where the curriculum's plan and plot go (the staged output); ``None`` writes nothing.
+        compute_curriculum: ``False`` skips a teacher-computed curriculum (``train --check``).
+    """
+    from transformers import set_seed
+
+    from hf_unified_embed.training import UnifiedDataCollator, losses_for_tasks
+
+    recipe = resolved.recipe
+    # Before anything random is created (LoRA matrices, new heads): a rerun starts from the same weights.
+    set_seed(recipe.seed)
+    tasks = _load_tasks(recipe)
+    curriculum = None
+    if recipe.curriculum is not None and (compute_curriculum or recipe.curriculum.plan):
+        tasks, curriculum = _curriculum(recipe, tasks, work_dir)
+    model = _model(resolved, _card_data(recipe, tasks))
+    try:
+        losses = losses_for_tasks(model, tasks, resolved.losses)
+    except (TypeError, ValueError) as error:
+        raise RecipeError(f"{recipe.source}: losses: {error}") from None
+    collator = UnifiedDataCollator.for_losses(
+        model,
+        tasks,
+        losses,
+        negatives_per_query=recipe.negatives_per_query,
+        seed=recipe.seed,
+        prompts=None if recipe.instructions else {},
     )
+    resolved.training_args.multi_dataset_batch_sampler = _batch_sampler(
+        recipe, curriculum["task_order"] if curriculum else None
+    )
+    return PreparedRun(resolved, tasks, curriculum, model, losses, collator)
 
 
-def _write_atomically(source: Path, target: Path, overwrite: bool) -> None:
-    if target.exists():
-        if not overwrite:
-            raise FileExistsError(f"{target} exists; pass overwrite=True (CLI: --overwrite)")
-        shutil.rmtree(target)
-    os.replace(source, target)
+def _model(resolved: ResolvedRecipe, card: UnifiedModelCardData) -> Any:
+    """The model to train: backbone per ``model:``, LoRA adapter per ``peft:``, instructions not pooled."""
+    from hf_unified_embed.backbones import build_model
+    from hf_unified_embed.training import exclude_instructions_from_pooling
+
+    recipe = resolved.recipe
+    model = build_model(
+        recipe.resolved_base_model(), recipe.model, max_seq_length=recipe.max_seq_length, model_card_data=card
+    )
+    # A trained model gets a freshly generated card, not the base model's README.
+    model._model_card_text = None
+    if resolved.peft_config is not None:
+        model.add_adapter(resolved.peft_config)
+    if recipe.instructions:
+        exclude_instructions_from_pooling(model)
+    return model
+
+
+def _trained_model(trainer: Any, run: PreparedRun) -> Any | None:
+    """The trained model in full, for the main process to save (``None`` on the others).
+
+    Under FSDP the parameters are sharded across processes, so every process takes part in gathering
+    the full state dict and the main process loads it into a freshly built copy of the model. Plain
+    DDP and DeepSpeed ZeRO-1/2 keep full parameters on every process.
+    """
+    if not trainer.is_fsdp_enabled:
+        return run.model if trainer.is_world_process_zero() else None
+    state_dict = trainer.accelerator.get_state_dict(trainer.model)
+    if not trainer.is_world_process_zero():
+        return None
+    model = _model(run.resolved, run.model.model_card_data)
+    model.load_state_dict(state_dict, strict=True)
+    return model
 
 
 def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> TrainingOutcome:
     """Train as ``recipe`` says and write the model, its card and the resolved recipe to ``output_dir``.
 
-    The model folder is assembled in a temporary sibling and renamed at the end, so an interrupted
-    run leaves no half-written model. Trainer checkpoints go to ``training_args.output_dir``
-    (default ``<output_dir>-checkpoints``), where ``resume_from_checkpoint`` finds them.
+    The model folder is assembled in a staged sibling and renamed into place as soon as training ends,
+    before evaluation and push (see the module docstring). Trainer checkpoints go to
+    ``training_args.output_dir`` (default ``<output_dir>-checkpoints``), where
+    ``resume_from_checkpoint`` finds them.
     """
-    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+    from sentence_transformers import SentenceTransformerTrainer
 
-    from hf_unified_embed.training import UnifiedDataCollator, exclude_instructions_from_pooling, losses_for_tasks
-
-    output_dir = Path(recipe.output_dir)
-    if output_dir.exists() and any(output_dir.iterdir()) and not overwrite:
-        raise FileExistsError(f"{output_dir} exists and is not empty; pass overwrite=True (CLI: --overwrite)")
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
-        tasks = _load_tasks(recipe)
-        tasks, curriculum = _curriculum(recipe, tasks, staging)
-        card = _card_data(recipe, tasks)
-        model = SentenceTransformer(recipe.resolved_base_model(), model_card_data=card)
-        # A trained model gets a freshly generated card, not the base model's README.
-        model._model_card_text = None
-        if recipe.max_seq_length is not None:
-            model.max_seq_length = recipe.max_seq_length
-        if recipe.peft:
-            from peft import LoraConfig
-
-            model.add_adapter(LoraConfig(**recipe.peft))
-        if recipe.instructions:
-            exclude_instructions_from_pooling(model)
-        specs = {
-            key: (resolve_loss_class(spec["name"]), {k: v for k, v in spec.items() if k != "name"})
-            for key, spec in recipe.losses.items()
-        }
-        losses = losses_for_tasks(model, tasks, specs)
-        collator = UnifiedDataCollator.for_losses(
-            model,
-            tasks,
-            losses,
-            negatives_per_query=recipe.negatives_per_query,
-            seed=recipe.seed,
-            prompts=None if recipe.instructions else {},
-        )
-        checkpoint_dir = Path(recipe.training_args.get("output_dir", f"{output_dir}-checkpoints"))
-        args = _training_arguments(recipe, checkpoint_dir, curriculum["task_order"] if curriculum else None)
+    resolved = preflight(recipe, overwrite=overwrite)
+    output = resolved.output
+    model_dir = Path(recipe.output_dir)
+    with output if output is not None else contextlib.nullcontext():
+        run = prepare_run(resolved, output.path if output is not None else None)
+        args = resolved.training_args
         trainer = SentenceTransformerTrainer(
-            model=model,
+            model=run.model,
             args=args,
-            train_dataset=tasks,
-            loss=losses,
-            data_collator=collator,
-            callbacks=[collator.epoch_callback()],
+            train_dataset=run.tasks,
+            loss=run.losses,
+            data_collator=run.collator,
+            callbacks=[run.collator.epoch_callback()],
         )
         result = trainer.train(resume_from_checkpoint=recipe.training_args.get("resume_from_checkpoint"))
-        if not trainer.is_world_process_zero():
-            shutil.rmtree(staging, ignore_errors=True)
-            return TrainingOutcome(output_dir, result.training_loss, None)
-
-        card.task_losses = _task_losses(tasks, losses)
+        model = _trained_model(trainer, run)
+        if output is None or model is None:
+            return TrainingOutcome(model_dir, result.training_loss, None)
+        card: UnifiedModelCardData = model.model_card_data
+        card.task_losses = _task_losses(run.tasks, run.losses)
         card.sampler = _sampler_card(recipe, args)
-        card.curriculum = curriculum
-        evaluation = None
-        if recipe.evaluation:
-            evaluation = _evaluate(model, recipe, staging)
-        model.save(str(staging))
-        (staging / RECIPE_FILENAME).write_text(
-            yaml.safe_dump(recipe.to_dict(), sort_keys=False, allow_unicode=True), encoding="utf-8"
+        card.curriculum = run.curriculum
+        if resolved.peft_config is not None:
+            if resolved.merge_adapter:
+                merge_adapter(model)
+            else:
+                card.base_model_relation = "adapter"
+        model.save(str(output.path))
+        _write_yaml(output.path / RECIPE_FILENAME, portable_paths(recipe.to_dict(), model_dir))
+        _write_text(
+            output.path / TRAINER_ARGS_FILENAME, json.dumps(redact(json.loads(args.to_json_string())), indent=2)
         )
-        (staging / "trainer_args.json").write_text(args.to_json_string(), encoding="utf-8")
-        _write_atomically(staging, output_dir, overwrite)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    if recipe.hub:
-        from hf_unified_embed.publishing import push_folder
 
-        push_folder(
-            output_dir,
-            recipe.hub.repo_id,
-            repo_type="model",
-            private=recipe.hub.private,
-            revision=recipe.hub.revision,
-            create_pr=recipe.hub.create_pr,
+    evaluation = None
+    if resolved.suite is not None:
+        evaluation = _after_training("evaluation", model_dir, lambda: _evaluate(model, resolved.suite, model_dir))
+    if recipe.hub:
+        hub = recipe.hub
+        _after_training(
+            "the push to the Hub",
+            model_dir,
+            lambda: _push(model_dir, hub.repo_id, hub.private, hub.revision, hub.create_pr, resolved.hub_token),
         )
-    return TrainingOutcome(output_dir, result.training_loss, evaluation)
+    return TrainingOutcome(model_dir, result.training_loss, evaluation)
+
+
+def check_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> str:
+    """``train --check``: preflight, load the data, build the model and the losses, and describe the run.
+
+    Nothing is trained or written; a teacher-computed curriculum is not computed.
+    """
+    resolved = preflight(recipe, overwrite=overwrite)
+    return describe_run(prepare_run(resolved, None, compute_curriculum=False))
+
+
+def describe_run(run: PreparedRun) -> str:
+    """The resolved plan of a run: tasks, rows, loss and columns, batch size and optimizer steps per task, sampler."""
+    from hf_unified_embed.training.layout import task_type_of
+
+    recipe, args = run.resolved.recipe, run.resolved.training_args
+    names = list(run.tasks)
+    sizes = [len(run.tasks[name]) for name in names]
+    batch_sizes = [recipe.sampler.batch_sizes.get(name, args.per_device_train_batch_size) for name in names]
+    steps = _steps_per_task(recipe, args, sizes, batch_sizes)
+    table = [["task", "type", "rows", "loss", "columns", "batch", "steps/epoch"]]
+    for name, size, batch, count in zip(names, sizes, batch_sizes, steps):
+        layout = run.collator.layouts[name]
+        table.append(
+            [name, task_type_of(run.tasks[name], name), str(size), type(run.losses[name]).__name__,
+             layout.describe(), str(batch), str(count)]
+        )  # fmt: skip
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = [f"recipe {recipe.source}: checked", f"base model: {recipe.base_model or 'packaged all-MiniLM-L6-v2'}"]
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in table]
+    per_epoch = sum(steps)
+    sampler = _sampler_card(recipe, args)
+    lines.append("sampler: " + ", ".join(f"{key}={value}" for key, value in sampler.items()))
+    budget = f"max_steps={args.max_steps}" if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"
+    lines.append(f"optimizer steps per epoch: {per_epoch} ({budget})")
+    if run.resolved.suite is not None:
+        suite = run.resolved.suite
+        lines.append(f"evaluation: {suite.name} ({', '.join(entry.name for entry in suite.entries)})")
+    lines.append(f"output: {recipe.output_dir} (checkpoints: {args.output_dir})")
+    return "\n".join(lines)
+
+
+def _steps_per_task(recipe: TrainRecipe, args: Any, sizes: list[int], batch_sizes: list[int]) -> list[int]:
+    """Optimizer steps each task gets in one epoch, as the configured sampler will plan them."""
+    from hf_unified_embed.sampling.plan import count_groups
+
+    group_size = args.world_size * args.gradient_accumulation_steps
+    if recipe.sampler.kind == "curriculum":
+        counts = count_groups(
+            sizes,
+            batch_sizes,
+            group_size=group_size,
+            balance=recipe.sampler.balance,  # type: ignore[arg-type]  # checked by SamplerConfig
+            drop_last=args.dataloader_drop_last,
+        )
+        return [int(count) for count in counts.groups]
+    # sentence-transformers' samplers: every batch of every task (proportional), or as many batches of
+    # each task as the smallest task has (round robin); accelerate then deals batches to processes.
+    batches = [
+        size // batch if args.dataloader_drop_last else -(-size // batch) for size, batch in zip(sizes, batch_sizes)
+    ]
+    if recipe.sampler.kind == "round_robin":
+        batches = [min(batches)] * len(batches)
+    return [-(-count // group_size) for count in batches]
+
+
+#: Recipe keys (dotted) that hold local paths; the recipe copy stores them relative to the model folder.
+_PATH_KEYS = (
+    "base_model",
+    "data.path",
+    "curriculum.plan",
+    "curriculum.teacher",
+    "evaluation",
+    "evaluation_data_root",
+    "output_dir",
+)
+
+
+def portable_paths(data: dict[str, Any], model_dir: Path) -> dict[str, Any]:
+    """The recipe mapping with absolute local paths made relative to ``model_dir`` (no machine path is published)."""
+    from hf_unified_embed.locations import looks_local
+
+    result = json.loads(json.dumps(data, default=str))
+    for key in _PATH_KEYS:
+        *parents, leaf = key.split(".")
+        section = result
+        for parent in parents:
+            section = section.get(parent) or {}
+        value = section.get(leaf)
+        if isinstance(value, str) and looks_local(value) and Path(value).expanduser().is_absolute():
+            section[leaf] = os.path.relpath(Path(value).expanduser(), model_dir.absolute())
+    return result
+
+
+def _after_training(step: str, model_dir: Path, action: Callable[[], T]) -> T:
+    """Run a step after the model was saved; a failure says that the model is kept."""
+    try:
+        return action()
+    except HfUnifiedEmbedError as error:
+        raise AfterTrainingError(str(error), model_dir=model_dir, step=step) from error
+    except Exception:
+        logger.error("the trained model is saved in %s, but %s failed:", model_dir, step)
+        raise
+
+
+def _push(folder: Path, repo_id: str, private: bool, revision: str | None, create_pr: bool, token: str | None) -> Any:
+    from hf_unified_embed.publishing import push_folder
+
+    return push_folder(
+        folder, repo_id, repo_type="model", private=private, revision=revision, create_pr=create_pr, token=token
+    )
+
+
+def _write_yaml(path: Path, data: Any) -> None:
+    _write_text(path, yaml.safe_dump(redact(data), sort_keys=False, allow_unicode=True))
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
 
 
 def _task_losses(tasks: DatasetDict, losses: dict[str, nn.Module]) -> dict[str, dict[str, Any]]:
@@ -279,12 +443,18 @@ def _task_losses(tasks: DatasetDict, losses: dict[str, nn.Module]) -> dict[str, 
     return by_type
 
 
-def _evaluate(model: Any, recipe: TrainRecipe, staging: Path) -> Any:
+def _evaluate(model: Any, suite: Any, model_dir: Path) -> Any:
+    """Run the suite on the saved model's weights; write ``evaluation.json`` and the card with the results."""
+    from sentence_transformers.base.model_card import generate_model_card
+
     from hf_unified_embed.evaluation import run_suite
 
-    results = run_suite(model, recipe.evaluation, data_root=recipe.evaluation_data_root)  # type: ignore[arg-type]
+    results = run_suite(model, suite)
     attach_evaluation(model.model_card_data, results)
-    results.save_json(staging / EVALUATION_FILENAME, overwrite=True)
+    results.save_json(model_dir / EVALUATION_FILENAME, overwrite=True)
+    model.model_card_data.save_dir = str(model_dir)
+    with StagedOutput(model_dir / "README.md", overwrite=True, kind="file") as card:
+        card.path.write_text(generate_model_card(model), encoding="utf-8")
     return results
 
 

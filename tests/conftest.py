@@ -67,6 +67,25 @@ def make_tiny_model(path: Path, minilm_path: str, hidden_size: int = 32, num_lay
     return str(path / "st")
 
 
+def _tiny_decoder(factory: pytest.TempPathFactory, family: str) -> str:
+    from hf_unified_embed.tiny_decoders import bundled_corpus, make_tiny_decoder
+
+    folder = factory.mktemp(f"tiny-{family}") / family
+    return str(make_tiny_decoder(folder, family, bundled_corpus(REPO_ROOT / "examples" / "data")))  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny random Qwen2 decoder (hidden 32, 4 layers, byte-level BPE) as a plain transformers folder."""
+    return _tiny_decoder(tmp_path_factory, "qwen2")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny random Llama decoder (hidden 32, 4 layers, BOS, no pad token) as a plain transformers folder."""
+    return _tiny_decoder(tmp_path_factory, "llama")
+
+
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> str:
     """A tiny random BERT sentence-transformers model (hidden 32, 2 layers) saved once per session."""

@@ -202,7 +202,7 @@ def test_yaml_suite_resolves_data_root_relative_to_the_file(data_root: Path, tmp
         ({"unified": "somewhere"}, r"evaluations\[0\].*either 'source'"),
         ({"data_files": None}, r"evaluations\[0\].*'data_files'"),
         ({"colour": "blue"}, r"evaluations\[0\] \(sts\): unknown field\(s\) \['colour'\]"),
-        ({"corpus_files": "c.jsonl"}, r"'corpus_files': only retrieval"),
+        ({"corpus_files": "c.jsonl"}, r"'corpus_files': kind 'sts' has no corpus"),
     ],
 )
 def test_malformed_entries_name_the_entry_and_field(data_root: Path, change: dict[str, Any], message: str) -> None:
@@ -222,9 +222,33 @@ def test_suite_level_errors(data_root: Path) -> None:
         load_suite({"evaluations": []})
     with pytest.raises(SuiteError, match="diagnostics: unknown"):
         load_suite({**suite, "diagnostics": {"max_text": 3}})
-    with pytest.raises(SuiteError, match=r"'evaluator'.*unexpected keyword"):
-        bad = {**suite["evaluations"][0], "evaluator": {"not_an_argument": 1}}
-        build_evaluators({**suite, "evaluations": [bad]})
+    with pytest.raises(SuiteError, match="diagnostics: max_texts must be a positive integer"):
+        load_suite({**suite, "diagnostics": {"max_texts": "many"}})
+
+
+@pytest.mark.parametrize(
+    ("index", "options", "message"),
+    [
+        (
+            0,
+            {"not_an_argument": 1},
+            r"STSEvaluator has no option 'not_an_argument'; options of kind 'sts': batch_size",
+        ),
+        (0, {"batch_siz": 4}, r"STSEvaluator has no option 'batch_siz'; did you mean 'batch_size'\?"),
+        (0, {"batch_size": "x"}, r"option 'batch_size': input should be a valid integer, got 'x'"),
+        (0, {"main_similarity": "dot"}, r"option 'main_similarity' is set by kind 'sts' itself"),
+        (1, {"ndcg_at_k": 5}, r"option 'ndcg_at_k': input should be a valid list, got 5"),
+        (1, {"mrr_at_k": [10, "a"]}, r"option 'mrr_at_k': \[1\] input should be a valid integer, got \[10, 'a'\]"),
+        (3, {"label_threshold": "half"}, r"option 'label_threshold': input should be a valid number, got 'half'"),
+    ],
+)
+def test_evaluator_options_are_checked_when_the_suite_loads(
+    data_root: Path, index: int, options: dict[str, Any], message: str
+) -> None:
+    suite = all_kinds_suite(data_root)
+    suite["evaluations"][index]["evaluator"] = options
+    with pytest.raises(SuiteError, match=rf"evaluations\[{index}\]: entry '\w+', field 'evaluator': {message}"):
+        load_suite(suite)
 
 
 def test_sts_rows_without_scores_are_rejected_with_their_row() -> None:

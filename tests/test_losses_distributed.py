@@ -48,3 +48,46 @@ def test_multi_positive_scores_only_local_queries(torchrun_results: dict[str, fl
     assert torchrun_results["multi_positive_local_loss_rank0"] != pytest.approx(
         torchrun_results["multi_positive_loss_single"], rel=1e-6
     )
+
+
+def test_multi_positive_gather_offset_on_a_fake_rank_1_matches_the_concatenated_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One process plays rank 1 of 2: the "all-gather" puts rank 0's columns first. Rank 1's queries must
+    # then find their own positives at rows batch..2·batch of the gathered batch, so its loss (the mean
+    # over its queries) and their gradients equal those of the single-process loss on the concatenation.
+    import torch
+    from torch import nn
+
+    import hf_unified_embed.losses.multi_positive_infonce as module
+    from hf_unified_embed.losses import MultiPositiveInfoNCELoss
+
+    batch, positives_per_query, dim = 3, 2, 8
+    generator = torch.Generator().manual_seed(0)
+
+    def columns() -> list[torch.Tensor]:  # query, 2 positives, 1 hard negative
+        return [torch.randn(batch, dim, generator=generator, dtype=torch.float64).requires_grad_() for _ in range(4)]
+
+    ranks = [columns(), columns()]
+
+    def loss_on_rank(rank: int) -> torch.Tensor:
+        local, other = ranks[rank], ranks[1 - rank]
+
+        def fake_all_gather(tensor: torch.Tensor) -> torch.Tensor:
+            # The loss gathers the stacked positives (3-D) and the negative column (2-D).
+            remote = torch.stack(other[1:3], dim=1) if tensor.dim() == 3 else other[3]
+            return torch.cat([tensor, remote] if rank == 0 else [remote, tensor])
+
+        monkeypatch.setattr(module, "get_rank", lambda: rank)
+        monkeypatch.setattr(module, "all_gather_with_grad", fake_all_gather)
+        gathered = MultiPositiveInfoNCELoss(nn.Identity(), positives_per_query, gather_across_devices=True)
+        return gathered.compute_loss_from_embeddings(local, None)
+
+    single = MultiPositiveInfoNCELoss(nn.Identity(), positives_per_query)
+    concatenated = single.compute_loss_from_embeddings([torch.cat([ranks[0][c], ranks[1][c]]) for c in range(4)], None)
+    rank0, rank1 = loss_on_rank(0), loss_on_rank(1)
+    # The global mean over 2·batch queries is the mean of the two ranks' means.
+    torch.testing.assert_close(rank1, 2 * concatenated - rank0, rtol=1e-12, atol=1e-12)
+    (expected,) = torch.autograd.grad(2 * concatenated, ranks[1][0], retain_graph=True)
+    (actual,) = torch.autograd.grad(rank1, ranks[1][0])
+    torch.testing.assert_close(actual, expected, rtol=1e-10, atol=1e-12)

@@ -43,10 +43,11 @@ def task_of(sampler: CurriculumBatchSampler, row: int) -> int:
     return int(np.searchsorted(sampler.dataset.cumulative_sizes, row, side="right"))
 
 
-def assert_task_pure_groups(sampler: CurriculumBatchSampler) -> list[list[int]]:
+def assert_task_pure_groups(sampler: CurriculumBatchSampler, group: int) -> list[list[int]]:
+    """Every ``group`` consecutive batches (one optimizer step: world_size × gradient_accumulation_steps,
+    computed by the caller, not read from the sampler under test) hold one task and equal batch sizes."""
     batches = list(sampler)
     assert len(batches) == len(sampler)
-    group = sampler.group_size
     for start in range(0, len(batches), group):
         step = batches[start : start + group]
         tasks = {task_of(sampler, row) for batch in step for row in batch}
@@ -75,7 +76,7 @@ def test_len_is_exact_and_every_step_is_one_task(interleave, balance, drop_last,
     )
     for epoch in (0, 1):
         sampler.set_epoch(epoch)
-        assert_task_pure_groups(sampler)
+        assert_task_pure_groups(sampler, group=world_size * accumulation)
 
 
 def test_balance_none_uses_every_row_once_and_pads_the_last_step() -> None:
@@ -99,7 +100,7 @@ def test_drop_last_drops_each_tasks_incomplete_step() -> None:
 
 def test_task_smaller_than_one_batch(caplog: pytest.LogCaptureFixture) -> None:
     sampler = make_sampler([3, 20], batch_size=4, world_size=2)
-    small = [b for b in assert_task_pure_groups(sampler) if task_of(sampler, b[0]) == 0]
+    small = [b for b in assert_task_pure_groups(sampler, group=2) if task_of(sampler, b[0]) == 0]
     assert [len(b) for b in small] == [2, 2] and {r for b in small for r in b} == {0, 1, 2}
     with caplog.at_level(logging.WARNING):
         dropped = make_sampler([3, 20], batch_size=4, drop_last=True, world_size=2)

@@ -220,3 +220,20 @@ def test_two_tasks_train_in_one_trainer_call(tiny_model_path: str, tmp_path: Pat
     losses = {"qa": MultipleNegativesRankingLoss(model), "sts": CoSENTLoss(model)}
     _, step_losses = train_steps(model, train, losses, tmp_path, max_steps=4)
     assert len(step_losses) == 4 and all(np.isfinite(step_losses))
+
+
+def test_a_borrowed_negative_is_never_the_rows_own_positive_in_any_epoch() -> None:
+    # q1 has no negatives and borrows from q0. One of q0's negatives is q1's own positive; whichever
+    # of q0's two negatives q0 draws, q1 must get the other real negative ("n0"), never "a1".
+    rows = [
+        unified_row("qa", "q0", ["a0"], ["a1", "n0"]),
+        unified_row("qa", "q1", ["a1"], []),
+    ]
+    collator = _collator({"qa": ColumnLayout(positives=1, negatives=1)})
+    drawn_for_q0 = set()
+    for epoch in range(20):
+        collator.set_epoch(epoch)
+        out = collator.to_columns(rows)
+        drawn_for_q0.add(out[0]["negative_1"])
+        assert out[1]["negative_1"] == "n0", f"epoch {epoch}: q1 borrowed {out[1]['negative_1']!r}"
+    assert drawn_for_q0 == {"a1", "n0"}  # both cases occurred: the untaken text was q1's positive in some epochs

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
-import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hf_unified_embed.errors import UsageError
-from hf_unified_embed.outputs import check_target
+
+if TYPE_CHECKING:
+    from hf_unified_embed.curriculum.planner import CurriculumResult
 
 logger = logging.getLogger(__name__)
 
@@ -69,12 +70,6 @@ def parse_shard(value: str) -> tuple[int, int]:
     return index, count
 
 
-def _check_output(data: str, output: Path, overwrite: bool) -> None:
-    if Path(data).exists() and Path(data).resolve() == output.resolve():
-        raise UsageError(f"output {output} is the input dataset; write the curriculum to a new folder")
-    check_target(output, overwrite=overwrite)
-
-
 def run(args: argparse.Namespace) -> int:
     if args.shard and args.merge:
         raise UsageError("--shard encodes one shard and --merge combines them; use one of them")
@@ -83,38 +78,58 @@ def run(args: argparse.Namespace) -> int:
     output: Path = args.output
     shard_dir: Path = args.shard_dir or output.with_name(f"{output.name}.shards")
     shard = parse_shard(args.shard) if args.shard else None
-    if shard is None:
-        _check_output(args.data, output, args.overwrite)
+    if shard is not None:
+        return _encode_shard(args, shard, shard_dir)
 
+    from hf_unified_embed.locations import looks_local
+    from hf_unified_embed.outputs import StagedOutput
+
+    # Dataset, plan and plots appear together or not at all. The stage exists before the teacher
+    # runs, so an unwritable output fails at once and a killed run leaves only a stale stage.
+    inputs = [args.data] if looks_local(args.data) else []
+    with StagedOutput(output, overwrite=args.overwrite, inputs=inputs) as stage:
+        result = _plan(args, shard_dir)
+        _write(result, stage.path, args.data)
+    plan = result.plan
+    print(f"task order ({len(plan.order)} tasks, Eq. 6 score {plan.score:.4f}): {' -> '.join(plan.order)}")
+    print(f"wrote {stage.target} (dataset{' with difficulty' if result.difficulty else ''}, plan and plots)")
+    if args.merge:
+        print(f"the shard embeddings in {shard_dir} are no longer needed")
+    return 0
+
+
+def _encode_shard(args: argparse.Namespace, shard: tuple[int, int], shard_dir: Path) -> int:
     from sentence_transformers import SentenceTransformer
 
-    from hf_unified_embed.curriculum import (
-        DistinctTexts,
-        difficulty_from_embeddings,
-        plan_curriculum,
-        plot_difficulty_histograms,
-        plot_task_similarity,
-    )
-    from hf_unified_embed.curriculum.texts import load_shards, save_shard
-    from hf_unified_embed.data import load_unified, save_unified
+    from hf_unified_embed.curriculum import DistinctTexts
+    from hf_unified_embed.curriculum.texts import save_shard
+    from hf_unified_embed.data import load_unified
 
     tasks = load_unified(args.data, args.tasks.split(",") if args.tasks else None, split=args.split)
     model = SentenceTransformer(args.teacher, device=args.device)
+    distinct = DistinctTexts.from_tasks(tasks)
+    index, count = shard
+    embeddings = distinct.encode(model, distinct.shard_ids(index, count), batch_size=args.batch_size)
+    path = save_shard(shard_dir, index, count, embeddings, distinct.fingerprint(args.teacher))
+    print(f"shard {index}/{count}: {len(embeddings)} of {len(distinct)} distinct texts -> {path}")
+    return 0
 
+
+def _plan(args: argparse.Namespace, shard_dir: Path) -> CurriculumResult:
+    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.curriculum import DistinctTexts, difficulty_from_embeddings, plan_curriculum
+    from hf_unified_embed.curriculum.texts import load_shards
+    from hf_unified_embed.data import load_unified
+
+    tasks = load_unified(args.data, args.tasks.split(",") if args.tasks else None, split=args.split)
+    model = SentenceTransformer(args.teacher, device=args.device)
     difficulty = None
-    if shard is not None or args.merge:
+    if args.merge:
         distinct = DistinctTexts.from_tasks(tasks)
-        fingerprint = distinct.fingerprint(args.teacher)
-        if shard is not None:
-            index, count = shard
-            embeddings = distinct.encode(model, distinct.shard_ids(index, count), batch_size=args.batch_size)
-            path = save_shard(shard_dir, index, count, embeddings, fingerprint)
-            print(f"shard {index}/{count}: {len(embeddings)} of {len(distinct)} distinct texts -> {path}")
-            return 0
-        embeddings = load_shards(shard_dir, distinct, fingerprint)
+        embeddings = load_shards(shard_dir, distinct, distinct.fingerprint(args.teacher))
         difficulty = difficulty_from_embeddings(distinct, embeddings, args.negative_pool, args.seed)
-
-    result = plan_curriculum(
+    return plan_curriculum(
         model,
         tasks,
         teacher_name=args.teacher,
@@ -131,30 +146,14 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
     )
 
-    # Dataset, plan and plots appear together or not at all: build them in a sibling, then rename.
-    output = output.resolve()
-    staging = output.parent / f".{output.name}.curriculum-{uuid.uuid4().hex[:8]}"
-    try:
-        save_unified(result.tasks, staging)
-        result.plan.save(staging)
-        plot_task_similarity(result.plan, staging / SIMILARITY_PLOT)
-        if result.difficulty:
-            plot_difficulty_histograms(result.difficulty, staging / DIFFICULTY_PLOT, order=result.plan.order)
-        _check_output(args.data, output, args.overwrite)
-        if output.exists():
-            trash = output.parent / f".{output.name}.old-{uuid.uuid4().hex[:8]}"
-            output.rename(trash)
-            staging.rename(output)
-            shutil.rmtree(trash)
-        else:
-            staging.rename(output)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
 
-    plan = result.plan
-    print(f"task order ({len(plan.order)} tasks, Eq. 6 score {plan.score:.4f}): {' -> '.join(plan.order)}")
-    print(f"wrote {output} (dataset{' with difficulty' if result.difficulty else ''}, plan and plots)")
-    if args.merge:
-        print(f"the shard embeddings in {shard_dir} are no longer needed")
-    return 0
+def _write(result: CurriculumResult, folder: Path, data: str) -> None:
+    from hf_unified_embed.curriculum import plot_difficulty_histograms, plot_task_similarity
+    from hf_unified_embed.data.hub_layout import read_card, source_notes, write_unified
+
+    # The input card's sources, licenses and Hub provenance carry over to the new folder.
+    write_unified(result.tasks, folder, notes=source_notes(read_card(data)))
+    result.plan.save(folder)
+    plot_task_similarity(result.plan, folder / SIMILARITY_PLOT)
+    if result.difficulty:
+        plot_difficulty_histograms(result.difficulty, folder / DIFFICULTY_PLOT, order=result.plan.order)

@@ -6,8 +6,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.errors import UsageError
-
 
 def register(subparsers: Any) -> None:
     build = subparsers.add_parser(
@@ -27,7 +25,10 @@ def register(subparsers: Any) -> None:
     validate = subparsers.add_parser(
         "validate",
         help="check a unified dataset folder against the schema",
-        description="Load every task of a unified folder and validate it.",
+        description=(
+            "Check a unified folder: its card, its layout (no stray files), every Parquet file's columns "
+            "and types, and every row against the schema."
+        ),
     )
     validate.add_argument("folder", type=Path, help="a folder written by `build` / save_unified")
     validate.set_defaults(func=run_validate)
@@ -59,46 +60,51 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from hf_unified_embed.data import build_unified_with_report, load_build_recipe, save_unified, task_summary
-    from hf_unified_embed.data.readers import resolve_files
+    from hf_unified_embed.data import build_unified_with_report, load_build_recipe, task_summary
+    from hf_unified_embed.data.hub_layout import write_unified
+    from hf_unified_embed.data.readers import local_files, resolve_inputs
+    from hf_unified_embed.data.registry import get_source_format
+    from hf_unified_embed.outputs import StagedOutput
 
     recipe = load_build_recipe(args.recipe)
-    output = args.output.resolve()
-    if output.is_dir() and any(output.iterdir()) and not args.overwrite:
-        raise UsageError(f"{output} is not empty; pass --overwrite to replace it")
-    for spec in recipe.sources:
-        for path in resolve_files(spec.data_files, recipe.base_dir):
-            if path.resolve().is_relative_to(output):
-                raise UsageError(f"input {path} lies inside the output folder {output}; choose another output")
-    splits, sources, skipped = {}, {}, {}
-    for split in recipe.splits:
-        result = build_unified_with_report(recipe, split=split)
-        splits[split] = result.dataset
-        sources.update(result.sources)
-        skipped.update(result.skipped)
-    save_unified(splits, output, overwrite=args.overwrite, sources=sources, skipped=skipped)
-    rows = [
-        {"task": task, "split": split, **task_summary(dataset), "skipped": skipped.get(task, {})}
-        for split, tasks in splits.items()
-        for task, dataset in tasks.items()
+    inputs = [
+        path
+        for spec in recipe.sources
+        for path in local_files(
+            resolve_inputs(spec.data_files, recipe.base_dir, dataset_ids=get_source_format(spec.format).dataset_ids)
+        )
     ]
+    splits, sources, skipped, notes = {}, {}, {}, {}
+    # The staging folder exists before the first row is read: an unwritable output fails at once, and
+    # datasets' Arrow cache and every temporary file live inside it, so nothing outlives a killed build.
+    with StagedOutput(args.output, overwrite=args.overwrite, inputs=inputs) as stage:
+        for split in recipe.splits:
+            result = build_unified_with_report(recipe, split=split, cache_dir=stage.scratch / "cache")
+            splits[split] = result.dataset
+            sources.update(result.sources)
+            skipped.update(result.skipped)
+            notes.update(result.notes)
+        # Every row was validated while it was built.
+        write_unified(splits, stage.path, sources=sources, skipped=skipped, notes=notes, validate=False)
+        rows = [
+            {"task": task, "split": split, **task_summary(dataset), "skipped": skipped.get(task, {})}
+            for split, tasks in splits.items()
+            for task, dataset in tasks.items()
+        ]
     print(summary_table(rows))
-    print(f"\nwrote {sum(r['rows'] for r in rows)} rows in {len(rows)} task(s) to {output}")
+    print(f"\nwrote {sum(r['rows'] for r in rows)} rows in {len(rows)} task(s) to {stage.target}")
     return 0
 
 
 def run_validate(args: argparse.Namespace) -> int:
     from hf_unified_embed.data import load_unified, task_summary
-    from hf_unified_embed.data.hub_layout import read_card, unified_tasks
-    from hf_unified_embed.schema import validate_unified
+    from hf_unified_embed.data.layout_check import validate_unified_folder
 
-    declared = unified_tasks(read_card(args.folder))
-    if not declared:
-        raise UsageError(f"{args.folder}/README.md declares no task configs")
+    # Layout, Parquet files and every row are checked with pyarrow before datasets reads anything.
+    layout = validate_unified_folder(args.folder)
     rows = []
-    for split in dict.fromkeys(split for splits in declared.values() for split in splits):
+    for split in dict.fromkeys(split for splits in layout.declared.values() for split in splits):
         for task, dataset in load_unified(args.folder, split=split).items():
-            validate_unified(dataset, source=f"{args.folder}/data/{task}")
             rows.append({"task": task, "split": split, **task_summary(dataset)})
     print(summary_table(rows))
     print(f"\n{args.folder}: {len(rows)} task(s) valid")

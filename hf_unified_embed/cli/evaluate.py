@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.errors import UsageError
+from hf_unified_embed.errors import InputError, InputNotFoundError, UsageError
 
 
 def register(subparsers: Any) -> None:
@@ -32,28 +33,54 @@ def register(subparsers: Any) -> None:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from hf_unified_embed.evaluation import load_suite, run_suite
+    from hf_unified_embed.outputs import StagedOutput
 
     suite = load_suite(args.suite, data_root=args.data_root)
     if args.batch_size is not None:
         if args.batch_size < 1:
             raise UsageError(f"--batch-size must be positive, got {args.batch_size}")
         suite.batch_size = args.batch_size
-    output: Path | None = args.output
-    if output is not None and output.exists() and output.stat().st_size > 0 and not args.overwrite:
-        # Checked before the (long) evaluation, not only when writing.
-        raise UsageError(f"{output} exists and is not empty; pass --overwrite to replace it")
+    # The target (and that it is not the suite) is checked here, its folder on entering: before the long work.
+    stage = (
+        StagedOutput(args.output, overwrite=args.overwrite, kind="file", inputs=[args.suite]) if args.output else None
+    )
+    with stage or contextlib.nullcontext():
+        model = load_model(args.model, args.device)
+        results = run_suite(model, suite, diagnostics=False if args.no_diagnostics else None)
+        if results.model_name == "model":
+            results.model_name = Path(args.model).name
+        if stage is not None:
+            stage.path.write_text(results.to_json(), encoding="utf-8")
+    print(results.format_table())
+    if stage is not None:
+        print(f"\nwrote {args.output}")
+    return 0
 
+
+def load_model(name: str, device: str | None) -> Any:
+    """The ``SentenceTransformer`` in folder ``name`` or cached Hub repo ``name``; a user error if there is none."""
+    import torch
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
     from sentence_transformers import SentenceTransformer
 
+    if device is not None:
+        try:
+            torch.device(device)
+        except RuntimeError as error:
+            raise UsageError(f"--device {device!r}: {error}") from None
+    folder = Path(name).expanduser()
+    if not folder.exists():
+        try:
+            validate_repo_id(name)
+        except HFValidationError:
+            raise InputNotFoundError(f"model {name}: no such folder") from None
     try:
-        model = SentenceTransformer(args.model, device=args.device)
+        return SentenceTransformer(str(folder) if folder.exists() else name, device=device)
     except OSError as error:
-        raise UsageError(f"cannot load model {args.model!r}: {error}") from None
-    results = run_suite(model, suite, diagnostics=False if args.no_diagnostics else None)
-    if results.model_name == "model":
-        results.model_name = Path(args.model).name
-    print(results.format_table())
-    if output is not None:
-        results.save_json(output, overwrite=args.overwrite)
-        print(f"\nwrote {output}")
-    return 0
+        # A repo id that is neither a folder here nor in the Hub cache (offline), or a folder without weights.
+        raise InputNotFoundError(f"model {name}: cannot load it: {error}") from None
+    except ValueError as error:
+        if folder.is_dir():  # transformers: "Unrecognized model in <folder>"
+            raise InputError(f"model {name}: not a sentence-transformers model folder: {error}") from None
+        raise

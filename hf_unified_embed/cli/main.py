@@ -6,7 +6,8 @@ order of ``--help`` is stable.
 
 Errors: an :class:`~hf_unified_embed.errors.HfUnifiedEmbedError` (a problem in an input, recipe or
 output location) is printed as one line, ``error: <where>: <what>``, and the exit code is 2. Under
-``torchrun`` / ``accelerate launch`` only the process of rank 0 prints it, every process exits 2.
+``torchrun`` / ``accelerate launch`` only the process of rank 0 prints it and exits 2 (the others wait a
+moment, then exit 2 unless the launcher has already stopped them).
 Any other exception is a bug: it keeps its traceback and exit code 1.
 """
 
@@ -15,18 +16,21 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import sys
+import time
 from collections.abc import Sequence
 
 from hf_unified_embed import __version__
 from hf_unified_embed.errors import HfUnifiedEmbedError
+from hf_unified_embed.processes import is_main_process
 from hf_unified_embed.redaction import RedactingFilter
 
-COMMAND_MODULES: tuple[str, ...] = ("data", "publish", "curriculum", "train", "merge", "evaluate")
+COMMAND_MODULES: tuple[str, ...] = ("data", "publish", "curriculum", "mine", "train", "merge", "evaluate")
 
 #: Exit code of an input error (argparse uses the same for bad options).
 INPUT_ERROR_EXIT_CODE = 2
+#: How long a process other than rank 0 waits before exiting on an input error.
+NON_MAIN_EXIT_DELAY_S = 5.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,11 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
     for module in COMMAND_MODULES:
         importlib.import_module(f"hf_unified_embed.cli.{module}").register(subparsers)
     return parser
-
-
-def is_main_process() -> bool:
-    """Rank 0 of a ``torchrun`` / ``accelerate launch`` run, or a plain process."""
-    return int(os.environ.get("RANK", "0")) == 0
 
 
 def _configure_logging(verbose: bool) -> None:
@@ -62,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HfUnifiedEmbedError as error:
         if is_main_process():
             print(f"error: {error}", file=sys.stderr)
+        else:
+            # Every process hits the same input error; the launcher stops the whole group as soon as
+            # one exits, so the others wait a moment for rank 0 to report it.
+            time.sleep(NON_MAIN_EXIT_DELAY_S)
         return INPUT_ERROR_EXIT_CODE
 
 

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from hf_unified_embed.processes import is_main_process
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -14,26 +16,40 @@ def register(subparsers: Any) -> None:
         description=(
             "Train as RECIPE says (base model, unified data, loss per task type, curriculum, sampler, "
             "training arguments, LoRA, evaluation suite, Hub repo). Works unchanged under "
-            "`torchrun --nproc_per_node=N` or `accelerate launch`."
+            "`torchrun --nproc_per_node=N` or `accelerate launch`. The recipe is checked before any data "
+            "loads; with --check the resolved plan is printed and nothing is trained."
         ),
     )
     parser.add_argument("recipe", type=Path, help="recipe YAML (see hf_unified_embed.recipe)")
     parser.add_argument("-o", "--output-dir", help="override the recipe's output_dir")
     parser.add_argument("--max-steps", type=int, help="override training_args.max_steps (quick runs)")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="check the recipe, load the data and the model, print tasks, rows, losses with their columns, "
+        "steps per task and the sampler, then exit without training",
+    )
     parser.set_defaults(func=run_train)
 
 
 def run_train(args: argparse.Namespace) -> int:
     from hf_unified_embed.recipe import load_train_recipe
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.train import check_recipe, train_from_recipe
 
     recipe = load_train_recipe(args.recipe)
     if args.output_dir:
         recipe.output_dir = args.output_dir
     if args.max_steps is not None:
         recipe.training_args["max_steps"] = args.max_steps
+    if args.check:
+        plan = check_recipe(recipe, overwrite=args.overwrite)
+        if is_main_process():
+            print(plan)
+        return 0
     outcome = train_from_recipe(recipe, overwrite=args.overwrite)
+    if not is_main_process():
+        return 0
     if outcome.evaluation is not None:
         print(outcome.evaluation.format_table())
     loss = "n/a" if outcome.train_loss is None else f"{outcome.train_loss:.4f}"

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from hf_unified_embed.curriculum.task_order import tour_score
+from hf_unified_embed.errors import InputError, InputNotFoundError
+from hf_unified_embed.outputs import StagedOutput
 
 #: The plan's file name inside the output dataset folder.
 PLAN_FILENAME = "curriculum_plan.json"
@@ -112,10 +114,10 @@ class CurriculumPlan:
     def from_dict(cls, data: dict[str, Any], source: str = "plan") -> CurriculumPlan:
         version = data.get("version")
         if version != PLAN_FORMAT_VERSION:
-            raise ValueError(f"{source}: plan format version {version!r}; this release reads {PLAN_FORMAT_VERSION}")
+            raise InputError(f"{source}: plan format version {version!r}; this release reads {PLAN_FORMAT_VERSION}")
         missing = [name for name in ("tasks", "order", "similarity", "score") if name not in data]
         if missing:
-            raise ValueError(f"{source}: missing fields {missing}")
+            raise InputError(f"{source}: missing fields {missing}")
         fields = dict(data)
         fields["task_statistics"] = {
             task: TaskStatistics(**stats) for task, stats in data.get("task_statistics", {}).items()
@@ -124,18 +126,17 @@ class CurriculumPlan:
             plan = cls(**fields)
             plan.check_score()
         except (TypeError, ValueError) as error:
-            raise ValueError(f"{source}: {error}") from error
+            raise InputError(f"{source}: {error}") from error
         return plan
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the plan as JSON (a directory gets :data:`PLAN_FILENAME`); atomic via a temporary sibling."""
+        """Write the plan as JSON (a directory gets :data:`PLAN_FILENAME`), atomically (:class:`StagedOutput`)."""
         target = Path(path)
         if target.is_dir():
             target = target / PLAN_FILENAME
-        partial = target.with_name(f".{target.name}.partial")
-        partial.write_text(json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-        os.replace(partial, target)
-        return target
+        with StagedOutput(target, overwrite=True, kind="file") as stage:
+            stage.path.write_text(json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        return stage.target
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> CurriculumPlan:
@@ -143,10 +144,12 @@ class CurriculumPlan:
         source = Path(path)
         if source.is_dir():
             source = source / PLAN_FILENAME
+        if not source.is_file():
+            raise InputNotFoundError(f"curriculum plan {source} does not exist")
         try:
             data = json.loads(source.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{source}: not valid JSON ({error})") from error
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise InputError(f"{source}: not valid JSON ({error})") from error
         return cls.from_dict(data, source=str(source))
 
     def check_score(self) -> None:

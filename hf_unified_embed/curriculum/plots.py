@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from hf_unified_embed.curriculum.plan import CurriculumPlan
+from hf_unified_embed.outputs import StagedOutput
 
 #: Above this many tasks, axis labels are dropped and histograms become one heatmap row per task.
 MAX_LABELLED_TASKS = 40
@@ -21,12 +22,12 @@ MAX_HISTOGRAM_PANELS = 24
 
 
 def _save(figure: plt.Figure, path: str | os.PathLike[str]) -> Path:
-    target = Path(path)
-    partial = target.with_name(f".{target.stem}.partial.png")
-    figure.savefig(partial, dpi=120, bbox_inches="tight")
-    plt.close(figure)
-    os.replace(partial, target)
-    return target
+    try:
+        with StagedOutput(Path(path), overwrite=True, kind="file") as stage:
+            figure.savefig(stage.path, dpi=120, bbox_inches="tight", format="png")
+    finally:
+        plt.close(figure)
+    return stage.target
 
 
 def plot_task_similarity(plan: CurriculumPlan, path: str | os.PathLike[str]) -> Path:

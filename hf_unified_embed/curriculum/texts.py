@@ -29,6 +29,7 @@ from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
 from hf_unified_embed.errors import InputError, InputNotFoundError
+from hf_unified_embed.outputs import StagedOutput
 from hf_unified_embed.schema import UnifiedSchemaError
 
 if TYPE_CHECKING:
@@ -204,14 +205,13 @@ def shard_path(directory: str | os.PathLike[str], shard: int, num_shards: int) -
 def save_shard(
     directory: str | os.PathLike[str], shard: int, num_shards: int, embeddings: np.ndarray, fingerprint: str
 ) -> Path:
-    """Write one shard's embeddings (atomically: a temporary sibling renamed at the end)."""
-    target = shard_path(directory, shard, num_shards)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.partial")
+    """Write one shard's embeddings, atomically (:class:`StagedOutput`); a rerun replaces the shard."""
     metadata = {"fingerprint": fingerprint, "shard": str(shard), "num_shards": str(num_shards)}
-    save_file({"embeddings": np.ascontiguousarray(embeddings, dtype=np.float32)}, str(partial), metadata=metadata)
-    os.replace(partial, target)
-    return target
+    with StagedOutput(shard_path(directory, shard, num_shards), overwrite=True, kind="file") as stage:
+        save_file(
+            {"embeddings": np.ascontiguousarray(embeddings, dtype=np.float32)}, str(stage.path), metadata=metadata
+        )
+    return stage.target
 
 
 def load_shards(directory: str | os.PathLike[str], distinct: DistinctTexts, fingerprint: str) -> np.ndarray:

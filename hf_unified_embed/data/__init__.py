@@ -3,8 +3,9 @@
 Raw files become rows of the unified schema (:mod:`hf_unified_embed.schema`) through *source
 formats*, registered by name. ``build_unified(recipe)`` runs each recipe source through its format
 inside :class:`UnifiedEmbedBuilder` and returns a validated ``DatasetDict`` keyed by task;
-``save_unified`` writes it as a Hub dataset folder (parquet per task + card) and ``load_unified``
-reads a folder or Hub repository back.
+``save_unified`` writes it as a Hub dataset folder (parquet per task + card), ``load_unified``
+reads a folder or Hub repository back and ``validate_unified_folder`` checks a folder's card,
+layout, Parquet schemas and rows before anything else reads it.
 
 Adding a source format
 ----------------------
@@ -37,7 +38,14 @@ from hf_unified_embed.data.builder import (
     build_unified,
     build_unified_with_report,
 )
-from hf_unified_embed.data.hub_layout import load_unified, render_dataset_card, save_unified, task_summary
+from hf_unified_embed.data.hub_layout import (
+    load_unified,
+    render_dataset_card,
+    save_unified,
+    task_summary,
+    write_unified,
+)
+from hf_unified_embed.data.layout_check import validate_unified_folder
 from hf_unified_embed.data.recipe import BuildRecipe, SourceSpec, load_build_recipe
 from hf_unified_embed.data.registry import (
     AdapterContext,
@@ -69,4 +77,6 @@ __all__ = [
     "save_unified",
     "source_format_names",
     "task_summary",
+    "validate_unified_folder",
+    "write_unified",
 ]

@@ -6,7 +6,7 @@ import itertools
 import logging
 import tempfile
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,9 +16,10 @@ from datasets import BuilderConfig, DatasetDict, DatasetInfo, DownloadMode, Gene
 from datasets.exceptions import DatasetGenerationError
 from datasets.fingerprint import get_temporary_cache_files_directory
 
-from hf_unified_embed.data.readers import resolve_files
+from hf_unified_embed.data.readers import decoding_error, first_undecodable_byte, resolve_inputs
 from hf_unified_embed.data.recipe import BuildRecipe, SourceSpec, load_build_recipe
-from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, get_source_format
+from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, get_source_format
+from hf_unified_embed.errors import HfUnifiedEmbedError, InputError, RecipeError
 from hf_unified_embed.schema import (
     DIFFICULTY_COLUMN,
     UNIFIED_COLUMNS,
@@ -39,6 +40,7 @@ class UnifiedSourceConfig(BuilderConfig):
 
     source: SourceSpec | None = None
     base_dir: str | None = None
+    scratch_dir: str | None = None
 
 
 class UnifiedEmbedBuilder(GeneratorBasedBuilder):
@@ -50,7 +52,8 @@ class UnifiedEmbedBuilder(GeneratorBasedBuilder):
         builder.download_and_prepare(download_mode="force_redownload")
         dataset = builder.as_dataset(split=spec.split)
 
-    Rows that an adapter deliberately skips are counted in ``builder.skipped``.
+    Rows that an adapter deliberately skips are counted in ``builder.skipped``; what it reports about
+    the origin of its rows (e.g. a Hub dataset id and revision) is in ``builder.notes``.
     """
 
     BUILDER_CONFIG_CLASS = UnifiedSourceConfig
@@ -59,6 +62,7 @@ class UnifiedEmbedBuilder(GeneratorBasedBuilder):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.skipped: Counter[str] = Counter()
+        self.notes: dict[str, Any] = {}
 
     @property
     def source(self) -> SourceSpec:
@@ -83,16 +87,61 @@ class UnifiedEmbedBuilder(GeneratorBasedBuilder):
         spec = self.source
         source_format = get_source_format(spec.format)
         base_dir = Path(self.config.base_dir) if self.config.base_dir else None
-        files = resolve_files(spec.data_files, base_dir)
-        context = AdapterContext(spec.name, self.skipped)
+        files = resolve_inputs(spec.data_files, base_dir, dataset_ids=source_format.dataset_ids)
+        scratch = Path(self.config.scratch_dir) if self.config.scratch_dir else None
+        context = AdapterContext(spec.name, self.skipped, scratch=scratch, split=spec.split, notes=self.notes)
         with_difficulty = DIFFICULTY_COLUMN in source_format.features(spec.options)
         tracker = InstructionTracker()
-        rows = source_format.rows(files, context, spec.options)
+        rows = _guarded(source_format.rows(files, context, spec.options), spec, files)
         for index, (location, raw) in enumerate(itertools.islice(rows, spec.max_rows)):
             row = complete_row(raw, spec, location, with_difficulty)
             validate_row(row, index, source=location)
             tracker.check(row, index, source=location)
             yield index, row
+
+
+def _file_list(files: Sequence[Path | str], limit: int = 5) -> str:
+    names = ", ".join(str(path) for path in files[:limit])
+    return names + (f" and {len(files) - limit} more" if len(files) > limit else "")
+
+
+def _guarded(rows: Iterable[SourceRow], spec: SourceSpec, files: Sequence[Path | str]) -> Iterator[SourceRow]:
+    """The adapter's rows; an exception that is not a located project error is wrapped into one.
+
+    A third-party adapter may fail with anything; the user must still learn which source and files
+    were being read. A decoding error is located by scanning the source's files for the first bad byte.
+    """
+    iterator = iter(rows)
+    while True:
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        except HfUnifiedEmbedError:
+            raise
+        except UnicodeDecodeError as error:
+            bad = next(
+                (
+                    path
+                    for path in files
+                    if isinstance(path, Path) and path.is_file() and first_undecodable_byte(path, error.encoding)
+                ),
+                None,
+            )
+            if bad is not None:
+                raise decoding_error(bad, error.encoding) from error
+            raise _adapter_failure(spec, files, error) from error
+        except Exception as error:
+            raise _adapter_failure(spec, files, error) from error
+        yield item
+
+
+def _adapter_failure(spec: SourceSpec, files: Sequence[Path | str], error: Exception) -> SourceFormatError:
+    return SourceFormatError(
+        f"source {spec.name!r}: the {spec.format!r} reader failed on {_file_list(files)}: "
+        f"{type(error).__name__}: {error}",
+        expected=f"input files in the {spec.format!r} format",
+    )
 
 
 def complete_row(
@@ -136,38 +185,62 @@ def complete_row(
 
 @dataclass
 class BuildResult:
-    """What a build produced: the tasks, the source of each and the rows skipped per task."""
+    """What a build produced: the tasks, the source of each, the rows skipped and the adapters' notes per task."""
 
     dataset: DatasetDict
     sources: dict[str, SourceSpec] = field(default_factory=dict)
     skipped: dict[str, Counter[str]] = field(default_factory=dict)
+    notes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def _original_error(error: BaseException) -> BaseException:
+def _project_error(error: BaseException) -> HfUnifiedEmbedError | None:
     # datasets wraps generator failures in DatasetGenerationError; users need the located cause.
     cause: BaseException | None = error
     while cause is not None:
-        if isinstance(cause, (SourceFormatError, UnifiedSchemaError, FileNotFoundError)):
+        if isinstance(cause, HfUnifiedEmbedError):
             return cause
         cause = cause.__cause__ or cause.__context__
-    return error
+    return None
+
+
+def _no_rows_error(spec: SourceSpec, files: Sequence[Path | str], skipped: Counter[str]) -> InputError:
+    where = f"source {spec.name!r} (format {spec.format!r}, split {spec.split!r}; files {_file_list(files)})"
+    if not skipped:
+        return InputError(f"{where}: the files hold no rows")
+    reasons = ", ".join(f"{count} {reason!r}" for reason, count in skipped.most_common())
+    return InputError(f"{where}: every row was skipped ({sum(skipped.values())}: {reasons}); nothing is left to build")
 
 
 def build_source(
     spec: SourceSpec, *, base_dir: Path | None, cache_dir: str | Path
-) -> tuple[datasets.Dataset, Counter[str]]:
-    """Build one source into an Arrow-backed ``Dataset`` under ``cache_dir``."""
+) -> tuple[datasets.Dataset, Counter[str], dict[str, Any]]:
+    """Build one source into an Arrow-backed ``Dataset`` under ``cache_dir``.
+
+    Returns the rows, the skipped-row counts and the adapter's notes on the rows' origin. Every
+    failure is a located :class:`~hf_unified_embed.errors.HfUnifiedEmbedError`; a source that
+    yields no row (empty files, or every row skipped) is an :class:`InputError` listing the skip reasons.
+    """
     builder = UnifiedEmbedBuilder(
-        cache_dir=str(cache_dir), config_name=spec.name, source=spec, base_dir=str(base_dir) if base_dir else None
+        cache_dir=str(cache_dir),
+        config_name=spec.name,
+        source=spec,
+        base_dir=str(base_dir) if base_dir else None,
+        scratch_dir=str(cache_dir),
     )
     try:
         # Always regenerate: a cached copy would hide changed inputs and errors.
         builder.download_and_prepare(download_mode=DownloadMode.FORCE_REDOWNLOAD)
     except DatasetGenerationError as error:
-        raise _original_error(error) from None
+        cause = _project_error(error)
+        if cause is not None:
+            raise cause from cause.__cause__  # its own chain (e.g. the adapter exception it wraps), not datasets'
+        raise  # not the input's fault: a bug, keep the whole traceback
+    if not builder.info.splits[spec.split].num_examples:
+        files = resolve_inputs(spec.data_files, base_dir, dataset_ids=get_source_format(spec.format).dataset_ids)
+        raise _no_rows_error(spec, files, builder.skipped)
     dataset = builder.as_dataset(split=spec.split)
     assert isinstance(dataset, datasets.Dataset)
-    return dataset, builder.skipped
+    return dataset, builder.skipped, builder.notes
 
 
 def build_unified_with_report(
@@ -180,13 +253,13 @@ def build_unified_with_report(
     plan = load_build_recipe(recipe)
     specs = [spec for spec in plan.sources if split is None or spec.split == split]
     if not specs:
-        raise ValueError(f"{plan.origin}: no source has split {split!r}; splits are {plan.splits}")
+        raise RecipeError(f"{plan.origin}: no source has split {split!r}; splits are {plan.splits}")
     if cache_dir is None:
         # A fresh folder per build, removed when the process exits: nothing stale is ever reused.
         cache_dir = tempfile.mkdtemp(prefix="unified-build-", dir=get_temporary_cache_files_directory())
     result = BuildResult(DatasetDict())
     for spec in specs:
-        dataset, skipped = build_source(spec, base_dir=plan.base_dir, cache_dir=cache_dir)
+        dataset, skipped, notes = build_source(spec, base_dir=plan.base_dir, cache_dir=cache_dir)
         if skipped:
             logger.info("%s: skipped %s", spec.name, dict(skipped))
         tasks = dataset.unique("task") if len(dataset) else [spec.name]
@@ -197,12 +270,14 @@ def build_unified_with_report(
                 else dataset.filter(lambda names, t=task: [n == t for n in names], input_columns="task", batched=True)
             )
             if task in result.dataset:
-                raise ValueError(
+                raise RecipeError(
                     f"{plan.origin}: task {task!r} is produced by two sources; build one split at a time (split=...) or rename a source"
                 )
             result.dataset[task] = part
             result.sources[task] = spec
             result.skipped[task] = skipped
+            if notes:
+                result.notes[task] = notes
     return result
 
 

@@ -7,8 +7,6 @@ The card's YAML front matter declares one ``configs`` entry per task and an ``al
 from __future__ import annotations
 
 import math
-import shutil
-import uuid
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,10 +19,14 @@ from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from hf_unified_embed.cards import render_template
+from hf_unified_embed.data.layout_check import check_layout, check_shard_schemas, read_card, unified_tasks
 from hf_unified_embed.data.recipe import SourceSpec
+from hf_unified_embed.errors import InputError
+from hf_unified_embed.locations import looks_local
+from hf_unified_embed.naming import ALL_CONFIG, check_split_name, check_task_name
+from hf_unified_embed.outputs import StagedOutput
 from hf_unified_embed.schema import UNIFIED_FEATURES, validate_unified
 
-ALL_CONFIG = "all"
 CARD_TEMPLATE = "dataset_card.md.j2"
 DEFAULT_MAX_SHARD_BYTES = 500 * 1024**2
 
@@ -84,20 +86,45 @@ def _as_splits(data: DatasetDict | Mapping[str, DatasetDict]) -> dict[str, dict[
     return {split: dict(tasks) for split, tasks in data.items()}
 
 
+def task_notes(spec: SourceSpec | None, carried: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A task's ``source_notes`` entry: source, license and format from its recipe source, then ``carried``.
+
+    ``carried`` holds what an adapter reported (a Hub dataset id, its config and revision) or what an
+    earlier card said about the task; it wins over the defaults so facts survive later rewrites
+    (curriculum, mined negatives).
+    """
+    notes: dict[str, Any] = {
+        "source": spec.source if spec and spec.source else (spec.format if spec else "unknown"),
+        "license": spec.license if spec and spec.license else "unknown",
+        "format": spec.format if spec else "unified",
+    }
+    notes.update(carried or {})
+    return notes
+
+
+def source_notes(card: DatasetCard) -> dict[str, dict[str, Any]]:
+    """The ``source_notes`` of a unified dataset card, per task (what to carry into a folder derived from it)."""
+    notes = card.data.to_dict().get("source_notes") or {}
+    return {str(task): dict(note) for task, note in notes.items() if isinstance(note, dict)}
+
+
 def render_dataset_card(
     splits: Mapping[str, Mapping[str, Dataset]],
     *,
     sources: Mapping[str, SourceSpec] | None = None,
     skipped: Mapping[str, Counter[str]] | None = None,
     pretty_name: str = "Unified embedding training data",
-    shard_files: Mapping[tuple[str, str], list[str]] | None = None,
+    notes: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
-    """The README.md of a unified dataset folder (YAML front matter + task table + schema)."""
+    """The README.md of a unified dataset folder (YAML front matter + task table + schema).
+
+    ``notes`` are per-task facts added to the card's ``source_notes`` (see :func:`task_notes`).
+    """
     sources = sources or {}
     tasks = list(dict.fromkeys(task for tasks in splits.values() for task in tasks))
     infos = DatasetInfosDict()
     rows_table = []
-    notes: dict[str, dict[str, Any]] = {}
+    all_notes = {task: task_notes(sources.get(task), (notes or {}).get(task)) for task in tasks}
     for task in tasks:
         split_dict = SplitDict()
         features = None
@@ -107,25 +134,17 @@ def render_dataset_card(
             dataset = datasets_by_task[task]
             features = dataset.features
             split_dict.add(SplitInfo(name=split, num_examples=len(dataset), num_bytes=dataset.data.nbytes))
-            summary = task_summary(dataset)
-            spec = sources.get(task)
             rows_table.append(
                 {
                     "task": task,
                     "split": split,
-                    **summary,
-                    "source": (spec.source or spec.format) if spec else "",
-                    "license": (spec.license or "unknown") if spec else "unknown",
+                    **task_summary(dataset),
+                    "source": all_notes[task]["source"],
+                    "license": all_notes[task]["license"],
                     "skipped": dict((skipped or {}).get(task, {})),
                 }
             )
         infos[task] = DatasetInfo(features=features or UNIFIED_FEATURES, config_name=task, splits=split_dict)
-        spec = sources.get(task)
-        notes[task] = {
-            "source": spec.source if spec and spec.source else (spec.format if spec else "unknown"),
-            "license": spec.license if spec and spec.license else "unknown",
-            "format": spec.format if spec else "unified",
-        }
     configs: list[dict[str, Any]] = [
         {
             "config_name": task,
@@ -142,14 +161,14 @@ def render_dataset_card(
             "default": True,
         }
     )
-    licenses = sorted({note["license"] for note in notes.values()})
+    licenses = sorted({note["license"] for note in all_notes.values()})
     card_data = DatasetCardData(
         pretty_name=pretty_name,
         license=licenses[0].lower() if len(licenses) == 1 and licenses[0] != "unknown" else "other",
         task_categories=["sentence-similarity", "text-retrieval"],
         tags=["sentence-transformers", "embeddings", "hf-unified-embed"],
         configs=configs,
-        source_notes=notes,
+        source_notes=all_notes,
     )
     infos.to_dataset_card_data(card_data)
     schema = (
@@ -166,7 +185,8 @@ def render_dataset_card(
         pretty_name=pretty_name,
         tasks=rows_table,
         schema=schema,
-        notes=notes,
+        notes=all_notes,
+        mined={task: note["hard_negatives"] for task, note in all_notes.items() if note.get("hard_negatives")},
         splits=list(splits),
     )
 
@@ -176,11 +196,49 @@ def _dtype(feature: Any) -> str:
     return f"list[{inner.dtype}]" if inner is not None else str(getattr(feature, "dtype", feature))
 
 
-def _check_target(out_dir: Path, overwrite: bool) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise FileExistsError(f"{out_dir} exists and is not a folder")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out_dir} is not empty; pass overwrite=True (CLI: --overwrite) to replace it")
+def _check_names(splits: Mapping[str, Mapping[str, Dataset]]) -> None:
+    for split, tasks in splits.items():
+        check_split_name(split, "split")
+        for task in tasks:
+            check_task_name(task, f"split {split!r}: task")
+
+
+def write_unified(
+    data: DatasetDict | Mapping[str, DatasetDict],
+    folder: str | Path,
+    *,
+    sources: Mapping[str, SourceSpec] | None = None,
+    skipped: Mapping[str, Counter[str]] | None = None,
+    notes: Mapping[str, Mapping[str, Any]] | None = None,
+    pretty_name: str = "Unified embedding training data",
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    validate: bool = True,
+) -> Path:
+    """Write the Hub layout into the existing empty ``folder`` (not atomic: see :func:`save_unified`).
+
+    Every task and split name is checked before anything is written; with ``validate`` every row too
+    (the builder has already validated what it built).
+    """
+    folder = Path(folder)
+    splits = _as_splits(data)
+    if not any(splits.values()):
+        raise InputError("nothing to save: the dataset has no tasks")
+    _check_names(splits)
+    if validate:
+        for tasks in splits.values():
+            for task, dataset in tasks.items():
+                validate_unified(dataset, source=task, task=task)
+    for split, tasks in splits.items():
+        for task, dataset in tasks.items():
+            num_shards = max(1, math.ceil(dataset.data.nbytes / max_shard_bytes))
+            task_folder = folder / "data" / task
+            task_folder.mkdir(parents=True, exist_ok=True)
+            for index in range(num_shards):
+                shard = dataset.shard(num_shards, index, contiguous=True)
+                shard.to_parquet(str(task_folder / f"{split}-{index:05d}-of-{num_shards:05d}.parquet"))
+    card = render_dataset_card(splits, sources=sources, skipped=skipped, notes=notes, pretty_name=pretty_name)
+    (folder / "README.md").write_text(card, encoding="utf-8")
+    return folder
 
 
 def save_unified(
@@ -190,74 +248,37 @@ def save_unified(
     overwrite: bool = False,
     sources: Mapping[str, SourceSpec] | None = None,
     skipped: Mapping[str, Counter[str]] | None = None,
+    notes: Mapping[str, Mapping[str, Any]] | None = None,
     pretty_name: str = "Unified embedding training data",
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
 ) -> Path:
     """Write the Hub layout: ``data/<task>/<split>-NNNNN-of-NNNNN.parquet`` and ``README.md``.
 
     ``data`` is a task-keyed ``DatasetDict`` (each dataset saved under its own ``split``, default
-    ``train``) or ``{split: DatasetDict}``. Everything is validated and written to a temporary
-    sibling folder that replaces ``out_dir`` only at the end; a non-empty ``out_dir`` is refused
-    unless ``overwrite``.
+    ``train``) or ``{split: DatasetDict}``; ``notes`` adds per-task facts to the card's
+    ``source_notes`` (:func:`task_notes`). Names and rows are checked first; the folder is assembled
+    by :class:`~hf_unified_embed.outputs.StagedOutput` and appears whole or not at all; a non-empty
+    ``out_dir`` is refused (:class:`~hf_unified_embed.errors.OutputExistsError`) unless ``overwrite``.
     """
-    out_dir = Path(out_dir).resolve()
-    _check_target(out_dir, overwrite)
     splits = _as_splits(data)
     if not any(splits.values()):
-        raise ValueError("nothing to save: the dataset has no tasks")
+        raise InputError("nothing to save: the dataset has no tasks")
+    _check_names(splits)
     for tasks in splits.values():
         for task, dataset in tasks.items():
-            validate_unified(dataset, source=task)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        for split, tasks in splits.items():
-            for task, dataset in tasks.items():
-                num_shards = max(1, math.ceil(dataset.data.nbytes / max_shard_bytes))
-                folder = staging / "data" / task
-                folder.mkdir(parents=True, exist_ok=True)
-                for index in range(num_shards):
-                    shard = dataset.shard(num_shards, index, contiguous=True)
-                    shard.to_parquet(str(folder / f"{split}-{index:05d}-of-{num_shards:05d}.parquet"))
-        card = render_dataset_card(splits, sources=sources, skipped=skipped, pretty_name=pretty_name)
-        (staging / "README.md").write_text(card, encoding="utf-8")
-        _replace(staging, out_dir, overwrite)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
-    return out_dir
-
-
-def _replace(staging: Path, out_dir: Path, overwrite: bool) -> None:
-    _check_target(out_dir, overwrite)  # again: something may have appeared meanwhile
-    if out_dir.exists():
-        trash = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
-        out_dir.rename(trash)
-        staging.rename(out_dir)
-        shutil.rmtree(trash)
-    else:
-        staging.rename(out_dir)
-
-
-def read_card(repo_id_or_dir: str | Path, *, token: str | None = None) -> DatasetCard:
-    """The dataset card of a unified folder or Hub dataset repository."""
-    local = Path(repo_id_or_dir)
-    if local.is_dir():
-        readme = local / "README.md"
-        if not readme.is_file():
-            raise FileNotFoundError(f"{local} has no README.md; is it a folder written by save_unified?")
-        return DatasetCard.load(readme)
-    return DatasetCard.load(str(repo_id_or_dir), repo_type="dataset", token=token)
-
-
-def unified_tasks(card: DatasetCard) -> dict[str, list[str]]:
-    """``{task: [splits]}`` declared by a unified dataset card (the ``all`` config excluded)."""
-    configs = card.data.to_dict().get("configs") or []
-    return {
-        config["config_name"]: [entry["split"] for entry in config.get("data_files", [])]
-        for config in configs
-        if config.get("config_name") != ALL_CONFIG
-    }
+            validate_unified(dataset, source=task, task=task)
+    with StagedOutput(out_dir, overwrite=overwrite) as stage:
+        write_unified(
+            splits,
+            stage.path,
+            sources=sources,
+            skipped=skipped,
+            notes=notes,
+            pretty_name=pretty_name,
+            max_shard_bytes=max_shard_bytes,
+            validate=False,
+        )
+    return stage.target
 
 
 def load_unified(
@@ -271,21 +292,37 @@ def load_unified(
 ) -> DatasetDict:
     """Load the tasks of a unified folder or Hub repo (all tasks that have ``split`` by default).
 
-    Each task is read with ``datasets.load_dataset(repo_id_or_dir, task, split=split)``.
+    Each task is read with ``datasets.load_dataset(repo_id_or_dir, task, split=split)``. A local
+    folder's card, layout and Parquet schemas are checked first
+    (:func:`~hf_unified_embed.data.layout_check.check_layout`); a path that does not exist is an
+    :class:`~hf_unified_embed.errors.InputNotFoundError`, never a Hub lookup.
     """
-    declared = unified_tasks(read_card(repo_id_or_dir, token=token))
+    if looks_local(repo_id_or_dir):
+        layout = check_layout(repo_id_or_dir, strict_root=False)
+        check_shard_schemas(layout)
+        declared = layout.declared
+    else:
+        declared = unified_tasks(read_card(repo_id_or_dir, token=token), source=f"{repo_id_or_dir}/README.md")
     if tasks is None:
         tasks = [task for task, splits in declared.items() if split in splits]
     unknown = [task for task in tasks if task not in declared]
     if unknown:
-        raise ValueError(f"{repo_id_or_dir}: unknown task(s) {unknown}; the card declares {sorted(declared)}")
+        raise InputError(f"{repo_id_or_dir}: unknown task(s) {unknown}; the card declares {sorted(declared)}")
     missing = [task for task in tasks if split not in declared[task]]
     if missing:
-        raise ValueError(f"{repo_id_or_dir}: task(s) {missing} have no split {split!r}")
+        raise InputError(
+            f"{repo_id_or_dir}: task(s) {missing} have no split {split!r} "
+            f"(they have {sorted({s for t in missing for s in declared[t]})})"
+        )
     result = DatasetDict()
     for task in tasks:
         dataset = load_dataset(
-            str(repo_id_or_dir), task, split=split, revision=revision, token=token, cache_dir=cache_dir
+            str(Path(repo_id_or_dir).expanduser()) if looks_local(repo_id_or_dir) else str(repo_id_or_dir),
+            task,
+            split=split,
+            revision=revision,
+            token=token,
+            cache_dir=cache_dir,
         )
         assert isinstance(dataset, Dataset)
         result[task] = dataset

@@ -6,16 +6,22 @@ with the file and errors can point at the exact place.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import glob
 import json
 import math
 import sys
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from hf_unified_embed.data.registry import SourceFormatError
+from hf_unified_embed.locations import looks_local
 
 Quoting = Literal[0, 1, 2, 3]  # csv.QUOTE_MINIMAL, QUOTE_ALL, QUOTE_NONNUMERIC, QUOTE_NONE
 
@@ -46,6 +52,78 @@ def resolve_files(data_files: str | Path | Sequence[str | Path], base_dir: Path 
     return files
 
 
+def resolve_inputs(
+    data_files: str | Path | Sequence[str | Path], base_dir: Path | None = None, *, dataset_ids: bool = False
+) -> list[Path | str]:
+    """Like :func:`resolve_files`; with ``dataset_ids`` a name that does not look local stays a Hub id (a string)."""
+    patterns = [data_files] if isinstance(data_files, (str, Path)) else list(data_files)
+    if not dataset_ids:
+        return list(resolve_files(patterns, base_dir))
+    inputs: list[Path | str] = []
+    for pattern in patterns:
+        if looks_local(pattern, base_dir):
+            inputs.extend(resolve_files(pattern, base_dir))
+        else:
+            inputs.append(str(pattern))
+    return inputs
+
+
+def local_files(inputs: Sequence[Path | str]) -> list[Path]:
+    """The local paths among resolved inputs (Hub ids left out)."""
+    return [entry for entry in inputs if isinstance(entry, Path)]
+
+
+def first_undecodable_byte(
+    path: Path, encoding: str = "utf-8", *, chunk_size: int = 1 << 20
+) -> tuple[int, int, int] | None:
+    """``(byte_offset, line, byte)`` of the first byte of ``path`` that is not valid ``encoding``; ``None`` if all are.
+
+    Called only after a decoding error, so reading the file a second time costs nothing on valid input.
+    """
+    decoder = codecs.getincrementaldecoder(encoding)()
+    offset = newlines = 0
+    with open(path, "rb") as handle:
+        while True:
+            chunk = handle.read(chunk_size)
+            # The decoder keeps an incomplete multi-byte sequence from the previous chunk (never a newline).
+            pending = len(decoder.getstate()[0])
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as error:
+                data = error.object
+                line = newlines + data[: error.start].count(b"\n") + 1
+                return offset - pending + error.start, line, data[error.start]
+            if not chunk:
+                return None
+            offset += len(chunk)
+            newlines += chunk.count(b"\n")
+
+
+def decoding_error(path: Path, encoding: str) -> SourceFormatError:
+    """A :class:`SourceFormatError` naming the file, line, byte offset and codec of the first bad byte."""
+    codec = codecs.lookup(encoding).name
+    found = first_undecodable_byte(path, codec)
+    if found is None:  # the file changed since; say what we know
+        return SourceFormatError(f"cannot be decoded as {codec}", file=path, expected=f"{codec} text")
+    offset, line, byte = found
+    return SourceFormatError(
+        f"byte 0x{byte:02x} at byte offset {offset} cannot be decoded as {codec}",
+        file=path,
+        line=line,
+        expected=f"{codec} text; re-encode it, e.g. iconv -f latin1 -t utf-8",
+    )
+
+
+@contextmanager
+def open_text(path: Path, *, newline: str | None = None) -> Iterator[TextIO]:
+    """Open a UTF-8 text file (a byte-order mark is dropped); a byte that is not UTF-8 becomes a located error."""
+    try:
+        with open(path, encoding="utf-8-sig", newline=newline) as handle:
+            yield handle
+    except UnicodeDecodeError as error:
+        raise decoding_error(path, error.encoding) from error
+
+
 def iter_delimited(
     path: Path, *, delimiter: str = "\t", quoting: Quoting = csv.QUOTE_NONE, header: bool = False
 ) -> Iterator[tuple[int, list[str]]]:
@@ -53,7 +131,7 @@ def iter_delimited(
 
     With ``header=True`` the first line is skipped (use :func:`read_header` to look at it).
     """
-    with open(path, encoding="utf-8-sig", newline="") as handle:
+    with open_text(path, newline="") as handle:
         reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
         for fields in reader:
             if header:
@@ -65,7 +143,7 @@ def iter_delimited(
 
 
 def read_header(path: Path, *, delimiter: str, quoting: Quoting = csv.QUOTE_MINIMAL) -> list[str]:
-    with open(path, encoding="utf-8-sig", newline="") as handle:
+    with open_text(path, newline="") as handle:
         return next(csv.reader(handle, delimiter=delimiter, quoting=quoting), [])
 
 
@@ -86,7 +164,7 @@ def iter_json_records(path: Path) -> Iterator[tuple[int, Any]]:
 
     Numbers are line numbers for JSON lines and 1-based element numbers for an array.
     """
-    with open(path, encoding="utf-8-sig") as handle:
+    with open_text(path) as handle:
         first = ""
         while not first:
             chunk = handle.read(1)
@@ -156,32 +234,77 @@ def iter_table_records(
                 )
             yield number, record
     elif suffix in CSV_SUFFIXES or delimiter is not None:
-        with open(path, encoding="utf-8-sig", newline="") as handle:
+        with open_text(path, newline="") as handle:
             reader = csv.DictReader(handle, delimiter=delimiter or CSV_SUFFIXES[suffix])
             for record in reader:
                 yield reader.line_num, record
     elif suffix in PARQUET_SUFFIXES:
-        import pyarrow.parquet as pq
-
-        number = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
-            for record in batch.to_pylist():
-                number += 1
-                yield number, record
+        yield from iter_parquet_records(path, batch_size=batch_size)
     else:
         raise SourceFormatError(
             f"unsupported file type {suffix!r}", file=path, expected=".jsonl/.json, .csv/.tsv or .parquet"
         )
 
 
-def require_text(value: Any, *, file: Path, line: int, field: str) -> str:
+def iter_parquet_records(path: Path, *, batch_size: int = 4_096) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Dict records of a Parquet file with 1-based row numbers; a truncated or corrupt file names itself."""
+    number = 0
+    try:
+        batches = pq.ParquetFile(path).iter_batches(batch_size=batch_size)
+        for batch in batches:
+            records = batch.to_pylist()
+            for record in records:
+                number += 1
+                yield number, record
+    except (pa.ArrowException, OSError) as error:
+        raise SourceFormatError(
+            f"cannot be read as Parquet after {number} rows ({error})",
+            file=path,
+            expected="a complete Parquet file",
+        ) from error
+
+
+def record_field(record: dict[str, Any], column: str, *, file: str | Path, line: int) -> Any:
+    """``record[column]``; a missing column is an error naming the record's columns."""
+    if column not in record:
+        raise SourceFormatError(
+            f"column missing; the record has {sorted(record)}",
+            file=file,
+            line=line,
+            field=column,
+            expected="the configured column name",
+        )
+    return record[column]
+
+
+def record_texts(record: dict[str, Any], column: str, *, file: str | Path, line: int) -> list[str]:
+    """The non-empty texts of ``record[column]``, a cell holding one text or a list of texts."""
+    value = record_field(record, column, file=file, line=line)
+    values = value if isinstance(value, list) else [value]
+    return [require_text(text, file=file, line=line, field=column) for text in values]
+
+
+def record_text(record: dict[str, Any], column: str, *, file: str | Path, line: int) -> str:
+    """The non-empty text of ``record[column]``, stripped."""
+    return require_text(record_field(record, column, file=file, line=line), file=file, line=line, field=column)
+
+
+def require_text(value: Any, *, file: str | Path, line: int, field: str) -> str:
     """A non-empty string with surrounding whitespace removed."""
     if not isinstance(value, str) or not value.strip():
         raise SourceFormatError(f"got {value!r}", file=file, line=line, field=field, expected="a non-empty string")
     return value.strip()
 
 
-def parse_score(value: Any, *, file: Path, line: int, field: str, low: float, high: float) -> float:
+def score_bounds(score_range: Sequence[float]) -> tuple[float, float]:
+    """``(low, high)`` of a ``score_range`` option; ``high > low`` or an error naming the option."""
+    low, high = float(score_range[0]), float(score_range[1])
+    if not high > low:
+        raise SourceFormatError(f"got {score_range!r}", field="score_range", expected="[low, high] with high > low")
+    return low, high
+
+
+def parse_score(value: Any, *, file: str | Path, line: int, field: str, low: float, high: float) -> float:
     """Map a raw score in ``[low, high]`` linearly onto [0, 1]; anything else is an error."""
     try:
         score = float(value)

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.errors import RecipeError
+from hf_unified_embed.errors import NameRuleError, RecipeError
+from hf_unified_embed.naming import split_name_problem, task_name_problem
 from hf_unified_embed.schema import TASK_TYPES
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
@@ -51,10 +52,13 @@ class SourceSpec:
         def fail(field_name: str, message: str) -> RecipeError:
             return RecipeError(f"source {self.name!r}, field {field_name!r}: {message}")
 
-        if not isinstance(self.name, str) or not self.name.strip() or "/" in self.name:
-            raise RecipeError(f"source name {self.name!r} must be a non-empty string without '/'")
-        if self.name == "all":
-            raise fail("name", "'all' is reserved for the config that holds every task")
+        # The name becomes a folder and a config, the split part of file names: one naming rule for both.
+        for field_name, problem in (
+            ("name", task_name_problem(self.name)),
+            ("split", split_name_problem(self.split)),
+        ):
+            if problem:
+                raise NameRuleError(f"source {self.name!r}, field {field_name!r}: {problem}")
         if self.task_type is not None and self.task_type not in TASK_TYPES:
             raise fail("task_type", f"got {self.task_type!r}; expected one of {list(TASK_TYPES)}")
         for name in ("query_instruction", "document_instruction"):
@@ -117,8 +121,8 @@ class BuildRecipe:
                 )
             try:
                 specs.append(SourceSpec(**entry))
-            except RecipeError as error:
-                raise RecipeError(f"{origin}: sources[{index}]: {error}") from None
+            except (RecipeError, NameRuleError) as error:
+                raise type(error)(f"{origin}: sources[{index}]: {error}") from None
         unknown_top = sorted(set(data) - {"sources"})
         if unknown_top:
             raise RecipeError(f"{origin}: unknown top-level field(s) {unknown_top}")

@@ -35,10 +35,24 @@ ENTRY_POINT_GROUP = "hf_unified_embed.source_formats"
 
 @dataclass
 class AdapterContext:
-    """What an adapter may report besides rows: rows it skipped on purpose, by reason."""
+    """What an adapter gets besides its files and options, and may report besides rows.
+
+    Attributes:
+        source: the recipe source's name.
+        skipped: rows skipped on purpose, by reason (call :meth:`skip`).
+        scratch: a folder for temporary files (e.g. an on-disk join, a downloaded dataset's
+            cache); ``None``: the system's temporary folder. The build CLI points it into the
+            output's staging folder, so a killed build leaves nothing elsewhere.
+        split: the recipe source's split (the split the rows are built into).
+        notes: facts about where the rows came from (e.g. a Hub dataset id and revision), shown in
+            the dataset card's ``source_notes`` and carried into later folders and model cards.
+    """
 
     source: str
     skipped: Counter[str] = field(default_factory=Counter)
+    scratch: Path | None = None
+    split: str = "train"
+    notes: dict[str, Any] = field(default_factory=dict)
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] += 1
@@ -53,6 +67,7 @@ class SourceFormat:
     description: str
     defaults: Mapping[str, Any] = field(default_factory=dict)
     with_difficulty_option: bool = False
+    dataset_ids: bool = False
 
     @property
     def option_names(self) -> tuple[str, ...]:
@@ -63,7 +78,9 @@ class SourceFormat:
         """The declared features of rows read with these options."""
         return unified_features(with_difficulty=self.with_difficulty_option and bool(options.get("with_difficulty")))
 
-    def rows(self, files: Sequence[Path], context: AdapterContext, options: Mapping[str, Any]) -> Iterator[SourceRow]:
+    def rows(
+        self, files: Sequence[Path | str], context: AdapterContext, options: Mapping[str, Any]
+    ) -> Iterator[SourceRow]:
         """Run the adapter with the preset defaults overridden by ``options``."""
         unknown = sorted(set(options) - set(self.option_names))
         if unknown:
@@ -80,9 +97,16 @@ _loaded = False
 
 
 def register_source_format(
-    name: str, *, presets: Mapping[str, Mapping[str, Any]] | None = None, with_difficulty_option: bool = False
+    name: str,
+    *,
+    presets: Mapping[str, Mapping[str, Any]] | None = None,
+    with_difficulty_option: bool = False,
+    dataset_ids: bool = False,
 ) -> Callable[[AdapterFunction], AdapterFunction]:
     """Register an adapter under ``name`` (and under each preset name with those default options).
+
+    With ``dataset_ids`` an entry of ``data_files`` that does not look like a local path is passed to
+    the adapter unchanged, as a string (a Hub dataset id), instead of being resolved as a file.
 
     Example::
 
@@ -99,7 +123,7 @@ def register_source_format(
             if format_name in _REGISTRY and _REGISTRY[format_name].read is not function:
                 raise ValueError(f"source format {format_name!r} is already registered")
             _REGISTRY[format_name] = SourceFormat(
-                format_name, function, description, dict(defaults), with_difficulty_option
+                format_name, function, description, dict(defaults), with_difficulty_option, dataset_ids
             )
         return function
 

@@ -1,7 +1,8 @@
 """Evaluation suites for embedding models, and CoDiEmb's embedding-space diagnostics.
 
 ``run_suite(model, "suite.yaml")`` reads each evaluation set through the unified data adapters,
-scores it with a sentence-transformers evaluator (STS, retrieval, reranking, pair classification)
+scores it with the sentence-transformers evaluator of its kind (STS, retrieval, reranking, pair
+classification, or a kind of the user's own: :class:`EvaluationKind`, :func:`register_evaluation_kind`)
 and returns :class:`SuiteResults` with a flat table, the CoDiEmb §4 diagnostics and ``model-index``
 entries for the model card. ``build_sequential_evaluator`` gives the same suite to a trainer.
 """
@@ -20,6 +21,12 @@ from hf_unified_embed.evaluation.evaluators import (
     STSEvaluator,
 )
 from hf_unified_embed.evaluation.inputs import EvaluationDataError
+from hf_unified_embed.evaluation.kinds import (
+    EVALUATION_KINDS,
+    EvaluationKind,
+    get_evaluation_kind,
+    register_evaluation_kind,
+)
 from hf_unified_embed.evaluation.results import EntryResult, SuiteResults
 from hf_unified_embed.evaluation.suite import (
     DiagnosticsConfig,
@@ -34,12 +41,14 @@ from hf_unified_embed.evaluation.suite import (
 
 __all__ = [
     "DIAGNOSTIC_METRICS",
+    "EVALUATION_KINDS",
     "AnswerRerankingEvaluator",
     "DiagnosticsConfig",
     "EmbeddingSpaceDiagnostics",
     "EncodeOnceMixin",
     "EntryResult",
     "EvaluationDataError",
+    "EvaluationKind",
     "EvaluationSuite",
     "GradedInformationRetrievalEvaluator",
     "PairClassificationEvaluator",
@@ -50,7 +59,9 @@ __all__ = [
     "build_evaluators",
     "build_sequential_evaluator",
     "embedding_space_diagnostics",
+    "get_evaluation_kind",
     "load_suite",
+    "register_evaluation_kind",
     "run_suite",
     "token_matrix_diagnostics",
 ]

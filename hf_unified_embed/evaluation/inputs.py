@@ -17,7 +17,7 @@ from typing import Any
 from datasets import Dataset
 
 from hf_unified_embed.data.readers import iter_json_records, require_text, resolve_files
-from hf_unified_embed.errors import EvaluationDataError, SourceFormatError
+from hf_unified_embed.errors import EvaluationDataError, InputNotFoundError, SourceFormatError
 
 
 def _rows(dataset: Dataset | Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
@@ -116,13 +116,29 @@ class RetrievalInputs:
         return list(dict.fromkeys([*self.queries.values(), *self.corpus.values()]))
 
 
-def read_corpus_files(data_files: str | Sequence[str], base_dir: Path | None, include_title: bool = True) -> list[str]:
+def entry_files(patterns: str | Sequence[str], base_dir: Path | None, *, evaluation: str, field: str) -> list[Path]:
+    """The files an entry's ``field`` names (paths or globs, relative to ``base_dir``); each must match one."""
+    files: list[Path] = []
+    for pattern in [patterns] if isinstance(patterns, str) else patterns:
+        try:
+            files += resolve_files(pattern, base_dir)
+        except SourceFormatError:
+            anchor = f" (relative paths resolve in {base_dir})" if base_dir is not None else ""
+            raise InputNotFoundError(
+                f"evaluation {evaluation!r}, field {field!r}: nothing matches {pattern}{anchor}"
+            ) from None
+    return files
+
+
+def read_corpus_files(
+    data_files: str | Sequence[str], base_dir: Path | None, *, evaluation: str, include_title: bool = True
+) -> list[str]:
     """Document texts of BEIR-style ``corpus.jsonl`` files (``{"_id", "title", "text"}`` records).
 
     The title is prefixed to the text as BEIR and the ``beir`` source format do.
     """
     texts = []
-    for path in resolve_files(data_files, base_dir):
+    for path in entry_files(data_files, base_dir, evaluation=evaluation, field="corpus_files"):
         for line, record in iter_json_records(path):
             if not isinstance(record, dict):
                 raise SourceFormatError(f"got {type(record).__name__}", file=path, line=line, expected="a JSON object")

@@ -9,9 +9,7 @@ results reads like one built by ``SentenceTransformerTrainer``.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,20 +18,18 @@ from huggingface_hub import EvalResult
 from huggingface_hub.repocard_data import eval_results_to_model_index
 
 from hf_unified_embed.evaluation.diagnostics import DIAGNOSTIC_METRICS, EmbeddingSpaceDiagnostics
-
-#: Per kind, the metric keys (regular expressions over the evaluator's keys) shown in the table and
-#: the model-index, in this order; the evaluators return more (all are in ``EntryResult.metrics``).
-REPORTED_METRICS: dict[str, tuple[str, ...]] = {
-    "sts": (r"spearman_cosine", r"pearson_cosine"),
-    "retrieval": (r"cosine_ndcg@\d+", r"cosine_mrr@\d+", r"cosine_recall@\d+"),
-    "reranking": (r"map", r"mrr@\d+", r"ndcg@\d+"),
-    "pair_classification": (r"cosine_ap", r"cosine_f1", r"cosine_accuracy"),
-}
+from hf_unified_embed.outputs import StagedOutput
+from hf_unified_embed.redaction import redact
 
 
 @dataclass
 class EntryResult:
-    """The outcome of one suite entry."""
+    """The outcome of one suite entry.
+
+    ``metric_patterns`` are the kind's ``reported_metrics``: regular expressions over the metric keys
+    shown in the table and the model-index after the primary one (the evaluators return more; all
+    are in ``metrics``).
+    """
 
     name: str
     kind: str
@@ -44,6 +40,7 @@ class EntryResult:
     task_name: str
     dataset_id: str | None = None
     diagnostics: EmbeddingSpaceDiagnostics | None = None
+    metric_patterns: tuple[str, ...] = ()
 
     @property
     def primary_value(self) -> float:
@@ -51,9 +48,9 @@ class EntryResult:
 
     @property
     def reported_metrics(self) -> dict[str, float]:
-        """The kind's headline metrics (primary first), in :data:`REPORTED_METRICS` order."""
+        """The kind's headline metrics: the primary one, then those of ``metric_patterns`` in that order."""
         keys = [self.primary_metric]
-        for pattern in REPORTED_METRICS[self.kind]:
+        for pattern in self.metric_patterns:
             keys += sorted(
                 (key for key in self.metrics if re.fullmatch(pattern, key) and key not in keys),
                 key=lambda key: int(key.rsplit("@", 1)[1]) if "@" in key else 0,
@@ -150,22 +147,27 @@ class SuiteResults:
             text += "\n\nEmbedding-space diagnostics (CoDiEmb §4; mean over texts)\n" + _align(diag_rows)
         return text
 
+    def to_json(self) -> str:
+        """:meth:`to_dict` as JSON, secrets redacted (:func:`hf_unified_embed.redaction.redact`).
+
+        Evaluation names are keys of ``results`` but are data, not field names, so each entry's result
+        is redacted on its own (an evaluation called ``hotkeys`` keeps its metrics).
+        """
+        data = self.to_dict()
+        results = {name: redact(result) for name, result in data["results"].items()}
+        rest = redact({key: value for key, value in data.items() if key != "results"})
+        return json.dumps({key: results if key == "results" else rest[key] for key in data}, indent=2) + "\n"
+
     def save_json(self, path: str | Path, overwrite: bool = False) -> Path:
-        """Write :meth:`to_dict` as JSON through a temporary sibling file renamed at the end."""
-        path = Path(path)
-        if path.exists() and path.stat().st_size > 0 and not overwrite:
-            raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True (CLI: --overwrite)")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as stream:
-                json.dump(self.to_dict(), stream, indent=2, allow_nan=True)
-                stream.write("\n")
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-        return path
+        """Write :meth:`to_json` to ``path`` through :class:`~hf_unified_embed.outputs.StagedOutput`.
+
+        Raises:
+            OutputExistsError: ``path`` exists and is not empty, and ``overwrite`` is false.
+            OutputError: ``path`` is a folder, or its folder cannot be written.
+        """
+        with StagedOutput(path, overwrite=overwrite, kind="file") as stage:
+            stage.path.write_text(self.to_json(), encoding="utf-8")
+        return Path(path)
 
 
 def _align(rows: list[list[str]]) -> str:

@@ -7,8 +7,8 @@ A suite is YAML (or a dict, or a bare list of entries)::
     batch_size: 64                   # encoding batch size of every evaluator
     diagnostics: {max_texts: 512}    # CoDiEmb §4 diagnostics per set; false to skip
     evaluations:
-      - name: sts13                  # unique; prefixes the metric keys
-        kind: sts                    # sts | retrieval | reranking | pair_classification
+      - name: sts13                  # unique, a valid task name; prefixes the metric keys
+        kind: sts                    # a registered evaluation kind, or my_pkg.kinds:MyKind
         source: semeval-sts          # a registered source format (hf_unified_embed.data) ...
         data_files: sts/semeval/2013/*.tsv
         options: {}                  # ... with its options
@@ -21,10 +21,12 @@ A suite is YAML (or a dict, or a bare list of entries)::
         kind: retrieval
         source: beir                 # its corpus.jsonl joins the corpus; see corpus_files
         data_files: ir/msmarco-dl-subset
-        evaluator: {relevance_threshold: 0.5}   # extra arguments of the evaluator class
+        evaluator: {relevance_threshold: 0.5}   # options of the kind's evaluator class
         dataset_id: mteb/msmarco     # optional Hub id for the model-index
 
-Kinds and their evaluators (all score with cosine similarity):
+Each ``kind`` is an :class:`~hf_unified_embed.evaluation.kinds.EvaluationKind` (the unified task type
+of its rows, its sentence-transformers evaluator, primary and reported metrics); the built-in ones
+(all scoring with cosine similarity):
 
 ============================  ====================================================  ======================
 kind                          evaluator                                              reported metrics
@@ -36,7 +38,8 @@ kind                          evaluator                                         
 ============================  ====================================================  ======================
 
 (* the primary metric.) Rows are read through the unified data adapters, so STS files, BEIR folders,
-TrecQA and MSRP parse exactly as they do for training.
+TrecQA and MSRP parse exactly as they do for training. Entry names become file names (the
+evaluators' CSV files), so they follow the task naming rule (:mod:`hf_unified_embed.naming`).
 """
 
 from __future__ import annotations
@@ -51,25 +54,15 @@ from typing import TYPE_CHECKING, Any
 
 from datasets import Dataset
 from sentence_transformers.sentence_transformer.evaluation import SequentialEvaluator
-from sentence_transformers.util import cos_sim
 from tqdm.auto import tqdm
 
-from hf_unified_embed.errors import SuiteError
+from hf_unified_embed.data.registry import source_format_names
+from hf_unified_embed.errors import HfUnifiedEmbedError, InputNotFoundError, SuiteError
 from hf_unified_embed.evaluation.diagnostics import EmbeddingSpaceDiagnostics, embedding_space_diagnostics
-from hf_unified_embed.evaluation.evaluators import (
-    AnswerRerankingEvaluator,
-    GradedInformationRetrievalEvaluator,
-    PairClassificationEvaluator,
-    STSEvaluator,
-)
-from hf_unified_embed.evaluation.inputs import (
-    labelled_pairs,
-    read_corpus_files,
-    reranking_samples,
-    retrieval_inputs,
-    sts_pairs,
-)
+from hf_unified_embed.evaluation.inputs import entry_files
+from hf_unified_embed.evaluation.kinds import EvaluationKind, get_evaluation_kind
 from hf_unified_embed.evaluation.results import EntryResult, SuiteResults
+from hf_unified_embed.naming import split_name_problem, task_name_problem
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
 if TYPE_CHECKING:
@@ -77,14 +70,6 @@ if TYPE_CHECKING:
     from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
 
 logger = logging.getLogger(__name__)
-
-#: Evaluator kind → the unified task type its rows have.
-KIND_TASK_TYPES: dict[str, str] = {
-    "sts": "sts",
-    "retrieval": "retrieval",
-    "reranking": "retrieval",
-    "pair_classification": "pair_classification",
-}
 
 
 @dataclass
@@ -96,6 +81,17 @@ class DiagnosticsConfig:
     batch_size: int = 32
     seed: int = 0
     rtol: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_texts", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SuiteError(f"diagnostics: {name} must be a positive integer, got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise SuiteError(f"diagnostics: seed must be an integer, got {self.seed!r}")
+        rtol = self.rtol
+        if rtol is not None and (isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not rtol >= 0):
+            raise SuiteError(f"diagnostics: rtol must be a non-negative number or null, got {rtol!r}")
 
 
 @dataclass
@@ -114,28 +110,45 @@ class SuiteEntry:
     corpus_files: str | list[str] | None = None
     dataset_id: str | None = None
     diagnostics: bool = True
+    evaluation_kind: EvaluationKind = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         def fail(field_name: str, message: str) -> SuiteError:
             return SuiteError(f"entry {self.name!r}, field {field_name!r}: {message}")
 
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise SuiteError(f"entry name {self.name!r} must be a non-empty string")
-        if self.kind not in KIND_TASK_TYPES:
-            raise fail("kind", f"got {self.kind!r}; expected one of {list(KIND_TASK_TYPES)}")
+        # The name prefixes the metrics and names the evaluators' CSV files: the task naming rule.
+        problem = task_name_problem(self.name)
+        if problem:
+            raise SuiteError(f"entry {self.name!r}, field 'name': {problem}")
+        try:
+            self.evaluation_kind = get_evaluation_kind(self.kind)
+        except SuiteError as error:
+            raise fail("kind", str(error)) from None
         if (self.source is None) == (self.unified is None):
             raise fail(
                 "source", "give either 'source' (a source format) with 'data_files', or 'unified' (a folder or repo)"
             )
+        if self.source is not None and self.source not in source_format_names():
+            raise fail("source", f"unknown source format {self.source!r}; expected one of {source_format_names()}")
         if self.source is not None and not self.data_files:
             raise fail("data_files", f"source {self.source!r} needs data_files (a path, glob or list)")
         if self.unified is not None and (self.data_files or self.options):
             raise fail("unified", "a unified dataset takes 'task' and 'split', not 'data_files' or 'options'")
+        problem = task_name_problem(self.task) if self.task is not None else None
+        if problem:
+            raise fail("task", problem)
+        problem = split_name_problem(self.split)
+        if problem:
+            raise fail("split", problem)
         for name in ("options", "evaluator"):
             if not isinstance(getattr(self, name), dict):
                 raise fail(name, "expected a mapping")
-        if self.corpus_files is not None and self.kind != "retrieval":
-            raise fail("corpus_files", "only retrieval entries have a corpus")
+        if self.corpus_files is not None and not self.evaluation_kind.takes_corpus_files:
+            raise fail("corpus_files", f"kind {self.evaluation_kind.name!r} has no corpus (retrieval kinds do)")
+        try:
+            self.evaluation_kind.check_options(self.evaluator)
+        except SuiteError as error:
+            raise fail("evaluator", str(error)) from None
 
     @property
     def source_options(self) -> dict[str, Any]:
@@ -184,7 +197,7 @@ class EvaluationSuite:
         unknown_top = sorted(set(data) - known_top)
         if unknown_top:
             raise SuiteError(f"{origin}: unknown top-level field(s) {unknown_top}; fields are {sorted(known_top)}")
-        known = {f.name for f in fields(SuiteEntry)}
+        known = {f.name for f in fields(SuiteEntry) if f.init}
         entries = []
         for index, item in enumerate(data["evaluations"]):
             where = f"{origin}: evaluations[{index}]"
@@ -232,7 +245,10 @@ def _diagnostics_config(value: Any, origin: str) -> DiagnosticsConfig | None:
     unknown = sorted(set(value) - known)
     if unknown:
         raise SuiteError(f"{origin}: diagnostics: unknown field(s) {unknown}; fields are {sorted(known)}")
-    return DiagnosticsConfig(**value)
+    try:
+        return DiagnosticsConfig(**value)
+    except SuiteError as error:
+        raise SuiteError(f"{origin}: {error}") from None
 
 
 def load_suite(
@@ -253,21 +269,24 @@ def load_suite(
 
 def load_entry_rows(suite: EvaluationSuite) -> dict[str, Dataset]:
     """The validated unified rows of every entry, read through the data adapters (one build)."""
-    from hf_unified_embed.data import BuildRecipe, SourceSpec, build_unified_with_report, load_unified
+    from hf_unified_embed.data import BuildRecipe, SourceSpec, build_unified_with_report
 
     rows: dict[str, Dataset] = {}
-    specs = [
-        SourceSpec(
-            name=entry.name,
-            format=entry.source,
-            data_files=entry.data_files,  # type: ignore[arg-type]
-            task_type=KIND_TASK_TYPES[entry.kind],
-            split=entry.split,
-            options=entry.source_options,
-        )
-        for entry in suite.entries
-        if entry.source is not None
-    ]
+    specs = []
+    for entry in suite.entries:
+        if entry.source is not None:
+            # Checked per entry first so that a missing file names its entry, not only the path.
+            entry_files(entry.data_files or [], suite.data_root, evaluation=entry.name, field="data_files")
+            specs.append(
+                SourceSpec(
+                    name=entry.name,
+                    format=entry.source,
+                    data_files=entry.data_files,  # type: ignore[arg-type]
+                    task_type=entry.evaluation_kind.task_type,
+                    split=entry.split,
+                    options=entry.source_options,
+                )
+            )
     if specs:
         report = build_unified_with_report(BuildRecipe(specs, base_dir=suite.data_root, origin=suite.origin))
         for name, dataset in report.dataset.items():
@@ -276,68 +295,50 @@ def load_entry_rows(suite: EvaluationSuite) -> dict[str, Dataset]:
             rows[name] = dataset
     for entry in suite.entries:
         if entry.unified is not None:
-            task = entry.task or entry.name
-            location = Path(entry.unified)
-            if suite.data_root is not None and not location.is_absolute() and (suite.data_root / location).exists():
-                location = suite.data_root / location
-            rows[entry.name] = load_unified(
-                location if location.exists() else entry.unified, [task], split=entry.split
-            )[task]
+            rows[entry.name] = _unified_rows(entry, suite.data_root)
     return rows
 
 
-def build_entry_evaluator(
-    entry: SuiteEntry, rows: Dataset, batch_size: int = 32, data_root: Path | None = None
-) -> BaseEvaluator:
-    """The sentence-transformers evaluator of one suite entry over its unified rows."""
-    options = dict(entry.evaluator)
-    options.setdefault("batch_size", batch_size)
+def _unified_rows(entry: SuiteEntry, data_root: Path | None) -> Dataset:
+    """The rows of a ``unified`` entry: a folder (relative to ``data_root`` when it is there) or a Hub repo."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    from hf_unified_embed.data import load_unified
+    from hf_unified_embed.data.hub_layout import read_card, unified_tasks
+
+    where = f"entry {entry.name!r}, field 'unified'"
+    assert entry.unified is not None
+    location = Path(entry.unified).expanduser()
+    if data_root is not None and not location.is_absolute() and (data_root / location).exists():
+        location = data_root / location
+    source: str | Path = location
+    missing = f"no folder {entry.unified}" + (
+        f" (relative paths resolve in {data_root} or the working folder)" if data_root is not None else ""
+    )
+    if not location.exists():
+        try:
+            validate_repo_id(entry.unified)
+        except HFValidationError:
+            raise InputNotFoundError(f"{where}: {missing}") from None
+        source = entry.unified
     try:
-        if entry.kind == "sts":
-            pairs = sts_pairs(rows, entry.name)
-            return STSEvaluator(
-                pairs.sentences1, pairs.sentences2, pairs.scores, name=entry.name, main_similarity="cosine", **options
-            )
-        if entry.kind == "pair_classification":
-            threshold = options.pop("label_threshold", 0.5)
-            pairs = labelled_pairs(rows, entry.name, label_threshold=threshold)
-            return PairClassificationEvaluator(
-                pairs.sentences1,
-                pairs.sentences2,
-                [int(label) for label in pairs.scores],
-                name=entry.name,
-                similarity_fn_names=["cosine"],
-                **options,
-            )
-        if entry.kind == "reranking":
-            evaluator = AnswerRerankingEvaluator(reranking_samples(rows, entry.name), name=entry.name, **options)
-            evaluator.primary_metric = "map"
-            return evaluator
-        corpus_files = entry.corpus_files
-        if corpus_files is None and entry.source == "beir":
-            data_files = [entry.data_files] if isinstance(entry.data_files, str) else list(entry.data_files or [])
-            corpus_files = [str(Path(folder) / "corpus.jsonl") for folder in data_files]
-        extra = read_corpus_files(corpus_files, data_root) if corpus_files else []
-        inputs = retrieval_inputs(rows, entry.name, extra_corpus=extra)
-        for key, default in (
-            ("mrr_at_k", [10]),
-            ("ndcg_at_k", [10]),
-            ("accuracy_at_k", [1, 10]),
-            ("precision_recall_at_k", [10, 100]),
-            ("map_at_k", [100]),
-        ):
-            options.setdefault(key, default)
-        return GradedInformationRetrievalEvaluator(
-            inputs.queries,
-            inputs.corpus,
-            inputs.relevance,
-            name=entry.name,
-            score_functions={"cosine": cos_sim},
-            main_score_function="cosine",
-            **options,
+        declared = unified_tasks(read_card(source))
+    except (OSError, HfUnifiedEmbedError) as error:
+        # A folder without a dataset card, or a Hub repo that is absent or not cached (offline).
+        problem = f"{missing}, and no Hub dataset of that name could be read" if source == entry.unified else ""
+        raise InputNotFoundError(f"{where}: {problem or 'cannot read the unified dataset'}: {error}") from None
+    task = entry.task or entry.name
+    if task not in declared:
+        raise SuiteError(
+            f"entry {entry.name!r}, field 'task': {entry.unified} has no task {task!r}; it has {sorted(declared)}"
         )
-    except TypeError as error:
-        raise SuiteError(f"entry {entry.name!r}, field 'evaluator': {error}") from None
+    if entry.split not in declared[task]:
+        raise SuiteError(
+            f"entry {entry.name!r}, field 'split': task {task!r} of {entry.unified} has no split {entry.split!r}; "
+            f"it has {declared[task]}"
+        )
+    return load_unified(source, [task], split=entry.split)[task]
 
 
 def build_evaluators(
@@ -348,7 +349,9 @@ def build_evaluators(
     loaded = load_suite(suite, data_root)
     rows = load_entry_rows(loaded)
     return {
-        entry.name: build_entry_evaluator(entry, rows[entry.name], loaded.batch_size, loaded.data_root)
+        entry.name: entry.evaluation_kind.evaluator(
+            entry, rows[entry.name], batch_size=loaded.batch_size, data_root=loaded.data_root
+        )
         for entry in loaded.entries
     }
 
@@ -363,28 +366,6 @@ def build_sequential_evaluator(
     the mean of the entries' primary metrics.
     """
     return SequentialEvaluator(build_evaluators(suite, data_root).values(), main_score_function=statistics.fmean)
-
-
-def _entry_texts(evaluator: BaseEvaluator) -> list[str]:
-    if isinstance(evaluator, (STSEvaluator, PairClassificationEvaluator)):
-        return list(dict.fromkeys(map(str, [*evaluator.sentences1, *evaluator.sentences2])))
-    if isinstance(evaluator, AnswerRerankingEvaluator):
-        return list(
-            dict.fromkeys(text for s in evaluator.samples for text in (s["query"], *s["positive"], *s["negative"]))
-        )
-    if isinstance(evaluator, GradedInformationRetrievalEvaluator):
-        return list(dict.fromkeys(map(str, [*evaluator.queries, *evaluator.corpus])))
-    raise TypeError(f"no texts known for {type(evaluator).__name__}")
-
-
-def _num_examples(evaluator: BaseEvaluator) -> int:
-    if isinstance(evaluator, (STSEvaluator, PairClassificationEvaluator)):
-        return len(evaluator.sentences1)
-    if isinstance(evaluator, AnswerRerankingEvaluator):
-        return len(evaluator.samples)
-    if isinstance(evaluator, GradedInformationRetrievalEvaluator):
-        return len(evaluator.queries)
-    return 0
 
 
 def run_suite(
@@ -426,28 +407,30 @@ def run_suite(
         settings = DiagnosticsConfig()
     entries: list[EntryResult] = []
     for entry in tqdm(loaded.entries, desc="Evaluating", unit="set", disable=not show_progress_bar):
-        evaluator = build_entry_evaluator(entry, rows[entry.name], loaded.batch_size, loaded.data_root)
+        kind = entry.evaluation_kind
+        evaluator = kind.evaluator(entry, rows[entry.name], batch_size=loaded.batch_size, data_root=loaded.data_root)
         raw = evaluator(model, output_path=output_path)
         assert isinstance(raw, dict), "every suite evaluator returns a metrics dict"
         prefix = f"{entry.name}_"
         metrics = {key.removeprefix(prefix): float(value) for key, value in raw.items()}
         space: EmbeddingSpaceDiagnostics | None = None
         if settings is not None and entry.diagnostics:
-            texts = _entry_texts(evaluator)
+            texts = kind.texts(evaluator, rows[entry.name])
             if len(texts) > settings.max_texts:
                 texts = random.Random(settings.seed).sample(texts, settings.max_texts)
             space = embedding_space_diagnostics(model, texts, batch_size=settings.batch_size, rtol=settings.rtol)
         entries.append(
             EntryResult(
                 name=entry.name,
-                kind=entry.kind,
+                kind=kind.name,
                 metrics=metrics,
                 primary_metric=str(evaluator.primary_metric).removeprefix(prefix),
-                num_examples=_num_examples(evaluator),
+                num_examples=kind.num_examples(evaluator, rows[entry.name]),
                 split=entry.split,
                 dataset_id=entry.dataset_id,
                 task_name=evaluator.description,
                 diagnostics=space,
+                metric_patterns=kind.reported_metrics,
             )
         )
     model_name = getattr(model.model_card_data, "model_name", None) or getattr(model.model_card_data, "model_id", None)

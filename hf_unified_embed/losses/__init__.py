@@ -5,6 +5,8 @@ from hf_unified_embed.losses.base import EmbeddingLoss
 from hf_unified_embed.losses.codiemb_sts import CoDiEmbSTSLoss
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.curriculum_infonce import CurriculumInfoNCELoss
+from hf_unified_embed.losses.distill_kl import DistillKLLoss
+from hf_unified_embed.losses.distill_margin_mse import DistillMarginMSELoss
 from hf_unified_embed.losses.gur import GURLoss
 from hf_unified_embed.losses.instructor import InstructorLoss
 from hf_unified_embed.losses.mid_layer_infonce import MidLayerInfoNCELoss
@@ -18,6 +20,8 @@ __all__ = [
     "CoDiEmbSTSLoss",
     "ColumnLayout",
     "CurriculumInfoNCELoss",
+    "DistillKLLoss",
+    "DistillMarginMSELoss",
     "EmbeddingLoss",
     "GURLoss",
     "InstructorLoss",

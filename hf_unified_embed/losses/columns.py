@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-LabelSource = Literal["score", "difficulty"]
+LabelSource = Literal["score", "difficulty", "teacher_scores"]
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,9 @@ class ColumnLayout:
         positives: Positives drawn per row (K+); rows with fewer are sampled with replacement.
         negatives: Hard negatives drawn per row (K−); 0 for losses on scored pairs.
         label: What becomes ``labels``: ``"score"`` (the score of ``positive_1``), ``"difficulty"``
-            (the curriculum's column) or ``None`` (no labels).
+            (the curriculum's column), ``"teacher_scores"`` (per row the scores of ``positive_1..K+``
+            then ``negative_1..K−``, from ``positive_scores`` / ``negative_scores`` of the drawn texts:
+            a ``(batch, K+ + K−)`` label tensor for distillation losses) or ``None`` (no labels).
     """
 
     positives: int = 1
@@ -34,8 +36,8 @@ class ColumnLayout:
             raise ValueError(f"a layout needs at least one positive column, got positives={self.positives}")
         if self.negatives < 0:
             raise ValueError(f"negatives must be >= 0, got {self.negatives}")
-        if self.label not in (None, "score", "difficulty"):
-            raise ValueError(f"label must be 'score', 'difficulty' or None, got {self.label!r}")
+        if self.label not in (None, "score", "difficulty", "teacher_scores"):
+            raise ValueError(f"label must be 'score', 'difficulty', 'teacher_scores' or None, got {self.label!r}")
 
     @classmethod
     def scored_pair(cls) -> ColumnLayout:

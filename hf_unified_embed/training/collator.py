@@ -23,6 +23,7 @@ from sentence_transformers.sentence_transformer.data_collator import SentenceTra
 from torch import nn
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from hf_unified_embed.errors import UnifiedSchemaError
 from hf_unified_embed.schema import DIFFICULTY_COLUMN
 from hf_unified_embed.training.layout import (
     SCORED_PAIR_TASK_TYPES,
@@ -110,7 +111,8 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
             losses: The loss per task (see :func:`~hf_unified_embed.training.losses_for_tasks`).
             negatives_per_query: K− for contrastive tasks, one number or one per task.
             seed: Seed of the per-epoch draws.
-            prompts: Defaults to :func:`prompts_from_unified` of ``dataset_dict``; ``{}`` for none.
+            prompts: Defaults to :func:`prompts_from_unified` of ``dataset_dict`` with the model's
+                tokenizer (prompt boundaries checked); ``{}`` for none.
         """
         return cls(
             preprocess_fn=model.preprocess,
@@ -118,7 +120,9 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
             seed=seed,
             prompts={
                 task: dict(columns)
-                for task, columns in (prompts_from_unified(dataset_dict) if prompts is None else prompts).items()
+                for task, columns in (
+                    prompts_from_unified(dataset_dict, model.tokenizer) if prompts is None else prompts
+                ).items()
             },
         )
 
@@ -164,24 +168,26 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
         rngs = [np.random.default_rng([self.seed, self.epoch, _row_digest(row)]) for row in features]
 
         drawn_positives: list[np.ndarray] = []
+        drawn_negative_idx: list[np.ndarray] = []
         drawn_negatives: list[list[str]] = []
         for rng, row in zip(rngs, features):
             drawn_positives.append(draw_indices(rng, len(row["positives"]), layout.positives))
             negatives = row["negatives"]
-            if negatives:
-                drawn_negatives.append([negatives[i] for i in draw_indices(rng, len(negatives), layout.negatives)])
-            else:
-                drawn_negatives.append([])
+            negative_idx = draw_indices(rng, len(negatives), layout.negatives) if negatives else np.zeros(0, int)
+            drawn_negative_idx.append(negative_idx)
+            drawn_negatives.append([negatives[i] for i in negative_idx])
         if any(drawn_negatives):
-            self._borrow_in_batch_negatives(features, rngs, drawn_negatives, layout.negatives)
+            self._borrow_in_batch_negatives(features, rngs, drawn_negatives, layout)
 
         out: list[dict[str, Any]] = []
-        for row, positive_idx, negatives in zip(features, drawn_positives, drawn_negatives):
+        for row, positive_idx, negative_idx, negatives in zip(
+            features, drawn_positives, drawn_negative_idx, drawn_negatives
+        ):
             columns: dict[str, Any] = {"query": row["query"]}
             columns.update({f"positive_{i}": row["positives"][idx] for i, idx in enumerate(positive_idx, start=1)})
             columns.update({f"negative_{i}": text for i, text in enumerate(negatives, start=1)})
             if layout.label is not None:
-                columns["label"] = self._label(row, layout, int(positive_idx[0]))
+                columns["label"] = self._label(row, layout, positive_idx, negative_idx)
             if "dataset_name" in row:
                 columns["dataset_name"] = row["dataset_name"]
             out.append(columns)
@@ -192,11 +198,20 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
         features: Sequence[Mapping[str, Any]],
         rngs: Sequence[np.random.Generator],
         drawn: list[list[str]],
-        k: int,
+        layout: ColumnLayout,
     ) -> None:
+        k = layout.negatives
         for i, (row, rng) in enumerate(zip(features, rngs)):
             if drawn[i]:
                 continue
+            if layout.label == "teacher_scores":
+                # A borrowed text has no teacher score for this query.
+                raise UnifiedSchemaError(
+                    f"query {row['query'][:60]!r} has no hard negatives, but the loss reads the teacher's score "
+                    "of each negative; mine negatives with scores first (hf-unified-embed mine-negatives)",
+                    task=row["task"],
+                    field="negatives",
+                )
             own = {row["query"], *row["positives"]}
             others = [j for j in range(len(features)) if j != i]
             # Texts not yet in the batch first, so a borrowed negative adds a candidate instead of
@@ -208,7 +223,11 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
             drawn[i] = [pool[idx] for idx in draw_indices(rng, len(pool), k)]
 
     @staticmethod
-    def _label(row: Mapping[str, Any], layout: ColumnLayout, positive_index: int) -> float:
+    def _label(
+        row: Mapping[str, Any], layout: ColumnLayout, positive_idx: np.ndarray, negative_idx: np.ndarray
+    ) -> float | list[float]:
+        if layout.label == "teacher_scores":
+            return _teacher_scores(row, positive_idx, negative_idx)
         if layout.label == "difficulty":
             value = row.get(DIFFICULTY_COLUMN)
             if value is None or not math.isfinite(value):
@@ -223,7 +242,23 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
                 f"task {row['task']!r}, query {row['query'][:60]!r}: field 'positive_scores' is empty; "
                 "a loss on scored pairs needs one score per positive"
             )
-        return float(scores[positive_index])
+        return float(scores[positive_idx[0]])
+
+
+def _teacher_scores(row: Mapping[str, Any], positive_idx: np.ndarray, negative_idx: np.ndarray) -> list[float]:
+    """The teacher's scores of the drawn positives, then of the drawn negatives (the columns' order)."""
+    values: list[float] = []
+    for field_name, indices in (("positive_scores", positive_idx), ("negative_scores", negative_idx)):
+        scores = row[field_name]
+        if len(indices) and not scores:
+            raise UnifiedSchemaError(
+                f"is empty, but the loss reads the teacher's score of each drawn text; mine negatives with scores "
+                f"first (hf-unified-embed mine-negatives), query {row['query'][:60]!r}",
+                task=row["task"],
+                field=field_name,
+            )
+        values.extend(float(scores[i]) for i in indices)
+    return values
 
 
 class ResampleEachEpochCallback(TrainerCallback):

@@ -182,7 +182,7 @@ def read_beir(
                     file=path,
                     expected="a BEIR folder with corpus.jsonl, queries.jsonl and qrels/<split>.tsv",
                 )
-        with tempfile.TemporaryDirectory(prefix="beir-join-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="beir-join-", dir=context.scratch) as scratch:
             join = _BeirJoin(Path(scratch) / "join.sqlite")
             try:
                 yield from _rows(

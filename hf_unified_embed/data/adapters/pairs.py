@@ -10,25 +10,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.data.readers import iter_table_records, parse_score, require_text
-from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, register_source_format
-
-
-def _column(record: dict[str, Any], column: str, path: Path, line: int) -> Any:
-    if column not in record:
-        raise SourceFormatError(
-            f"column missing; the record has {sorted(record)}",
-            file=path,
-            line=line,
-            field=column,
-            expected="the configured column name",
-        )
-    return record[column]
-
-
-def _texts(value: Any, path: Path, line: int, field: str) -> list[str]:
-    values = value if isinstance(value, list) else [value]
-    return [require_text(text, file=path, line=line, field=field) for text in values]
+from hf_unified_embed.data.readers import (
+    iter_table_records,
+    parse_score,
+    record_field,
+    record_text,
+    record_texts,
+    score_bounds,
+)
+from hf_unified_embed.data.registry import AdapterContext, SourceRow, register_source_format
 
 
 @register_source_format("pairs")
@@ -42,20 +32,16 @@ def read_pairs(
     score_range: tuple[float, float] = (0.0, 1.0),
 ) -> Iterator[SourceRow]:
     """(anchor, positive[, score]) records; ``score`` maps ``(s − low) / (high − low)`` with ``score_range``."""
-    low, high = float(score_range[0]), float(score_range[1])
-    if not high > low:
-        raise SourceFormatError(f"got {score_range!r}", field="score_range", expected="[low, high] with high > low")
+    low, high = score_bounds(score_range)
     for path in files:
         for line, record in iter_table_records(path):
             row: dict[str, Any] = {
-                "query": require_text(
-                    _column(record, anchor_column, path, line), file=path, line=line, field=anchor_column
-                ),
-                "positives": _texts(_column(record, positive_column, path, line), path, line, positive_column),
+                "query": record_text(record, anchor_column, file=path, line=line),
+                "positives": record_texts(record, positive_column, file=path, line=line),
             }
             if score_column is not None:
                 score = parse_score(
-                    _column(record, score_column, path, line),
+                    record_field(record, score_column, file=path, line=line),
                     file=path,
                     line=line,
                     field=score_column,
@@ -81,10 +67,8 @@ def read_triplets(
             yield (
                 f"{path}:{line}",
                 {
-                    "query": require_text(
-                        _column(record, anchor_column, path, line), file=path, line=line, field=anchor_column
-                    ),
-                    "positives": _texts(_column(record, positive_column, path, line), path, line, positive_column),
-                    "negatives": _texts(_column(record, negative_column, path, line), path, line, negative_column),
+                    "query": record_text(record, anchor_column, file=path, line=line),
+                    "positives": record_texts(record, positive_column, file=path, line=line),
+                    "negatives": record_texts(record, negative_column, file=path, line=line),
                 },
             )

@@ -1,0 +1,223 @@
+"""Backbones as the recipe's ``model:`` section describes them — encoders and decoder LLMs alike.
+
+The model is always sentence-transformers' own ``Transformer`` + ``Pooling`` (+ ``Normalize``), so
+a trained folder loads with a plain ``SentenceTransformer(path)``. What an LLM embedder needs on top
+(Qwen3-Embedding, NV-Embed, GritLM, AnglE-LLaMA) is configuration:
+
+* ``pooling``: ``mean`` (CoDiEmb, INSTRUCTOR), ``lasttoken`` (decoders: the last real token has seen
+  the whole text) or ``cls``;
+* ``padding_side``: decoders usually pad on the left; instruction tokens stay out of pooling either way
+  (sentence-transformers' ``Pooling`` masks padding + prompt from the first real token);
+* ``append_eos``: with last-token pooling the pooled token should be an EOS appended to every text,
+  not the text's last word. The tokenizer's post-processor is changed, so the saved ``tokenizer.json``
+  does it at inference too;
+* ``torch_dtype``, ``attn_implementation``, ``gradient_checkpointing`` and k-bit ``quantization``
+  (QLoRA; needs ``bitsandbytes`` and a CUDA device).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hf_unified_embed.errors import RecipeError
+
+logger = logging.getLogger(__name__)
+
+POOLING_MODES = ("mean", "lasttoken", "cls", "max", "weightedmean")
+PADDING_SIDES = ("left", "right")
+TORCH_DTYPES = ("auto", "float32", "bfloat16", "float16")
+ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2")
+QUANTIZATIONS = ("4bit", "8bit")
+
+
+@dataclass
+class ModelConfig:
+    """The recipe's ``model:`` section; every field left ``None`` keeps what the base model has.
+
+    Args:
+        pooling: ``mean``, ``lasttoken``, ``cls``, ``max`` or ``weightedmean`` (default: the base
+            model's pooling; ``mean`` for a plain transformers checkpoint).
+        padding_side: ``left`` or ``right`` (default: the tokenizer's).
+        append_eos: append the tokenizer's EOS token to every text (default: on for ``lasttoken``).
+        torch_dtype: ``float32``, ``bfloat16``, ``float16`` or ``auto`` (the checkpoint's).
+        attn_implementation: ``eager``, ``sdpa`` or ``flash_attention_2``.
+        gradient_checkpointing: recompute activations in the backward pass (less memory, ~30% more time).
+        normalize: add a ``Normalize`` module (unit-length embeddings, dot product = cosine).
+        quantization: ``4bit`` or ``8bit`` k-bit loading for QLoRA (needs ``bitsandbytes`` and CUDA).
+        trust_remote_code: allow the checkpoint's own modelling code.
+    """
+
+    pooling: str | None = None
+    padding_side: str | None = None
+    append_eos: bool | None = None
+    torch_dtype: str | None = None
+    attn_implementation: str | None = None
+    gradient_checkpointing: bool = False
+    normalize: bool = False
+    quantization: str | None = None
+    trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        for name, allowed in (
+            ("pooling", POOLING_MODES),
+            ("padding_side", PADDING_SIDES),
+            ("torch_dtype", TORCH_DTYPES),
+            ("attn_implementation", ATTENTION_IMPLEMENTATIONS),
+            ("quantization", QUANTIZATIONS),
+        ):
+            value = getattr(self, name)
+            if value is not None and value not in allowed:
+                raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+
+    @property
+    def wants_eos(self) -> bool:
+        return self.append_eos if self.append_eos is not None else self.pooling == "lasttoken"
+
+    def model_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``AutoModel.from_pretrained``."""
+        import torch
+
+        kwargs: dict[str, Any] = {}
+        if self.torch_dtype is not None:
+            kwargs["torch_dtype"] = (
+                self.torch_dtype if self.torch_dtype == "auto" else getattr(torch, self.torch_dtype)
+            )
+        if self.attn_implementation is not None:
+            kwargs["attn_implementation"] = self.attn_implementation
+        if self.quantization is not None:
+            from transformers import BitsAndBytesConfig
+
+            kwargs["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=self.quantization == "4bit",
+                load_in_8bit=self.quantization == "8bit",
+                bnb_4bit_compute_dtype=torch.bfloat16,
+                bnb_4bit_quant_type="nf4",
+            )
+        return kwargs
+
+    def check_environment(self, origin: str) -> None:
+        """Refuse options whose backend is missing, before anything loads."""
+        if self.quantization is None:
+            return
+        import importlib.util
+
+        import torch
+
+        if importlib.util.find_spec("bitsandbytes") is None or not torch.cuda.is_available():
+            raise RecipeError(
+                f"{origin}: model.quantization {self.quantization!r} (QLoRA) needs the bitsandbytes package and a "
+                "CUDA device; install bitsandbytes on a GPU machine or remove model.quantization"
+            )
+
+
+def is_sentence_transformers_folder(path: str) -> bool:
+    return (Path(path).expanduser() / "modules.json").is_file()
+
+
+def build_model(base: str, config: ModelConfig | None, *, max_seq_length: int | None = None, **kwargs: Any) -> Any:
+    """A ``SentenceTransformer`` for ``base`` configured by ``config`` (``kwargs`` go to its constructor).
+
+    A sentence-transformers folder keeps its modules (the pooling mode is changed if asked); a plain
+    transformers checkpoint gets ``Transformer`` + ``Pooling`` (+ ``Normalize``).
+    """
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
+
+    config = config or ModelConfig()
+    model_kwargs = config.model_kwargs()
+    processor_kwargs = {"padding_side": config.padding_side} if config.padding_side else {}
+    common = {"trust_remote_code": config.trust_remote_code, **kwargs}
+    if is_sentence_transformers_folder(base) or config == ModelConfig():
+        model = SentenceTransformer(base, model_kwargs=model_kwargs, processor_kwargs=processor_kwargs, **common)
+        if config.pooling is not None:
+            pooling = [module for module in model.modules() if isinstance(module, Pooling)]
+            if not pooling:
+                raise RecipeError(f"model.pooling: {base} has no Pooling module to set to {config.pooling!r}")
+            for module in pooling:
+                module.pooling_mode = config.pooling
+    else:
+        transformer = Transformer(
+            base,
+            model_kwargs={**model_kwargs, "trust_remote_code": config.trust_remote_code},
+            processor_kwargs={**processor_kwargs, "trust_remote_code": config.trust_remote_code},
+            config_kwargs={"trust_remote_code": config.trust_remote_code},
+        )
+        modules: list[Any] = [transformer, Pooling(transformer.get_embedding_dimension(), config.pooling or "mean")]
+        model = SentenceTransformer(modules=modules, **kwargs)
+    if config.normalize and not any(isinstance(module, Normalize) for module in model):
+        model.append(Normalize())
+    if max_seq_length is not None:
+        model.max_seq_length = max_seq_length
+    tokenizer = model.tokenizer
+    if config.padding_side is not None:
+        tokenizer.padding_side = config.padding_side
+    if tokenizer.pad_token is None:
+        # Llama-family tokenizers have no pad token; padding is masked, so any special token does.
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    auto_config = getattr(getattr(model[0], "auto_model", None), "config", None)
+    if auto_config is not None and getattr(auto_config, "pad_token_id", None) is None:
+        auto_config.pad_token_id = tokenizer.pad_token_id  # else transformers warns at the first step
+    if config.wants_eos:
+        append_eos_token(tokenizer)
+    if config.gradient_checkpointing:
+        auto_model: Any = model[0].auto_model
+        auto_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        auto_model.config.use_cache = False
+    return model
+
+
+def append_eos_token(tokenizer: Any) -> None:
+    """Make ``tokenizer`` end every text with its EOS token (kept in the saved ``tokenizer.json``).
+
+    Leaves the tokenizer as it is when it already ends texts with EOS. Any token the tokenizer puts
+    before the text (a BOS) stays.
+    """
+    from tokenizers.processors import TemplateProcessing
+
+    eos, eos_id = tokenizer.eos_token, tokenizer.eos_token_id
+    if eos is None or eos_id is None:
+        raise RecipeError("model.append_eos: the tokenizer has no eos_token; set one or turn append_eos off")
+    ids = tokenizer("a")["input_ids"]
+    if ids and ids[-1] == eos_id:
+        return
+    backend = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
+    if backend is None:
+        raise RecipeError("model.append_eos needs a fast tokenizer (tokenizer.json)")
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    prefix_ids = ids[: len(ids) - len(plain)] if ids[len(ids) - len(plain) :] == plain else []
+    prefix = [tokenizer.convert_ids_to_tokens(token) for token in prefix_ids]
+    specials = {token: tokenizer.convert_tokens_to_ids(token) for token in [*prefix, eos]}
+    head = " ".join(prefix)
+    backend.post_processor = TemplateProcessing(
+        single=f"{head} $A:0 {eos}:0".strip(),
+        pair=f"{head} $A:0 {eos}:0 $B:1 {eos}:1".strip(),
+        special_tokens=list(specials.items()),
+    )
+    logger.info("tokenizer now appends %s to every text (last-token pooling)", eos)
+
+
+def merge_adapter(model: Any) -> Any:
+    """Fold the trained LoRA weights of ``model`` into its base weights and remove the adapter (in place).
+
+    What ``peft``'s ``merge_and_unload`` does for a ``PeftModel``, for the adapter sentence-transformers
+    injects with ``model.add_adapter`` (transformers' PEFT integration has no unload). The result saves
+    and loads as an ordinary full model. Returns ``model``.
+    """
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    auto_model: Any = model[0].auto_model
+    for name, module in list(auto_model.named_modules()):
+        if not isinstance(module, BaseTunerLayer):
+            continue
+        module.merge()
+        parent_name, _, child = name.rpartition(".")
+        parent = auto_model.get_submodule(parent_name) if parent_name else auto_model
+        setattr(parent, child, module.get_base_layer())
+    if hasattr(auto_model, "peft_config"):
+        del auto_model.peft_config
+    auto_model._hf_peft_config_loaded = False
+    return model

@@ -1,0 +1,123 @@
+"""Mine a unified dataset folder into a new one: :func:`mine_negatives_folder` (``hf-unified-embed mine-negatives``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
+
+from hf_unified_embed.data.hub_layout import load_unified, read_card, source_notes, write_unified
+from hf_unified_embed.data.readers import decoding_error, first_undecodable_byte
+from hf_unified_embed.errors import InputNotFoundError, SourceFormatError
+from hf_unified_embed.locations import looks_local
+from hf_unified_embed.negatives.config import HardNegativeConfig
+from hf_unified_embed.negatives.miner import ExternalCorpus, MiningResult, mine_hard_negatives
+from hf_unified_embed.outputs import StagedOutput
+
+if TYPE_CHECKING:
+    from sentence_transformers import CrossEncoder, SentenceTransformer
+
+
+def read_corpus(path: str | Path, *, include_title: bool = True) -> ExternalCorpus:
+    """A BEIR corpus (``corpus.jsonl``, or a BEIR folder holding one) or a text file with one document per line.
+
+    BEIR documents become ``"title text"`` when they have a title (as the ``beir`` source format
+    builds them, so a positive and its corpus entry are the same text); empty documents are left out.
+    """
+    source = Path(path).expanduser()
+    if source.is_dir():
+        source = source / "corpus.jsonl"
+    if not source.is_file():
+        raise InputNotFoundError(
+            f"corpus {source} does not exist (expected corpus.jsonl, a BEIR folder or a .txt file)"
+        )
+    try:
+        if source.suffix.lower() == ".txt":
+            texts = pa.array(source.read_text(encoding="utf-8").splitlines(), type=pa.string())
+        else:
+            # Only title and text are read: ids differ in type between corpora (strings, numbers).
+            schema = pa.schema([("title", pa.string()), ("text", pa.string())])
+            options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+            table = pa_json.read_json(source, parse_options=options)
+            if "text" not in table.column_names:
+                raise SourceFormatError(
+                    f"no 'text' field; found {table.column_names}",
+                    file=source,
+                    expected='{"_id", "title", "text"} lines',
+                )
+            texts = pc.utf8_trim_whitespace(table.column("text").cast(pa.string())).combine_chunks()
+            if include_title and "title" in table.column_names:
+                titles = pc.utf8_trim_whitespace(
+                    pc.fill_null(table.column("title").cast(pa.string()), "")
+                ).combine_chunks()
+                joined = pc.utf8_trim_whitespace(pc.binary_join_element_wise(titles, texts, " "))
+                texts = pc.if_else(pc.greater(pc.utf8_length(titles), 0), joined, texts)
+    except UnicodeDecodeError as error:
+        raise decoding_error(source, error.encoding) from error
+    except pa.ArrowInvalid as error:
+        if first_undecodable_byte(source):
+            raise decoding_error(source, "utf-8") from error
+        raise SourceFormatError(f"cannot be read ({error})", file=source, expected="BEIR corpus JSON lines") from error
+    texts = pc.utf8_trim_whitespace(texts.fill_null(""))
+    return ExternalCorpus.from_texts(pc.filter(texts, pc.greater(pc.utf8_length(texts), 0)), source=str(path))
+
+
+def _load(kind: type[Any], name: str, device: str | None) -> Any:
+    try:
+        return kind(name, device=device)
+    except (OSError, ValueError) as error:  # a missing folder, an unknown id offline, a folder of something else
+        raise InputNotFoundError(f"{kind.__name__} {name!r} cannot be loaded: {error}") from error
+
+
+def mine_negatives_folder(
+    data: str | Path,
+    output: str | Path,
+    model: SentenceTransformer | str,
+    config: HardNegativeConfig | None = None,
+    *,
+    corpus: str | Path | None = None,
+    cross_encoder: CrossEncoder | str | None = None,
+    tasks: list[str] | None = None,
+    split: str = "train",
+    overwrite: bool = False,
+    device: str | None = None,
+    show_progress_bar: bool | None = None,
+) -> tuple[Path, MiningResult]:
+    """Mine the retrieval tasks of a unified folder (or Hub repo) ``data`` into the new folder ``output``.
+
+    Every task of ``split`` is written (the unmined ones unchanged) with the input card's sources and
+    a ``hard_negatives`` section per mined task (teacher, k, margins, counts dropped). ``output`` is
+    staged (:class:`~hf_unified_embed.outputs.StagedOutput`) and checked before any model is loaded;
+    embeddings and Arrow files live in its scratch folder. Models given by name are loaded on ``device``.
+    """
+    from sentence_transformers import CrossEncoder, SentenceTransformer
+
+    inputs = [path for path in (data, corpus) if path is not None and looks_local(path)]
+    with StagedOutput(output, overwrite=overwrite, inputs=inputs) as stage:
+        loaded = load_unified(data, split=split)
+        external = read_corpus(corpus) if corpus is not None else None
+        names: dict[str, Any] = {
+            "teacher_name": model if isinstance(model, str) else None,
+            "cross_encoder_name": cross_encoder if isinstance(cross_encoder, str) else None,
+        }
+        teacher = _load(SentenceTransformer, model, device) if isinstance(model, str) else model
+        reranker = _load(CrossEncoder, cross_encoder, device) if isinstance(cross_encoder, str) else cross_encoder
+        result = mine_hard_negatives(
+            loaded,
+            teacher,
+            config,
+            corpus=external,
+            cross_encoder=reranker,
+            task_names=tasks,
+            scratch_dir=stage.scratch,
+            show_progress_bar=show_progress_bar,
+            **names,
+        )
+        notes = source_notes(read_card(data))
+        for task, report in result.reports.items():
+            notes.setdefault(task, {})["hard_negatives"] = report.to_notes()
+        write_unified(result.tasks, stage.path, notes=notes)
+    return stage.target, result

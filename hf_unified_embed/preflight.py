@@ -1,0 +1,263 @@
+"""Recipe preflight: everything about a training recipe that can be checked is checked before any data loads.
+
+A GPU hour must not be spent to find a typo. :func:`preflight` resolves and checks, in this order,
+without loading the data or the model:
+
+* every loss name resolves — this package's losses, sentence-transformers' losses, or a user's own
+  class named ``package.module:Class`` — and its keyword arguments bind to the class's signature;
+* every ``training_args`` key is a ``SentenceTransformerTrainingArguments`` field (an unknown key is
+  reported with the closest valid name) and the arguments build;
+* the ``accelerate launch`` engine can run here (FSDP and DeepSpeed need GPUs);
+* the sampler fits the run: sentence-transformers' stock samplers mix tasks across processes in one
+  step (measured: a gloo collective mismatch after a few steps), so with several processes they are
+  refused unless ``sampler.allow_multi_device: true``;
+* the curriculum plan file loads; the PEFT config builds; the evaluation suite loads and its files exist;
+* the data folder and the base model exist when they are local paths;
+* the output folder may be written: it is not an input, it is empty or ``overwrite`` was given.
+
+Each problem raises :class:`~hf_unified_embed.errors.RecipeError` (or the located error of the
+file concerned) naming the recipe and the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from hf_unified_embed.errors import HfUnifiedEmbedError, InputError, InputNotFoundError, RecipeError, UsageError
+from hf_unified_embed.locations import looks_local
+from hf_unified_embed.outputs import StagedOutput
+from hf_unified_embed.plugins import import_object, is_import_path
+from hf_unified_embed.processes import is_main_process, world_size
+from hf_unified_embed.recipe import TrainRecipe
+from hf_unified_embed.redaction import remember_secret
+
+#: ``training_args`` keys the recipe sets through its own sections instead.
+_RESERVED_TRAINING_ARGS = {
+    "multi_dataset_batch_sampler": "sampler",
+    "batch_sampler": "sampler",
+    "prompts": "instructions",
+}
+
+
+@dataclass
+class ResolvedRecipe:
+    """A recipe after preflight: resolved loss classes, built arguments and the staged output.
+
+    Attributes:
+        recipe: the recipe.
+        losses: ``{task type or task name: (loss class, kwargs)}``.
+        training_args: the ``SentenceTransformerTrainingArguments`` of the run (the sampler is set later,
+            once the curriculum's task order is known).
+        hub_token: a ``training_args.hub_token`` taken out of the arguments (so no checkpoint pickles it)
+            and used for the final push.
+        suite: the loaded evaluation suite, if any.
+        peft_config: the built ``peft.LoraConfig``, if any.
+        merge_adapter: fold the trained adapter into the base weights before saving (``peft.merge_adapter``).
+        output: the staged output folder (``None`` on every process but the main one).
+    """
+
+    recipe: TrainRecipe
+    losses: dict[str, tuple[type[nn.Module], dict[str, Any]]]
+    training_args: Any
+    hub_token: str | None
+    suite: Any | None
+    peft_config: Any | None
+    merge_adapter: bool
+    output: StagedOutput | None
+
+
+def resolve_loss_class(name: str, where: str = "losses") -> type[nn.Module]:
+    """A loss class by name: ``package.module:Class``, else this package's losses, else sentence-transformers'."""
+    from sentence_transformers.sentence_transformer import losses as st_losses
+
+    from hf_unified_embed import losses as unified_losses
+
+    if is_import_path(name):
+        candidate = import_object(name, RecipeError, where)
+    else:
+        candidate = getattr(unified_losses, name, None)
+        if candidate is None:
+            candidate = getattr(st_losses, name, None)
+    if isinstance(candidate, type) and issubclass(candidate, nn.Module):
+        return candidate
+    known = [n for module in (unified_losses, st_losses) for n in dir(module) if n.endswith("Loss")]
+    hint = difflib.get_close_matches(name, known, n=1)
+    suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+    raise RecipeError(
+        f"{where}: unknown loss {name!r}: not a loss of hf_unified_embed.losses or sentence-transformers, "
+        f"nor a 'package.module:Class'{suggestion}"
+    )
+
+
+def _bind_loss_kwargs(cls: type[nn.Module], kwargs: Mapping[str, Any], where: str) -> None:
+    signature = inspect.signature(cls)
+    try:
+        signature.bind(None, **kwargs)  # the model is the first argument
+    except TypeError as error:
+        names = [p for p in list(signature.parameters)[1:] if p not in ("args", "kwargs")]
+        raise RecipeError(f"{where}: {cls.__name__}: {error}; its parameters: {names}") from None
+
+
+def check_training_arg_names(settings: Mapping[str, Any], origin: str) -> None:
+    """Every key must be a ``SentenceTransformerTrainingArguments`` field; suggest the closest one otherwise."""
+    from sentence_transformers import SentenceTransformerTrainingArguments
+
+    fields = {field.name for field in dataclasses.fields(SentenceTransformerTrainingArguments)}
+    for key in settings:
+        if key in _RESERVED_TRAINING_ARGS:
+            raise RecipeError(
+                f"{origin}: training_args.{key}: set it with the recipe's '{_RESERVED_TRAINING_ARGS[key]}' key"
+            )
+        if key not in fields:
+            hint = difflib.get_close_matches(key, fields, n=1)
+            suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+            raise RecipeError(
+                f"{origin}: training_args.{key} is not a SentenceTransformerTrainingArguments field{suggestion}"
+            )
+
+
+def check_sampler_processes(recipe: TrainRecipe, processes: int) -> None:
+    """Refuse sentence-transformers' stock samplers with several processes unless explicitly allowed."""
+    sampler = recipe.sampler
+    if sampler.kind == "curriculum" or processes <= 1 or sampler.allow_multi_device:
+        return
+    raise RecipeError(
+        f"{recipe.source}: sampler.kind {sampler.kind!r} with {processes} processes: sentence-transformers' "
+        "stock samplers give each process a batch of a different task in the same step (accelerate hands "
+        "batch k to process k % world_size), so gradients mix tasks and losses that gather across devices "
+        "hang or crash (measured: a gloo collective size mismatch after a few steps). Use the default "
+        "sampler (kind: curriculum, CurriculumBatchSampler), which keeps every process on one task per "
+        "step, or set sampler.allow_multi_device: true to accept this"
+    )
+
+
+def check_engine() -> None:
+    """Refuse an ``accelerate launch`` engine that cannot run here, instead of a silent fallback.
+
+    accelerate turns FSDP on only for GPUs (on CPU it trains with plain DDP and says nothing), and
+    DeepSpeed needs its package and GPUs.
+    """
+    import importlib.util
+
+    import torch
+
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and not torch.cuda.is_available():
+        raise UsageError(
+            "the accelerate config asks for FSDP, which accelerate runs on GPUs only; on this machine it would "
+            "train with plain DDP. Use a MULTI_CPU config on CPU (examples/accelerate/multi_cpu.yaml)"
+        )
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        if importlib.util.find_spec("deepspeed") is None:
+            raise UsageError(
+                "the accelerate config asks for DeepSpeed, which is not installed (pip install deepspeed)"
+            )
+        if not torch.cuda.is_available():
+            raise UsageError("the accelerate config asks for DeepSpeed, which needs GPUs")
+
+
+def _training_arguments(recipe: TrainRecipe, origin: str) -> tuple[Any, str | None]:
+    import torch
+    from sentence_transformers import SentenceTransformerTrainingArguments
+
+    settings: dict[str, Any] = {
+        "report_to": "none",
+        "save_strategy": "no",
+        "seed": recipe.seed,
+        # Pinned memory only helps copies to an accelerator; on CPU torch warns on every dataloader.
+        "dataloader_pin_memory": torch.cuda.is_available(),
+    }
+    if world_size() > 1 and not torch.cuda.is_available():
+        # transformers only sets up DDP on CPU when told to; otherwise every process trains alone.
+        settings.update(use_cpu=True, ddp_backend="gloo")
+    user = dict(recipe.training_args)
+    hub_token = user.pop("hub_token", None)
+    remember_secret(hub_token)
+    check_training_arg_names(user, origin)
+    settings.update(user)
+    settings.setdefault("output_dir", f"{recipe.output_dir}-checkpoints")
+    try:
+        return SentenceTransformerTrainingArguments(**settings), hub_token
+    except (TypeError, ValueError) as error:
+        raise RecipeError(f"{origin}: training_args: {error}") from None
+
+
+def _check_path(value: str | None, key: str, origin: str) -> None:
+    if value and looks_local(value) and not Path(value).expanduser().exists():
+        raise InputNotFoundError(f"{origin}: {key}: {value} does not exist")
+
+
+def _check_suite(recipe: TrainRecipe, origin: str) -> Any | None:
+    if not recipe.evaluation:
+        return None
+    from hf_unified_embed.evaluation import load_suite
+    from hf_unified_embed.evaluation.inputs import entry_files
+
+    suite = load_suite(recipe.evaluation, data_root=recipe.evaluation_data_root)
+    for entry in suite.entries:
+        if entry.source is not None and entry.data_files:
+            entry_files(entry.data_files, suite.data_root, evaluation=entry.name, field="data_files")
+        if entry.unified is not None and looks_local(entry.unified):
+            location = Path(entry.unified)
+            if suite.data_root is not None and not location.is_absolute():
+                location = suite.data_root / location
+            if not location.exists() and not Path(entry.unified).exists():
+                raise InputNotFoundError(f"{origin}: evaluation entry {entry.name!r}: {entry.unified} does not exist")
+    return suite
+
+
+def preflight(recipe: TrainRecipe, *, overwrite: bool = False) -> ResolvedRecipe:
+    """Check ``recipe`` as far as possible without loading data or the model; see the module docstring."""
+    origin = recipe.source or "<recipe>"
+    losses: dict[str, tuple[type[nn.Module], dict[str, Any]]] = {}
+    for key, spec in recipe.losses.items():
+        where = f"{origin}: losses.{key}"
+        cls = resolve_loss_class(spec["name"], where)
+        kwargs = {k: v for k, v in spec.items() if k != "name"}
+        _bind_loss_kwargs(cls, kwargs, where)
+        losses[key] = (cls, kwargs)
+    check_sampler_processes(recipe, world_size())
+    check_engine()
+    args, hub_token = _training_arguments(recipe, origin)
+
+    _check_path(recipe.data.path, "data.path", origin)
+    _check_path(recipe.base_model, "base_model", origin)
+    if recipe.curriculum is not None and recipe.curriculum.plan:
+        from hf_unified_embed.curriculum import CurriculumPlan
+
+        _check_path(recipe.curriculum.plan, "curriculum.plan", origin)
+        try:
+            CurriculumPlan.load(recipe.curriculum.plan)
+        except HfUnifiedEmbedError:
+            raise
+        except (OSError, ValueError) as error:
+            raise InputError(f"{origin}: curriculum.plan: {error}") from None
+    peft_config, merge_adapter = None, False
+    if recipe.peft:
+        from peft import LoraConfig
+
+        settings = dict(recipe.peft)
+        merge_adapter = settings.pop("merge_adapter", False)
+        if not isinstance(merge_adapter, bool):
+            raise RecipeError(f"{origin}: peft.merge_adapter must be true or false, got {merge_adapter!r}")
+        try:
+            peft_config = LoraConfig(**settings)
+        except (TypeError, ValueError) as error:
+            raise RecipeError(f"{origin}: peft: {error}") from None
+    if recipe.model is not None:
+        recipe.model.check_environment(origin)
+    suite = _check_suite(recipe, origin)
+
+    output = None
+    if is_main_process():
+        inputs = [path for path in (recipe.data.path, recipe.base_model) if path and Path(path).exists()]
+        output = StagedOutput(recipe.output_dir, overwrite=overwrite, inputs=inputs)
+    return ResolvedRecipe(recipe, losses, args, hub_token, suite, peft_config, merge_adapter, output)

@@ -1,0 +1,335 @@
+"""Recipe preflight and ``train --check``: every recipe error is caught before data load; a trained model is never lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from huggingface_hub import ModelCard
+
+from hf_unified_embed.errors import AfterTrainingError, InputNotFoundError, OutputExistsError, RecipeError, SuiteError
+from hf_unified_embed.recipe import recipe_from_dict
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE_RECIPE = REPO / "examples" / "recipes" / "sample.yaml"
+STSB_DEV = REPO / "examples" / "data" / "eval" / "stsb-dev.tsv"
+
+USER_LOSS_MODULE = '''
+from torch import Tensor
+from sentence_transformers.util import pairwise_cos_sim
+
+from hf_unified_embed.losses import ColumnLayout, EmbeddingLoss
+
+
+class ScaledCosineLoss(EmbeddingLoss):
+    """Mean squared error between scale * cos(a, b) and the gold score (a user's own loss)."""
+
+    def __init__(self, model, scale: float = 1.0) -> None:
+        super().__init__(model)
+        self.scale = scale
+
+    def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
+        return ColumnLayout.scored_pair()
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor) -> Tensor:
+        return ((self.scale * pairwise_cos_sim(embeddings[0], embeddings[1]) - labels) ** 2).mean()
+
+    def get_config_dict(self) -> dict:
+        return {"scale": self.scale}
+
+
+class BuggyLoss(ScaledCosineLoss):
+    def __init__(self, model) -> None:
+        raise RuntimeError("a bug inside the loss")
+'''
+
+
+@pytest.fixture(scope="module")
+def unified_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from hf_unified_embed.data import build_unified, save_unified
+
+    out = tmp_path_factory.mktemp("unified") / "data"
+    save_unified(build_unified(SAMPLE_RECIPE, split="train"), out)
+    return out
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "userpkg"
+    folder.mkdir()
+    (folder / "userlosses.py").write_text(USER_LOSS_MODULE)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]))
+    return folder
+
+
+def _raw(unified_dir: Path, base: str, output: Path, **changes: Any) -> dict[str, Any]:
+    raw: dict[str, Any] = {
+        "base_model": base,
+        "data": {"path": str(unified_dir), "tasks": ["stsb", "wikiqa"], "max_rows_per_task": 16},
+        "losses": {"retrieval": {"name": "MultiPositiveInfoNCELoss"}, "sts": "CoDiEmbSTSLoss"},
+        "negatives_per_query": 2,
+        "training_args": {"max_steps": 2, "per_device_train_batch_size": 4},
+        "output_dir": str(output),
+    }
+    raw.update(changes)
+    return raw
+
+
+@pytest.fixture
+def no_data_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading data fails loudly: a preflight error must come before it."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("data were loaded before the recipe was checked")
+
+    monkeypatch.setattr("hf_unified_embed.train._load_tasks", refuse)
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        ({"losses": {"sts": "CoDiEmbSTS"}}, RecipeError, r"unknown loss 'CoDiEmbSTS'.*did you mean 'CoDiEmbSTSLoss'"),
+        (
+            {"losses": {"sts": {"name": "CoDiEmbSTSLoss", "temprature": 0.05}}},
+            RecipeError,
+            r"losses\.sts: CoDiEmbSTSLoss: got an unexpected keyword argument 'temprature'; its parameters: \[.*'temperature'",
+        ),
+        ({"losses": {"sts": "no_such_pkg.mod:Loss"}}, RecipeError, r"cannot import module 'no_such_pkg.mod'"),
+        (
+            {"sampler": {"balance": "sqr"}},
+            RecipeError,
+            r"'sampler': balance must be one of \['none', 'equal', 'sqrt'\], got 'sqr'",
+        ),
+        ({"sampler": {"interleave": "zigzag"}}, RecipeError, r"interleave must be one of .*'zigzag'"),
+        ({"sampler": {"batch_sizes": {"stsb": 0}}}, RecipeError, r"batch_sizes.stsb must be a positive integer"),
+        ({"curriculum": {"teacher": "t", "method": "nope"}}, RecipeError, r"'curriculum': method must be one of"),
+        (
+            {"training_args": {"learning_rat": 1e-4}},
+            RecipeError,
+            r"training_args\.learning_rat is not a SentenceTransformerTrainingArguments field; did you mean 'learning_rate'",
+        ),
+        ({"training_args": {"lr_scheduler_type": "zigzag"}}, RecipeError, r"training_args: .*zigzag"),
+        ({"training_args": {"multi_dataset_batch_sampler": "proportional"}}, RecipeError, r"recipe's 'sampler' key"),
+        ({"peft": {"rank": 8}}, RecipeError, r"peft: .*rank"),
+        ({"evaluation": "no/such/suite.yaml"}, SuiteError, r"suite\.yaml: file does not exist"),
+        ({"data": {"path": "./no/such/folder"}}, InputNotFoundError, r"data\.path: \./no/such/folder does not exist"),
+        ({"base_model": "/no/such/model"}, InputNotFoundError, r"base_model: /no/such/model does not exist"),
+        ({"curriculum": {"plan": "./missing-plan.json"}}, InputNotFoundError, r"curriculum\.plan"),
+        ({"data": {"path": "x", "tasks": ["../escape"]}}, RecipeError, r"invalid task name '\.\./escape'"),
+    ],
+)
+def test_preflight_rejects_before_data_loads(
+    change: dict[str, Any], error: type[Exception], message: str, unified_dir: Path, tiny_model_path: str,
+    tmp_path: Path, no_data_load: None,
+) -> None:  # fmt: skip
+    from hf_unified_embed.train import train_from_recipe
+
+    with pytest.raises(error, match=message):
+        train_from_recipe(recipe_from_dict(_raw(unified_dir, tiny_model_path, tmp_path / "out", **change), "r.yaml"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_preflight_output_rules(unified_dir: Path, tiny_model_path: str, tmp_path: Path, no_data_load: None) -> None:
+    from hf_unified_embed.errors import OutputError
+    from hf_unified_embed.train import train_from_recipe
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    with pytest.raises(OutputExistsError, match="not empty"):
+        train_from_recipe(recipe_from_dict(_raw(unified_dir, tiny_model_path, out)))
+    with pytest.raises(OutputError, match="overlaps the input"):
+        train_from_recipe(recipe_from_dict(_raw(unified_dir, tiny_model_path, unified_dir / "model")), overwrite=True)
+
+
+def test_stock_sampler_refused_with_several_processes(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_data_load: None
+) -> None:
+    from hf_unified_embed.preflight import check_sampler_processes
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    raw = _raw(unified_dir, tiny_model_path, tmp_path / "out", sampler={"kind": "proportional"})
+    with pytest.raises(RecipeError, match=r"kind 'proportional' with 2 processes.*CurriculumBatchSampler"):
+        check_sampler_processes(recipe_from_dict(raw), 2)
+    allowed = recipe_from_dict({**raw, "sampler": {"kind": "proportional", "allow_multi_device": True}})
+    check_sampler_processes(allowed, 2)
+    with pytest.raises(RecipeError, match="allow_multi_device only applies to the stock samplers"):
+        recipe_from_dict({**raw, "sampler": {"allow_multi_device": True}})
+
+
+@pytest.mark.real_model
+def test_check_prints_the_resolved_plan_and_writes_nothing(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hf_unified_embed.cli.main import main
+
+    recipe = tmp_path / "r.yaml"
+    raw = _raw(
+        unified_dir, tiny_model_path, tmp_path / "out",
+        sampler={"batch_sizes": {"wikiqa": 8}},
+        evaluation={"evaluations": [{"name": "stsb-dev", "kind": "sts", "source": "stsb", "data_files": str(STSB_DEV)}]},
+    )  # fmt: skip
+    recipe.write_text(yaml.safe_dump(raw))
+    assert main(["train", str(recipe), "--check"]) == 0
+    printed = capsys.readouterr().out
+    lines = {line.split()[0]: line.split() for line in printed.splitlines() if line.split()}
+    # stsb: 16 rows at batch 4 -> 4 steps; wikiqa: 16 rows at batch 8 -> 2 steps
+    assert "CoDiEmbSTSLoss" in lines["stsb"] and lines["stsb"][-2:] == ["4", "4"]
+    assert "query, positive_1, negative_1..2" in printed and lines["wikiqa"][-2:] == ["8", "2"]
+    assert "positive_1 + label: score" in printed
+    assert "optimizer steps per epoch: 6 (max_steps=2)" in printed and "evaluation: " in printed
+    assert "CurriculumBatchSampler" in printed
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
+
+
+@pytest.mark.real_model
+def test_user_defined_loss_through_recipe_cli_and_card(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path, user_module: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hf_unified_embed.cli.main import main
+
+    recipe = tmp_path / "r.yaml"
+    out = tmp_path / "out"
+    losses = {"retrieval": "MultiPositiveInfoNCELoss", "sts": {"name": "userlosses:ScaledCosineLoss", "scale": 2.0}}
+    recipe.write_text(yaml.safe_dump(_raw(unified_dir, tiny_model_path, out, losses=losses)))
+    assert main(["train", str(recipe), "--check"]) == 0
+    assert "ScaledCosineLoss" in capsys.readouterr().out
+    assert main(["train", str(recipe)]) == 0
+    text = ModelCard.load(out / "README.md").text
+    assert "`ScaledCosineLoss`" in text and '"scale": 2.0' in text
+
+
+@pytest.mark.real_model
+def test_model_is_saved_before_evaluation_and_kept_when_it_fails(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.train import train_from_recipe
+
+    suite = {"evaluations": [{"name": "stsb-dev", "kind": "sts", "source": "stsb", "data_files": str(STSB_DEV)}]}
+
+    def failing_suite(*args: object, **kwargs: object) -> None:
+        raise SuiteError("stsb-dev: the evaluation data vanished")
+
+    monkeypatch.setattr("hf_unified_embed.evaluation.run_suite", failing_suite)
+    out = tmp_path / "out"
+    with pytest.raises(
+        AfterTrainingError, match=r"the trained model is saved in .*out, but evaluation failed: stsb-dev"
+    ):
+        train_from_recipe(recipe_from_dict(_raw(unified_dir, tiny_model_path, out, evaluation=suite)))
+    assert SentenceTransformer(str(out)).encode(["kept"]).shape == (1, 32)
+    assert (out / "hf_unified_embed_recipe.yaml").is_file() and (out / "README.md").is_file()
+
+    def crashing_suite(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug in evaluation")
+
+    monkeypatch.setattr("hf_unified_embed.evaluation.run_suite", crashing_suite)
+    with pytest.raises(RuntimeError, match="a bug in evaluation"):
+        train_from_recipe(recipe_from_dict(_raw(unified_dir, tiny_model_path, out, evaluation=suite)), overwrite=True)
+    assert SentenceTransformer(str(out)).encode(["kept"]).shape == (1, 32)
+
+
+CONSOLE_SCRIPT = str(Path(sys.executable).parent / "hf-unified-embed")
+LAUNCH_FORMS = {
+    "console script": [CONSOLE_SCRIPT],
+    "python -m hf_unified_embed.cli.main": [sys.executable, "-m", "hf_unified_embed.cli.main"],
+    "python -m hf_unified_embed": [sys.executable, "-m", "hf_unified_embed"],
+}
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("form", list(LAUNCH_FORMS))
+def test_input_error_is_one_line_and_exit_2_in_every_launch_form(
+    form: str, unified_dir: Path, tiny_model_path: str, tmp_path: Path
+) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        yaml.safe_dump(_raw(unified_dir, tiny_model_path, tmp_path / "out", training_args={"learning_rat": 1}))
+    )
+    completed = subprocess.run(
+        [*LAUNCH_FORMS[form], "train", str(recipe)], capture_output=True, text=True, timeout=300
+    )
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {recipe}: training_args.learning_rat"), completed.stderr
+    assert "did you mean 'learning_rate'" in lines[0]
+
+
+@pytest.mark.real_model
+def test_a_bug_keeps_its_traceback_and_exit_1(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path, user_module: Path
+) -> None:
+    recipe = tmp_path / "r.yaml"
+    raw = _raw(
+        unified_dir,
+        tiny_model_path,
+        tmp_path / "out",
+        losses={"retrieval": "userlosses:BuggyLoss", "sts": "CoDiEmbSTSLoss"},
+    )
+    recipe.write_text(yaml.safe_dump(raw))
+    completed = subprocess.run([CONSOLE_SCRIPT, "train", str(recipe)], capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 1
+    assert (
+        "Traceback (most recent call last)" in completed.stderr
+        and "RuntimeError: a bug inside the loss" in completed.stderr
+    )
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*")), "no output, no staging left"
+
+
+@pytest.mark.multiprocess
+def test_under_torchrun_rank_0_prints_once_and_exits_2(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path
+) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        yaml.safe_dump(_raw(unified_dir, tiny_model_path, tmp_path / "out", sampler={"kind": "proportional"}))
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29571",
+        "-m", "hf_unified_embed.cli.main", "train", str(recipe),
+    ]  # fmt: skip
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert completed.returncode != 0
+    errors = [line for line in completed.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "kind 'proportional' with 2 processes" in errors[0], completed.stderr[-3000:]
+    root_cause = completed.stderr.split("Root Cause")[1]
+    assert "rank      : 0" in root_cause and "exitcode  : 2" in root_cause, "rank 0 reports and exits 2 first"
+    assert "/hf_unified_embed/" not in completed.stderr, "no worker printed a traceback"
+
+
+@pytest.mark.real_model
+def test_kill_9_during_training_then_rerun_leaves_no_staging(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    recipe = tmp_path / "r.yaml"
+    raw = _raw(
+        unified_dir, tiny_model_path, out, training_args={"max_steps": 100_000, "per_device_train_batch_size": 4}
+    )
+    recipe.write_text(yaml.safe_dump(raw))
+    process = subprocess.Popen([CONSOLE_SCRIPT, "train", str(recipe)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not list(tmp_path.glob(".out.staging-*")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(3)  # well inside training: data, model and trainer are up
+    assert process.poll() is None, process.stderr.read() if process.stderr else ""
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert list(tmp_path.glob(".out.staging-*")) and not out.exists()
+
+    raw["training_args"]["max_steps"] = 1
+    recipe.write_text(yaml.safe_dump(raw))
+    completed = subprocess.run([CONSOLE_SCRIPT, "train", str(recipe)], capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert (out / "model.safetensors").is_file()
+    assert not list(tmp_path.glob(".out.staging-*")), "the rerun removed the killed run's staging folder"
