@@ -47,13 +47,15 @@ def test_blocks_that_do_not_divide_the_tensors(
         torch.testing.assert_close(merged[name], expected.to(merged[name].dtype), rtol=3e-7, atol=1e-8)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_inputs_accumulate_in_float32(trio: list[Path], tmp_path: Path, dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_inputs_of_other_dtypes(trio: list[Path], tmp_path: Path, dtype: torch.dtype) -> None:
+    """Half precision is summed in float32; float64 in float64 (not rounded through float32)."""
     halves = [edited_copy(path, tmp_path / f"h{index}", lambda _, t: t.to(dtype)) for index, path in enumerate(trio)]
     merged = read_weights(merge_models(halves, "soup", tmp_path / "out", show_progress=False))
     for name, expected in _direct(halves, [1 / 3] * 3).items():
         assert merged[name].dtype == (dtype if expected.is_floating_point() else expected.dtype)
-        torch.testing.assert_close(merged[name], expected.to(merged[name].dtype))
+        tolerance = {"rtol": 1e-12, "atol": 1e-15} if dtype == torch.float64 else {}
+        torch.testing.assert_close(merged[name], expected.to(merged[name].dtype), **tolerance)
 
 
 def test_zero_weight_input_is_still_checked(trio: list[Path], tmp_path: Path) -> None:

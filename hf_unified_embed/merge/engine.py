@@ -108,9 +108,9 @@ class _LinearStream:
     """The block-wise path of linear methods, with its buffers reused from tensor to tensor."""
 
     def __init__(self, checkpoints: Mapping[Path, LazyCheckpoint], sink: TensorSink, dtype: torch.dtype) -> None:
-        self.checkpoints, self.sink = checkpoints, sink
-        self.accumulator = torch.empty(BLOCK, dtype=dtype)
-        self._buffers: dict[torch.dtype, torch.Tensor] = {dtype: torch.empty(BLOCK, dtype=dtype)}
+        self.checkpoints, self.sink, self.dtype = checkpoints, sink, dtype
+        self._accumulators: dict[torch.dtype, torch.Tensor] = {}
+        self._buffers: dict[torch.dtype, torch.Tensor] = {}
         self._cast: dict[torch.dtype, torch.Tensor] = {}
 
     def _buffer(self, dtype: torch.dtype, pool: dict[torch.dtype, torch.Tensor]) -> torch.Tensor:
@@ -121,9 +121,11 @@ class _LinearStream:
     def merge(self, name: str, info: TensorInfo, coefficients: Mapping[Path, float]) -> None:
         terms = list(coefficients.items())
         read_buffer = self._buffer(info.dtype, self._buffers)
+        # float64 tensors are summed in float64 whatever ``precise`` says: float32 would lose their digits.
+        accumulator = self._buffer(torch.float64 if info.dtype == torch.float64 else self.dtype, self._accumulators)
         for start in range(0, info.numel, BLOCK):
             count = min(BLOCK, info.numel - start)
-            total = self.accumulator[:count]
+            total = accumulator[:count]
             added = False
             for path, coefficient in terms:
                 block = self.checkpoints[path].read_block(name, read_buffer[:count], start)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -225,7 +225,7 @@ class MergekitMethod(TensorMergeMethod):
             table[group] = row
         return table
 
-    def recipe(self, path_text: Any = str) -> dict[str, Any]:
+    def recipe(self, path_text: Callable[[Path], str] = str) -> dict[str, Any]:
         recipe = super().recipe(path_text)
         settings = recipe.pop("settings")
         return {**recipe, **settings}
