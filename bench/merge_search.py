@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -39,7 +40,8 @@ DEV_SUITE = REPO / "examples" / "suites" / "dev.yaml"
 TEST_SUITE = REPO / "examples" / "suites" / "shared.yaml"
 OBJECTIVE = {"stsb-dev": 0.5, "sick-trial": 0.5, "trecqa-dev": 1.0}
 STS_HELD_OUT = ("sts12", "sts13", "sts14", "sts15")
-RETRIEVAL = {"MS MARCO nDCG@10": ("msmarco-dl", "ndcg@10"), "TrecQA MAP": ("trecqa-test", "map")}
+#: Column → (suite entry, metric key pattern), as in bench/quality.py.
+RETRIEVAL = {"MS MARCO nDCG@10": ("msmarco-dl", r"(cosine_)?ndcg@10"), "TrecQA MAP": ("trecqa-test", r"(cosine_)?map")}
 
 
 def codiemb_run(options: argparse.Namespace) -> Path:
@@ -74,8 +76,9 @@ def summary(results: Any) -> dict[str, float]:
     row = {"STS12–15 mean ρ": statistics.fmean(results[name].primary_value for name in STS_HELD_OUT)}
     row["STS-B dev ρ"] = results["stsb-dev"].primary_value
     row["SICK trial ρ"] = results["sick-trial"].primary_value
-    for column, (entry, metric) in RETRIEVAL.items():
-        row[column] = results[entry].metrics[metric]
+    for column, (entry, pattern) in RETRIEVAL.items():
+        (key,) = [key for key in results[entry].metrics if re.fullmatch(pattern, key)]
+        row[column] = results[entry].metrics[key]
     row["MSRP AP"] = results["msrp-test"].primary_value
     return row
 
@@ -88,32 +91,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=200, help="when the run has to be trained")
     parser.add_argument("--steps", type=int, default=6, help="λ values tried, evenly spaced in [0, 1]")
     parser.add_argument("--output-dir", type=Path, default=Path("outputs/merge-search"))
+    parser.add_argument("--resume", action="store_true", help="reuse a finished search and saved test results")
     options = parser.parse_args(argv)
 
     from sentence_transformers import SentenceTransformer
 
     from hf_unified_embed.evaluation import run_suite
-    from hf_unified_embed.merge.search import search_merge
+    from hf_unified_embed.merge.search import SEARCH_FILE, SearchResult, search_merge
     from hf_unified_embed.recipe import DEFAULT_BASE_MODEL_ID, packaged_minilm_path
 
     started = time.perf_counter()
     options.base_model = options.base_model or packaged_minilm_path()
     run = codiemb_run(options)
-    result = search_merge(
-        [run],
-        "task_arithmetic",
-        options.output_dir / "interpolated",
-        base=options.base_model,
-        suite=DEV_SUITE,
-        data_root=str(options.data_root),
-        search={"weights": {"min": 0.0, "max": 1.0, "steps": options.steps}},
-        objective=OBJECTIVE,
-        model_ids={str(options.base_model): DEFAULT_BASE_MODEL_ID}
-        if options.base_model == packaged_minilm_path()
-        else None,
-        model_name="codiemb-interpolated-with-base",
-        overwrite=True,
-    )
+    merged = options.output_dir / "interpolated"
+    if options.resume and (merged / SEARCH_FILE).is_file():
+        print(f"reusing the search in {merged}", flush=True)
+        result = SearchResult.from_dict(json.loads((merged / SEARCH_FILE).read_text()), merged)
+    else:
+        result = search_merge(
+            [run],
+            "task_arithmetic",
+            merged,
+            base=options.base_model,
+            suite=DEV_SUITE,
+            data_root=str(options.data_root),
+            search={"weights": {"min": 0.0, "max": 1.0, "steps": options.steps}},
+            objective=OBJECTIVE,
+            model_ids={str(options.base_model): DEFAULT_BASE_MODEL_ID}
+            if options.base_model == packaged_minilm_path()
+            else None,
+            model_name="codiemb-interpolated-with-base",
+            overwrite=True,
+        )
     print("\nλ      " + "  ".join(f"{key:>10}" for key in OBJECTIVE) + "       score")
     for index, candidate in enumerate(result.candidates):
         mark = "*" if index == result.best_index else " "

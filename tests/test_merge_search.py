@@ -160,3 +160,22 @@ def test_search_from_the_cli_and_its_errors(
                 "search": {"suite": SUITE, "parameters": {"t": {"min": 0}}, "objective": {"stsb": 1}},
             }
         )
+
+
+def test_search_result_reads_back_from_its_json(base_and_run: tuple[Path, Path], tmp_path: Path) -> None:
+    from hf_unified_embed.merge.search import SEARCH_FILE, SearchResult
+
+    base, run = base_and_run
+    result = search_merge(
+        [run],
+        "task_arithmetic",
+        tmp_path / "o",
+        base=base,
+        suite=SUITE,
+        search={"weights": [0.0, 1.0]},
+        objective=OBJECTIVE,
+        device="cpu",
+        show_progress=False,
+    )
+    again = SearchResult.from_dict(json.loads((tmp_path / "o" / SEARCH_FILE).read_text()), tmp_path / "o")
+    assert again.to_dict() == result.to_dict() and again.best.parameters == result.best.parameters

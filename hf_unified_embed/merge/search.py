@@ -92,6 +92,12 @@ class SearchResult:
     def best(self) -> Candidate:
         return self.candidates[self.best_index]
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], output_dir: Path | None = None) -> SearchResult:
+        """A search read back from ``merge_search.json`` (:meth:`to_dict`); suite results are not kept."""
+        candidates = [Candidate(c["parameters"], c["metrics"], c["score"]) for c in data["candidates"]]
+        return cls(candidates, dict(data["objective"]), int(data["best"]), output_dir)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "objective": self.objective,
