@@ -120,8 +120,17 @@ def test_hierarchical_and_mergekit_recipes_hold_relative_paths(
     assert_no_local_paths(out, tmp_path, Path(tiny_model_path))
     recipe = yaml.safe_load((out / "merge_config.yaml").read_text())
     assert (out / recipe["ir_specialist"]).resolve() == specialists[0].resolve()
-    ties = merge_models(runs, "ties", tmp_path / "t", base=tiny_model_path, density=0.5, show_progress=False)
+    ties = merge_models(
+        runs,
+        "ties",
+        tmp_path / "t",
+        base=tiny_model_path,
+        density=0.5,
+        model_ids={tiny_model_path: "org/tiny-base"},  # a base in parameters gets its id by path
+        show_progress=False,
+    )
     card = assert_publishable(ties / "README.md")
-    assert card.data.base_model == [BASE_ID]  # the runs' base; the random base has no Hub id
+    assert card.data.base_model == [BASE_ID, "org/tiny-base"]  # the runs' base, then the TIES base
+    assert yaml.safe_load((ties / "merge_config.yaml").read_text())["base"] == "org/tiny-base"
     assert_no_local_paths(ties, tmp_path, Path(tiny_model_path))
     assert "| `encoder.layer.0` |" in card.text and "density[0]" in card.text

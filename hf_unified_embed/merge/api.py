@@ -238,14 +238,22 @@ def _card_inputs(method: MergeMethod, given: dict[Path, str], output_dir: Path) 
 def merge_recipe(
     config: MergeConfig, method: MergeMethod, inputs: Mapping[Path, CardInput], reference: Path
 ) -> dict[str, Any]:
-    """What ``merge_config.yaml`` and the safetensors metadata hold: paths relative to the output, Hub ids."""
-    recipe = method.recipe(lambda path: inputs[path].path if path in inputs else path.name)
+    """What ``merge_config.yaml`` and the safetensors metadata hold: Hub ids and paths relative to the output.
+
+    A model is ``{path, id}``; any other input (a base, a specialist, the reference) is written as
+    its given Hub id when it has one — what someone else can load — else as its relative path.
+    """
+
+    def name(path: Path) -> str:
+        return (inputs[path].given_id or inputs[path].path) if path in inputs else path.name
+
+    recipe = method.recipe(name)
     recipe["method"] = config.method
     recipe["models"] = [
         {"path": inputs[path].path, **({"id": inputs[path].hub_ids[0]} if len(inputs[path].hub_ids) == 1 else {})}
         for path in method.models
     ]
-    recipe["reference"] = inputs[reference].path
+    recipe["reference"] = name(reference)
     if config.precise:
         recipe["precise"] = True
     return recipe
