@@ -4,8 +4,11 @@ Give two model folders with ``--models``, or let the script train two short runs
 packaged all-MiniLM-L6-v2 (an IR-leaning run on WikiQA + TrecQA train, an STS-leaning run on STS-B +
 SICK train, through :func:`hf_unified_embed.train.train_from_recipe`). Then:
 
-1. merge them with ``--method soup`` (uniform weight average, Wortsman et al., 2022) or
-   ``hierarchical`` (CoDiEmb Eq. 10–12: per-layer weights from each run's delta to the base);
+1. merge them with ``--method soup`` (uniform weight average, Wortsman et al., 2022),
+   ``hierarchical`` (CoDiEmb Eq. 10–12: per-layer weights from each run's delta to the base),
+   ``ties`` (mergekit's TIES against the base, density 0.5) or ``slerp`` (t = 0.5); with
+   ``--search``, the SLERP ``t`` is chosen on the development sets by ``merge search`` instead
+   (the card then shows the search table and plot);
 2. evaluate base, inputs and merge on the development sets (STS-B dev, SICK trial, TrecQA dev);
 3. rewrite the merge's card with the results as ``model-index``;
 4. :func:`hf_unified_embed.publishing.push_folder`: without ``--repo-id``, or with ``--dry-run``,
@@ -131,7 +134,8 @@ def main() -> None:
         metavar=("IR_MODEL", "STS_MODEL"),
         help="two checkpoints of one architecture (for hierarchical: IR-leaning first)",
     )
-    parser.add_argument("--method", choices=["soup", "hierarchical"], default="hierarchical")
+    parser.add_argument("--method", choices=["soup", "hierarchical", "ties", "slerp"], default="hierarchical")
+    parser.add_argument("--search", action="store_true", help="choose SLERP's t on the development sets")
     parser.add_argument("--base-model", help="the common base; default: the packaged all-MiniLM-L6-v2")
     parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--output-dir", type=Path, default=Path("outputs/merge-and-publish"))
@@ -151,45 +155,64 @@ def main() -> None:
 
     from hf_unified_embed.evaluation import run_suite
     from hf_unified_embed.merge import merge_models
+    from hf_unified_embed.merge.search import search_merge
     from hf_unified_embed.publishing import push_folder
-    from hf_unified_embed.recipe import packaged_minilm_path
+    from hf_unified_embed.recipe import DEFAULT_BASE_MODEL_ID, packaged_minilm_path
 
     base = args.base_model or packaged_minilm_path()
     ir_model, sts_model = args.models if args.models else train_inputs(base, args)
-    params: dict[str, Any] = (
-        {
+    method = "slerp" if args.search else args.method
+    params: dict[str, Any] = {
+        "hierarchical": {
             "ir_models": [ir_model],
             "sts_models": [sts_model],
             "base": base,
             "ir_specialist": ir_model,
             "sts_specialist": sts_model,
-        }
-        if args.method == "hierarchical"
-        else {}
-    )
+        },
+        "ties": {"base": base, "density": 0.5},
+        "slerp": {"t": 0.5},
+    }.get(method, {})
+    # The packaged base has no Hub id of its own on disk; the runs name it in their recipe copies.
+    model_ids = {base: DEFAULT_BASE_MODEL_ID} if base == packaged_minilm_path() else None
     repo_id = args.repo_id or PLACEHOLDER_REPO_ID
-    merged_dir = args.output_dir / f"merged-{args.method}"
+    merged_dir = args.output_dir / f"merged-{method}"
+    suite = args.suite or dev_suite(args.data_root)
 
     def merge(evaluation_results: Sequence[Mapping[str, Any]] = ()) -> Path:
         return merge_models(
             [ir_model, sts_model],
-            args.method,
+            method,
             merged_dir,
             model_name=repo_id,
+            model_ids=model_ids,
             evaluation_results=evaluation_results,
             overwrite=True,
             **params,
         )
 
-    merge()
-    suite = args.suite or dev_suite(args.data_root)
+    if args.search:
+        search = search_merge(
+            [ir_model, sts_model],
+            "slerp",
+            merged_dir,
+            suite=suite,
+            search={"t": {"min": 0.0, "max": 1.0, "steps": 5}},
+            objective={"stsb-dev": 0.5, "sick-trial": 0.5, "trecqa-dev": 1.0},
+            model_name=repo_id,
+            model_ids=model_ids,
+            overwrite=True,
+        )
+        print(f"merge search chose t = {search.best.parameters['t']} (score {search.best.score:.4f})")
+    else:
+        merge()
     results = {
         name: run_suite(SentenceTransformer(str(path), device="cpu"), suite)
         for name, path in [
             ("base", base),
             ("ir", ir_model),
             ("sts", sts_model),
-            (f"merged ({args.method})", merged_dir),
+            (f"merged ({method})", merged_dir),
         ]
     }
     entries = [(entry.name, entry.primary_metric) for entry in results["base"].entries]
@@ -197,8 +220,9 @@ def main() -> None:
     for name, result in results.items():
         print(name.ljust(22) + "".join(f"{result[entry].primary_value:.4f}".ljust(26) for entry, _ in entries))
 
-    # The same merge again, now with the card carrying the evaluation as model-index.
-    merge([vars(result) for result in results[f"merged ({args.method})"].eval_results()])
+    if not args.search:  # a search's card already carries its dev results as model-index
+        # The same merge again, now with the card carrying the evaluation as model-index.
+        merge([vars(result) for result in results[f"merged ({method})"].eval_results()])
     dry_run = args.dry_run or args.repo_id is None
     outcome = push_folder(merged_dir, repo_id, private=args.private, dry_run=dry_run)
     if dry_run:

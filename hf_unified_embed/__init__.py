@@ -127,9 +127,11 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "DeltaReport",
         "MergeConfig",
         "analyze_deltas",
+        "available_merge_methods",
         "merge_models",
         "register_merge_method",
     ),
+    "merge.search": ("search_merge",),
     "evaluation": (
         "EvaluationKind",
         "EvaluationSuite",
@@ -215,9 +217,11 @@ if TYPE_CHECKING:
         DeltaReport,
         MergeConfig,
         analyze_deltas,
+        available_merge_methods,
         merge_models,
         register_merge_method,
     )
+    from hf_unified_embed.merge.search import search_merge
     from hf_unified_embed.mining import (
         CharWeights,
         Document,

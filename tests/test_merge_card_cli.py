@@ -26,7 +26,7 @@ def test_card_metadata_body_and_model_index(runs: list[Path], tmp_path: Path) ->
             "dataset_type": "mteb/sts13-sts",
             "dataset_name": "STS13",
             "metric_type": "cosine_spearman",
-            "metric_value": 0.8123,
+            "metric_value": 0.812345678,
         },
     ]
     out = merge_models(
@@ -35,16 +35,18 @@ def test_card_metadata_body_and_model_index(runs: list[Path], tmp_path: Path) ->
         tmp_path / "merged",
         weights=[0.25, 0.75],
         model_name="my-org/minilm-soup",
+        model_ids=["my-org/run-0", "my-org/run-1"],
         evaluation_results=results,
         show_progress=False,
     )
     card = ModelCard.load(out / "README.md")
     data = card.data.to_dict()
-    assert data["base_model"] == [str(runs[0]), str(runs[1])]
+    assert data["base_model"] == ["my-org/run-0", "my-org/run-1"]
     assert data["base_model_relation"] == "merge"
     assert data["library_name"] == "sentence-transformers"
     assert {"merge", "hf-unified-embed", "soup"} <= set(data["tags"])
-    assert card.data.eval_results[0].metric_value == pytest.approx(0.8123)
+    assert card.data.eval_results[0].metric_value == 0.8123  # rounded to 4 digits
+    assert "| 0.8123 |" in card.text and "0.81234" not in card.text
     assert card.data.model_name == "my-org/minilm-soup"
     assert "### Direct Usage (Sentence Transformers)" in card.text
     assert 'SentenceTransformer("my-org/minilm-soup")' in card.text
@@ -69,7 +71,7 @@ def test_card_of_hierarchical_merge_names_roles_and_heatmap(
         show_progress=False,
     )
     card = ModelCard.load(out / "README.md")
-    assert card.data.base_model == [str(path) for path in runs]
+    assert card.data.base_model is None  # random local models with no Hub id: no local path instead
     assert "hierarchical" in card.data.tags
     assert "![Layer-wise parameter deviation](delta_heatmap.png)" in card.text
     assert "| Layer | Tensors | Parameters | δ_IR | δ_STS | w_IR | w_STS |" in card.text
@@ -106,7 +108,7 @@ def test_cli_config_file_and_flags(runs: list[Path], tmp_path: Path, capsys: pyt
     )
     assert main(["merge", str(config), "--no-progress"]) == 0
     assert (tmp_path / "from-yaml" / "model.safetensors.index.json").exists()
-    assert ModelCard.load(tmp_path / "from-yaml" / "README.md").data.base_model == ["org/run-0", str(runs[1])]
+    assert ModelCard.load(tmp_path / "from-yaml" / "README.md").data.base_model == ["org/run-0"]
 
     args = [
         "merge",

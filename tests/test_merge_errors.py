@@ -98,7 +98,7 @@ def test_nan_in_the_result(pair: tuple[Path, Path], tmp_path: Path) -> None:
     assert_fails(
         [first],
         tmp_path / "out",
-        r"task_arithmetic result for tensor 'pooler.dense.bias' holds NaN/inf",
+        r"merged tensor 'pooler.dense.bias' holds NaN/inf values in torch.float16",
         method="task_arithmetic",
         base=second,
         weights=[2.0],
@@ -119,7 +119,15 @@ def test_weights_that_do_not_sum_to_one(pair: tuple[Path, Path], tmp_path: Path)
     assert_fails(list(pair), tmp_path / "out", r"sum to 1.2, not 1 \(pass normalize=True", weights=[0.6, 0.6])
     assert_fails(list(pair), tmp_path / "out", r"got 3 weights for 2 models", weights=[0.2, 0.3, 0.5])
     assert_fails(list(pair), tmp_path / "out", r"weight 1 must be a finite number", weights=[1.0, float("nan")])
-    assert_fails(list(pair), tmp_path / "out", r"t must be numbers in \[0, 1\]", method="slerp", t=1.5)
+    assert_fails(list(pair), tmp_path / "out", r"slerp: invalid t 'x'", method="slerp", t="x")
+    assert_fails(
+        list(pair),
+        tmp_path / "out",
+        r"ties: weight has 3 values for 1 non-base inputs",
+        method="ties",
+        weight=[1, 2, 3],
+    )
+    assert_fails(list(pair), tmp_path / "out", r"linear does not use a base model", method="linear", base=0)
     assert_fails(list(pair), tmp_path / "out", r"has no parameter 'alpha'", alpha=1.0)
     assert_fails(
         list(pair),
@@ -169,8 +177,10 @@ def test_missing_shard_of_an_index(pair: tuple[Path, Path], tmp_path: Path) -> N
 
 
 def test_config_validation(tmp_path: Path) -> None:
-    with pytest.raises(MergeError, match="unknown merge method 'ties'"):
-        MergeConfig(models=["a", "b"], method="ties", output_dir=tmp_path)
+    with pytest.raises(MergeError, match=r"unknown merge method 'tiez'; available: hierarchical, soup, .*ties"):
+        MergeConfig(models=["a", "b"], method="tiez", output_dir=tmp_path)
+    with pytest.raises(MergeError, match="'org/x y' is not a Hugging Face Hub model id"):
+        MergeConfig(models=["a", "b"], method="soup", output_dir=tmp_path, model_ids=["org/x y", None])
     with pytest.raises(MergeError, match="unknown key 'modles'"):
         MergeConfig.from_dict({"modles": [], "method": "soup", "output_dir": "x"})
     with pytest.raises(MergeError, match="max_shard_size"):

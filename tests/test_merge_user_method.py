@@ -77,7 +77,9 @@ def _check_output(out: Path, pair: tuple[Path, Path]) -> None:
     card = ModelCard.load(out / "README.md")
     assert "handover" in card.data.tags
     assert "the donor's lower layers under the receiver's upper layers" in card.text
-    assert f"`{pair[0]}` (donor)" in card.text and f"`{pair[1]}` (receiver)" in card.text
+    donor_path, receiver_path = (os.path.relpath(path, out) for path in pair)  # paths relative to the output
+    assert f"`{donor_path}` (donor)" in card.text and f"`{receiver_path}` (receiver)" in card.text
+    assert str(pair[0]) not in card.text
     assert "### Handover" in card.text and (out / "handover.txt").read_text() == "depth 1"
     assert "@misc{handover2026" in card.text
     assert yaml.safe_load((out / "merge_config.yaml").read_text())["method"] == "my_merges.methods:Handover"

@@ -10,6 +10,13 @@ Either a YAML recipe (see :mod:`hf_unified_embed.merge.config`) or flags for the
 
 Flags given together with a YAML file override its values; ``--param NAME=VALUE`` sets any method
 parameter (the value is read as YAML: ``0.3``, ``[0.2, 0.8]``, ``true``).
+
+A merge search (a ``search:`` section in the YAML, or ``--suite`` / ``--grid`` / ``--objective``)
+scores candidates on dev sets and writes the best (:mod:`hf_unified_embed.merge.search`)::
+
+    hf-unified-embed merge --method task_arithmetic --models run --base base -o best \
+        --suite examples/suites/dev.yaml --grid "weights={min: 0, max: 1, steps: 6}" \
+        --objective stsb-dev=1 --objective trecqa-dev=1
 """
 
 from __future__ import annotations
@@ -35,7 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-o", "--output-dir", help="folder to create")
     parser.add_argument("--weights", nargs="+", type=float, help="per-model weights (soup, task_arithmetic)")
     parser.add_argument("--normalize", action="store_true", default=None, help="soup: rescale weights to sum to 1")
-    parser.add_argument("--t", nargs="+", type=float, help="slerp: one t, or a list interpolated over the layers")
+    parser.add_argument(
+        "--t", nargs="+", type=float, help="slerp: one t, or a list (mergekit's gradient over the blocks)"
+    )
     parser.add_argument("--base", help="task_arithmetic / hierarchical: the base model")
     parser.add_argument("--temperature", type=float, help="hierarchical: τ of CoDiEmb Eq. 11")
     parser.add_argument(
@@ -49,6 +58,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--reference", help="input (index or path) whose config, tokenizer and non-float tensors are used"
     )
     parser.add_argument("--max-shard-size", help="per safetensors shard, e.g. 2GB")
+    parser.add_argument("--precise", action="store_true", default=None, help="compute in float64 instead of float32")
+    parser.add_argument(
+        "--model-ids", nargs="+", metavar="ID", help="Hub id of each model for the card ('-': find it)"
+    )
+    parser.add_argument("--suite", help="search: the evaluation suite of dev sets")
+    parser.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="NAME=VALUES",
+        help="search: candidate values (YAML list or {min, max, steps})",
+    )
+    parser.add_argument(
+        "--objective",
+        action="append",
+        default=[],
+        metavar="METRIC=WEIGHT",
+        help="search: a metric (entry or entry/metric) and its weight",
+    )
     parser.add_argument("--model-name", help="Hub id of the merged model, for the card")
     parser.add_argument("--overwrite", action="store_true", default=None, help="replace a non-empty output folder")
     parser.add_argument("--no-card", action="store_true", help="do not write README.md")
@@ -71,14 +99,7 @@ def _recipe(args: argparse.Namespace) -> dict[str, Any]:
             parameters[key] = getattr(args, flag)
     if args.t is not None:
         parameters["t"] = args.t[0] if len(args.t) == 1 else args.t
-    for item in args.param:
-        name, separator, value = item.partition("=")
-        if not separator or not name.strip():
-            raise UsageError(f"--param {item!r}: expected NAME=VALUE")
-        try:
-            parameters[name.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError as error:
-            raise UsageError(f"--param {item!r}: the value is not YAML: {error}") from error
+    parameters.update(_assignments("--param", args.param))
     if parameters:
         data["parameters"] = parameters
     overrides = {
@@ -95,15 +116,48 @@ def _recipe(args: argparse.Namespace) -> dict[str, Any]:
         data["card"] = {**(data.get("card") or {}), "model_name": args.model_name}
     if args.no_card:
         data["write_card"] = False
+    if args.precise:
+        data["precise"] = True
+    if args.model_ids is not None:
+        data["model_ids"] = [None if value == "-" else value for value in args.model_ids]
+    if args.suite or args.grid or args.objective:
+        search = dict(data.get("search") or {})
+        if args.suite:
+            search["suite"] = args.suite
+        search["parameters"] = {**(search.get("parameters") or {}), **_assignments("--grid", args.grid)}
+        objective = _assignments("--objective", args.objective)
+        search["objective"] = {**(search.get("objective") or {}), **objective}
+        data["search"] = search
     return data
+
+
+def _assignments(flag: str, items: list[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` flags as a mapping, each value read as YAML."""
+    values = {}
+    for item in items:
+        name, separator, value = item.partition("=")
+        if not separator or not name.strip():
+            raise UsageError(f"{flag} {item!r}: expected NAME=VALUE")
+        try:
+            values[name.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as error:
+            raise UsageError(f"{flag} {item!r}: the value is not YAML: {error}") from error
+    return values
 
 
 def run(args: argparse.Namespace) -> int:
     from hf_unified_embed.merge import MergeConfig, run_merge
+    from hf_unified_embed.merge.search import run_search
 
     if not args.config and not (args.method and args.models and args.output_dir):
         raise UsageError("give a YAML recipe, or --method, --models and --output-dir")
     config = MergeConfig.from_dict(_recipe(args), source=args.config or "command line")
-    output = run_merge(config, show_progress=not args.no_progress)
-    print(output)
+    if config.search is None:
+        print(run_merge(config, show_progress=not args.no_progress))
+        return 0
+    result = run_search(config, show_progress=not args.no_progress)
+    for index, candidate in enumerate(result.candidates):
+        mark = "*" if index == result.best_index else " "
+        print(f"{mark} {index:3d} {candidate.parameters} score {candidate.score:.4f} {candidate.metrics}")
+    print(result.output_dir)
     return 0

@@ -1,9 +1,12 @@
 """Streaming merges of sentence-transformers / transformers checkpoints, with merged-model cards.
 
-Methods are small registered classes (:data:`MERGE_METHODS`: ``soup``, ``slerp``,
-``task_arithmetic``, ``hierarchical``) over a lazy tensor loader (:class:`LazyCheckpoint`) and a
-sharded safetensors writer (:class:`ShardedSafetensorsWriter`). Peak memory is about
-(inputs + 1) × the largest tensor plus one output shard, never the sum of the models.
+Methods are small self-describing classes: the native, block-streamed ``soup``,
+``task_arithmetic`` and CoDiEmb ``hierarchical`` (:data:`MERGE_METHODS`), and every method of
+mergekit (``ties``, ``dare_ties``, ``della``, ``slerp``, ``model_stock``, …, :class:`MergekitMethod`)
+computed by mergekit's own per-tensor code. They run over a loader that opens each input file once
+(:class:`LazyCheckpoint`) and a writer that appends every result straight to its shard file
+(:class:`ShardedSafetensorsWriter`). Linear methods need a few MB whatever the model size; the
+others hold the inputs' copies of one tensor at a time.
 
 Example::
 
@@ -18,18 +21,21 @@ Example::
 
 from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.analysis import DeltaReport, analyze_deltas
-from hf_unified_embed.merge.api import merge_models, run_merge
+from hf_unified_embed.merge.api import merge_models, open_inputs, run_merge
 from hf_unified_embed.merge.config import CardConfig, MergeConfig, ModelSpec
-from hf_unified_embed.merge.layers import group_tensor_names, layer_group
+from hf_unified_embed.merge.engine import FolderSink, MemorySink, stream_merge
+from hf_unified_embed.merge.layers import group_tensor_names, layer_group, layer_positions
 from hf_unified_embed.merge.loader import LazyCheckpoint, TensorInfo
 from hf_unified_embed.merge.methods import (
     MERGE_METHODS,
     Hierarchical,
     LinearMergeMethod,
+    MergekitMethod,
     MergeMethod,
-    Slerp,
     Soup,
     TaskArithmetic,
+    TensorMergeMethod,
+    available_merge_methods,
     fusion_weights,
     get_merge_method,
     register_merge_method,
@@ -40,25 +46,32 @@ __all__ = [
     "MERGE_METHODS",
     "CardConfig",
     "DeltaReport",
+    "FolderSink",
     "Hierarchical",
     "LazyCheckpoint",
     "LinearMergeMethod",
+    "MemorySink",
     "MergeConfig",
     "MergeError",
     "MergeMethod",
+    "MergekitMethod",
     "ModelSpec",
     "ShardedSafetensorsWriter",
-    "Slerp",
     "Soup",
     "TaskArithmetic",
     "TensorInfo",
+    "TensorMergeMethod",
     "analyze_deltas",
+    "available_merge_methods",
     "fusion_weights",
     "get_merge_method",
     "group_tensor_names",
     "layer_group",
+    "layer_positions",
     "merge_models",
+    "open_inputs",
     "parse_size",
     "register_merge_method",
     "run_merge",
+    "stream_merge",
 ]

@@ -3,45 +3,53 @@
 Order of work (so that a bad input never leaves anything behind):
 
 1. method parameters, output path and overwrite rule are checked;
-2. every input is opened (headers only) and compared with the reference — architecture, vocabulary,
-   tensor names, shapes, dtypes; truncated safetensors fail here;
-3. the method's preparation runs (the delta norms of ``hierarchical``);
-4. tensors stream one name at a time into a staging folder beside the output
-   (:class:`hf_unified_embed.outputs.StagedOutput`): floating-point tensors are merged (inputs and
-   result checked for NaN/inf), others are copied from the reference;
+2. every input is opened (headers only, each weight file once) and compared with the reference —
+   architecture, vocabulary, tensor names, shapes, dtypes; truncated safetensors fail here;
+3. the method's preparation runs (the delta norms of ``hierarchical``, mergekit's schedule);
+4. tensors stream through :func:`hf_unified_embed.merge.engine.stream_merge` straight into the
+   shard files of a staging folder beside the output (:class:`hf_unified_embed.outputs.StagedOutput`);
 5. non-weight files of the reference, ``merge_config.yaml`` and the card are added, and the staging
    folder is renamed to the output. Any error removes the staging folder; one left by a killed run
    is removed by the next run for the same output. LoRA inputs are merged into their base inside
    the staging folder's scratch space.
+
+Nothing written holds an absolute local path: inputs appear in ``merge_config.yaml``, the safetensors
+metadata and the card as paths relative to the output folder and as Hub ids
+(:mod:`hf_unified_embed.merge.model_ids`); secrets are redacted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
-from tqdm.auto import tqdm
 
 from hf_unified_embed.errors import InputNotFoundError, MergeError
-from hf_unified_embed.merge.card import write_merge_card
-from hf_unified_embed.merge.checks import all_finite, check_compatible, check_finite, is_mergeable
+from hf_unified_embed.merge.card import CardInput, write_merge_card
+from hf_unified_embed.merge.checks import check_compatible
 from hf_unified_embed.merge.config import DEFAULT_MAX_SHARD_SIZE, CardConfig, MergeConfig, ModelSpec
+from hf_unified_embed.merge.engine import FolderSink, TensorSink, stream_merge
 from hf_unified_embed.merge.layers import group_tensor_names
 from hf_unified_embed.merge.loader import LazyCheckpoint
 from hf_unified_embed.merge.methods import MergeMethod, get_merge_method
-from hf_unified_embed.merge.writer import ShardedSafetensorsWriter
+from hf_unified_embed.merge.model_ids import resolve_hub_ids
 from hf_unified_embed.outputs import StagedOutput
 from hf_unified_embed.redaction import redact
 
 logger = logging.getLogger(__name__)
 
 RECIPE_FILE = "merge_config.yaml"
+
+CardSection = Callable[[Path], str]
+"""Writes extra card material (plots) into the model folder and returns the Markdown that shows it."""
 
 
 def merge_models(
@@ -51,9 +59,11 @@ def merge_models(
     *,
     reference: int | str | Path | None = None,
     max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
+    precise: bool = False,
     overwrite: bool = False,
     write_card: bool = True,
     model_name: str | None = None,
+    model_ids: Sequence[str | None] | Mapping[str | Path, str | None] | None = None,
     evaluation_results: Sequence[Mapping[str, Any]] = (),
     show_progress: bool = True,
     **method_params: Any,
@@ -63,19 +73,25 @@ def merge_models(
     Args:
         models: input model folders — sentence-transformers or transformers folders, single or sharded
             safetensors, ``pytorch_model.bin``, PEFT LoRA adapter folders.
-        method: ``soup``, ``slerp``, ``task_arithmetic``, ``hierarchical`` or any registered method.
+        method: ``soup``, ``task_arithmetic``, ``hierarchical``, any of mergekit's methods (``ties``,
+            ``dare_ties``, ``slerp``, ``model_stock``, … see :func:`available_merge_methods`) or
+            ``package.module:ClassName`` for your own.
         output_dir: the folder to create (refused if non-empty unless ``overwrite``).
         reference: the input supplying non-weight files and non-float tensors (index or path;
             default: the first model).
         max_shard_size: per safetensors shard (``"2GB"``, bytes…).
+        precise: compute in float64 instead of float32.
         overwrite: replace an existing non-empty ``output_dir``.
-        write_card: write README.md (with the delta heatmap for ``hierarchical``).
+        write_card: write README.md (with the method's extra card material, such as a heatmap).
         model_name: the merged model's Hub id, for the card.
+        model_ids: Hub ids for the card's ``base_model``: one per model (``None``: found from the
+            folder, see :mod:`hf_unified_embed.merge.model_ids`), or ``{path: id}`` for any input.
         evaluation_results: ``huggingface_hub.EvalResult`` fields, shown as ``model-index``.
         show_progress: tqdm progress bars.
-        **method_params: the method's parameters: ``weights``, ``normalize`` (soup); ``t`` (slerp);
-            ``base``, ``weights`` (task_arithmetic); ``ir_models``, ``sts_models``, ``base``,
-            ``ir_specialist``, ``sts_specialist``, ``deltas``, ``temperature`` (hierarchical).
+        **method_params: the method's parameters: ``weights``, ``normalize`` (soup); ``base``,
+            ``weights`` (task_arithmetic); ``ir_models``, ``sts_models``, ``base``, ``ir_specialist``,
+            ``sts_specialist``, ``deltas``, ``temperature`` (hierarchical); ``base``, ``seed`` and
+            mergekit's own names (``weight``, ``density``, ``t``, ``lambda``, …) for mergekit's methods.
 
     Example::
 
@@ -92,107 +108,165 @@ def merge_models(
         parameters=dict(method_params),
         reference=reference,
         max_shard_size=max_shard_size,
+        precise=precise,
         overwrite=overwrite,
         write_card=write_card,
+        model_ids=model_ids_option(model_ids),
         card=CardConfig(model_name=model_name, evaluation_results=[dict(result) for result in evaluation_results]),
     )
     return run_merge(config, show_progress=show_progress)
 
 
-def run_merge(config: MergeConfig, show_progress: bool = True) -> Path:
-    """Run a validated :class:`MergeConfig`; see :func:`merge_models`."""
-    method = get_merge_method(config.method).from_params([spec.path for spec in config.models], config.parameters)
-    specs = config.models or [ModelSpec(path) for path in method.models]
-    inputs = method.input_paths()
-    for path in inputs:
+def model_ids_option(
+    model_ids: Sequence[str | None] | Mapping[str | Path, str | None] | None,
+) -> list[str | None] | dict[str, str | None] | None:
+    if isinstance(model_ids, Mapping):
+        return {str(path): model_id for path, model_id in model_ids.items()}
+    return list(model_ids) if model_ids is not None else None
+
+
+@dataclass
+class OpenedInputs:
+    """Every input of a merge, opened and checked against the reference."""
+
+    checkpoints: dict[Path, LazyCheckpoint]
+    reference: LazyCheckpoint
+    groups: dict[str, list[str]]
+
+    def stream(self, method: MergeMethod, sink: TensorSink, *, precise: bool, show_progress: bool) -> None:
+        """Merge every tensor with a prepared ``method`` into ``sink``."""
+        stream_merge(
+            method, self.checkpoints, self.reference, self.groups, sink, precise=precise, show_progress=show_progress
+        )
+
+
+@contextlib.contextmanager
+def open_inputs(paths: Sequence[Path], reference: Path, scratch: Path) -> Iterator[OpenedInputs]:
+    """Open every input once (LoRA adapters are merged into their base in ``scratch``) and check them."""
+    for path in paths:
         if not path.exists():
             raise InputNotFoundError(f"input model {path} does not exist")
-    output_dir = config.output_dir
-    reference_path = _reference_path(config.reference, specs, method, inputs)
+    with contextlib.ExitStack() as stack:
+        checkpoints = {path: stack.enter_context(LazyCheckpoint(path, scratch)) for path in paths}
+        check_compatible(checkpoints[reference], list(checkpoints.values()))
+        yield OpenedInputs(checkpoints, checkpoints[reference], group_tensor_names(checkpoints[reference].names))
 
-    with StagedOutput(output_dir, overwrite=config.overwrite, inputs=inputs) as stage:
-        checkpoints = {path: LazyCheckpoint(path, stage.scratch) for path in inputs}
-        reference = checkpoints[reference_path]
-        check_compatible(reference, [checkpoints[path] for path in inputs])
-        groups = group_tensor_names(reference.names)
-        method.prepare(checkpoints, groups)
 
-        recipe = redact(
-            {
-                **method.recipe(),
-                "method": config.method,
-                "models": [spec.card_id for spec in specs],
-                "reference": str(reference_path),
-            }
+def build_method(config: MergeConfig) -> MergeMethod:
+    """The configured method with its parameters checked."""
+    return get_merge_method(config.method).from_params([spec.path for spec in config.models], config.parameters)
+
+
+def run_merge(config: MergeConfig, show_progress: bool = True) -> Path:
+    """Run a validated :class:`MergeConfig`; see :func:`merge_models`."""
+    method = build_method(config)
+    inputs = method.input_paths()
+    reference_path = reference_input(config, method)
+    with (
+        StagedOutput(config.output_dir, overwrite=config.overwrite, inputs=inputs) as stage,
+        open_inputs(inputs, reference_path, stage.scratch) as opened,
+    ):
+        method.prepare(opened.checkpoints, opened.groups)
+        write_merged_model(config, method, opened, stage.path, show_progress=show_progress)
+    logger.info("Merged %d models with %s into %s", len(method.models), method.name, config.output_dir)
+    return config.output_dir
+
+
+def write_merged_model(
+    config: MergeConfig,
+    method: MergeMethod,
+    opened: OpenedInputs,
+    target: Path,
+    *,
+    show_progress: bool = True,
+    card_sections: Sequence[CardSection] = (),
+    card: CardConfig | None = None,
+) -> None:
+    """Stream a prepared method's result into ``target`` with the reference's files, the recipe and the card.
+
+    Args:
+        target: the (staging) folder to fill; paths in the files are written relative to ``config.output_dir``.
+        card_sections: extra card material after the method's own (the merge search's table and plot).
+        card: card options instead of ``config.card``.
+    """
+    reference_path = reference_input(config, method)
+    card_inputs = _card_inputs(method, config.given_ids(), config.output_dir)
+    recipe = redact(merge_recipe(config, method, card_inputs, reference_path))
+    sink = FolderSink(target, opened.reference, config.max_shard_size, {"merge_recipe": json.dumps(recipe)})
+    opened.stream(method, sink, precise=config.precise, show_progress=show_progress)
+    sink.close()
+    for relative, source in opened.reference.support_files().items():
+        (target / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target / relative)
+    (target / RECIPE_FILE).write_text(yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    if config.write_card:
+        card = card or config.card
+        sections = [method.card_section(target), *(section(target) for section in card_sections)]
+        write_merge_card(
+            target,
+            method,
+            card_inputs,
+            card_inputs[reference_path],
+            opened.reference,
+            opened.groups,
+            recipe,
+            card,
+            card.model_name or config.output_dir.name,
+            [section for section in sections if section],
         )
-        _write_weights(method, checkpoints, reference, groups, stage.path, config, recipe, show_progress)
-        for relative, source in reference.support_files().items():
-            (stage.path / relative).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, stage.path / relative)
-        (stage.path / RECIPE_FILE).write_text(
-            yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True), encoding="utf-8"
+
+
+def relative_to_output(path: Path, output_dir: Path) -> str:
+    """``path`` as written in the output folder's files: relative to that folder, with ``/``."""
+    return Path(os.path.relpath(path.resolve(), output_dir.resolve())).as_posix()
+
+
+def _card_inputs(method: MergeMethod, given: dict[Path, str], output_dir: Path) -> dict[Path, CardInput]:
+    ids = resolve_hub_ids(method.input_paths(), given)
+    roles = method.input_roles()
+    return {
+        path: CardInput(
+            path=relative_to_output(path, output_dir),
+            hub_ids=ids[path],
+            given_id=given.get(path),
+            roles=roles.get(path, []),
         )
-        if config.write_card:
-            model_id = config.card.model_name or output_dir.name
-            write_merge_card(stage.path, method, specs, reference, groups, recipe, config.card, model_id)
-    logger.info("Merged %d models with %s into %s", len(method.models), method.name, output_dir)
-    return output_dir
+        for path in method.input_paths()
+    }
 
 
-def _reference_path(
-    reference: int | str | Path | None, specs: Sequence[ModelSpec], method: MergeMethod, inputs: Sequence[Path]
-) -> Path:
+def merge_recipe(
+    config: MergeConfig, method: MergeMethod, inputs: Mapping[Path, CardInput], reference: Path
+) -> dict[str, Any]:
+    """What ``merge_config.yaml`` and the safetensors metadata hold: Hub ids and paths relative to the output.
+
+    A model is ``{path, id}``; any other input (a base, a specialist, the reference) is written as
+    its given Hub id when it has one — what someone else can load — else as its relative path.
+    """
+
+    def name(path: Path) -> str:
+        return (inputs[path].given_id or inputs[path].path) if path in inputs else path.name
+
+    recipe = method.recipe(name)
+    recipe["method"] = config.method
+    recipe["models"] = [
+        {"path": inputs[path].path, **({"id": inputs[path].hub_ids[0]} if len(inputs[path].hub_ids) == 1 else {})}
+        for path in method.models
+    ]
+    recipe["reference"] = name(reference)
+    if config.precise:
+        recipe["precise"] = True
+    return recipe
+
+
+def reference_input(config: MergeConfig, method: MergeMethod) -> Path:
+    """The input whose non-weight files and non-float tensors the output takes (default: the first model)."""
+    reference = config.reference
     if reference is None:
         return method.models[0]
     if isinstance(reference, int):
-        return specs[reference].path
+        return config.models[reference].path if config.models else method.models[reference]
     path = Path(reference)
-    if path not in inputs:
-        raise MergeError(f"reference {reference} is not one of the inputs: {[str(p) for p in inputs]}")
+    if path not in method.input_paths():
+        raise MergeError(f"reference {reference} is not one of the inputs: {[str(p) for p in method.input_paths()]}")
     return path
-
-
-def _write_weights(
-    method: MergeMethod,
-    checkpoints: Mapping[Path, LazyCheckpoint],
-    reference: LazyCheckpoint,
-    groups: Mapping[str, Sequence[str]],
-    staging: Path,
-    config: MergeConfig,
-    recipe: Mapping[str, Any],
-    show_progress: bool,
-) -> None:
-    group_of = {name: group for group, names in groups.items() for name in names}
-    metadata = {"merge_recipe": json.dumps(recipe, ensure_ascii=False)}
-    # Module sub-folders ("2_Dense/…") are separate weight files, written by a writer of their own.
-    writers: dict[str, ShardedSafetensorsWriter] = {}
-    with tqdm(
-        total=len(reference.names), desc=f"Merging ({method.name})", unit="tensor", disable=not show_progress
-    ) as bar:
-        for name in reference.names:
-            folder, _, key = name.rpartition("/")
-            writer = writers.get(folder)
-            if writer is None:
-                writer = writers[folder] = ShardedSafetensorsWriter(staging / folder, config.max_shard_size, metadata)
-            info = reference.info(name)
-            if is_mergeable(info.dtype):
-                used: list[Path] = []
-
-                def read(path: Path, name: str = name, used: list[Path] = used) -> torch.Tensor:
-                    used.append(path)
-                    return checkpoints[path].get_tensor(name)
-
-                tensor = method.merge_tensor(name, group_of[name], read).to(info.dtype)
-                if not all_finite(tensor):
-                    # NaN/inf in an input reaches the result, so inputs are scanned only on failure.
-                    for path in dict.fromkeys(used):
-                        check_finite(checkpoints[path].get_tensor(name), name, checkpoints[path].file_of(name))
-                    raise MergeError(
-                        f"the {method.name} result for tensor {name!r} holds NaN/inf values in {info.dtype}"
-                    )
-            else:
-                tensor = reference.get_tensor(name)
-            writer.add(key, tensor)
-            bar.update()
-    for writer in writers.values():
-        writer.close()

@@ -1,13 +1,16 @@
 """README.md of a merged model, rendered from ``cards/merged_model_card.md.j2``.
 
-The YAML front matter is what the Hub reads for merges: ``base_model`` lists every merged input,
+The YAML front matter is what the Hub reads for merges: ``base_model`` lists the Hub ids of the
+merged inputs (:mod:`hf_unified_embed.merge.model_ids`; never a local path),
 ``base_model_relation: merge``, ``library_name: sentence-transformers``, tags ``merge``,
-``hf-unified-embed`` and the method, and ``model-index`` when evaluation results are given.
+``hf-unified-embed`` and the method, and ``model-index`` when evaluation results are given (metric
+values rounded to 4 digits). Inputs appear in the body as paths relative to the model folder.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ from huggingface_hub.repocard_data import eval_results_to_model_index
 
 from hf_unified_embed.cards import render_template
 from hf_unified_embed.merge.checks import is_mergeable
-from hf_unified_embed.merge.config import CardConfig, ModelSpec
+from hf_unified_embed.merge.config import CardConfig
 from hf_unified_embed.merge.loader import LazyCheckpoint
 from hf_unified_embed.merge.methods import MergeMethod
 from hf_unified_embed.redaction import redact
@@ -24,40 +27,74 @@ from hf_unified_embed.redaction import redact
 TEMPLATE = "merged_model_card.md.j2"
 
 
+#: Digits of metric values in the card's tables and ``model-index``.
+METRIC_DIGITS = 4
+
+
+@dataclass
+class CardInput:
+    """How one input appears in the card and the recipe.
+
+    Attributes:
+        path: the folder relative to the merged model's folder.
+        hub_ids: the Hub ids it stands for (its own, or the base it was trained from).
+        given_id: the id given in the merge config, when the input *is* that Hub model.
+        roles: what the method uses it for.
+    """
+
+    path: str
+    hub_ids: list[str] = field(default_factory=list)
+    given_id: str | None = None
+    roles: list[str] = field(default_factory=list)
+
+    def markdown(self) -> str:
+        if self.given_id:
+            return _link(self.given_id)
+        text = f"`{self.path}`"
+        if self.hub_ids:
+            text += " (a fine-tune of " + ", ".join(_link(model_id) for model_id in self.hub_ids) + ")"
+        return text
+
+
 def _link(model_id: str) -> str:
-    # Hub ids become links; local paths are shown as code.
-    is_hub_id = model_id.count("/") == 1 and not Path(model_id).exists() and not model_id.startswith((".", "/"))
-    return f"[{model_id}](https://huggingface.co/{model_id})" if is_hub_id else f"`{model_id}`"
+    return f"[{model_id}](https://huggingface.co/{model_id})"
+
+
+def rounded(results: Sequence[Mapping[str, Any]]) -> list[EvalResult]:
+    """``EvalResult`` objects with metric values rounded to :data:`METRIC_DIGITS` digits."""
+    return [
+        EvalResult(**{**result, "metric_value": round(float(result["metric_value"]), METRIC_DIGITS)})
+        if isinstance(result.get("metric_value"), (int, float))
+        else EvalResult(**result)
+        for result in results
+    ]
 
 
 def render_merge_card(
     method: MergeMethod,
-    specs: Sequence[ModelSpec],
-    reference: LazyCheckpoint,
+    inputs: Mapping[Path, CardInput],
+    reference: CardInput,
+    checkpoint: LazyCheckpoint,
     groups: Mapping[str, Sequence[str]],
     recipe: Mapping[str, Any],
     card: CardConfig,
     model_id: str,
-    extra_section: str | None = None,
+    sections: Sequence[str] = (),
 ) -> str:
-    ids = {spec.path: spec.card_id for spec in specs}
-    roles = method.input_roles()
-    inputs = [
-        {"link": _link(ids.get(path, str(path))), "role": ", ".join(roles.get(path, []))} for path in method.models
-    ]
-    extra_inputs = [
-        {"link": _link(ids.get(path, str(path))), "role": ", ".join(roles.get(path, []))}
-        for path in method.input_paths()
-        if path not in method.models
-    ]
+    """The card's text: metadata for the Hub (``base_model`` = Hub ids only) and a body with recipe and weights."""
+
+    def entry(path: Path) -> dict[str, str]:
+        return {"link": inputs[path].markdown(), "role": ", ".join(inputs[path].roles)}
+
+    merged = method.merged_paths()
     weights = method.group_weights(groups)
-    columns = list(next(iter(weights.values()))) if weights else []
+    columns = list(dict.fromkeys(column for row in weights.values() for column in row))
     rows = [
         {
             "group": group,
             "tensors": len(names),
-            "parameters": sum(reference.info(n).numel for n in names if is_mergeable(reference.info(n).dtype)),
-            "weights": [weights[group][column] for column in columns],
+            "parameters": sum(checkpoint.info(n).numel for n in names if is_mergeable(checkpoint.info(n).dtype)),
+            "weights": [weights.get(group, {}).get(column) for column in columns],
         }
         for group, names in groups.items()
     ]
@@ -71,11 +108,13 @@ def render_merge_card(
             "library_name": "sentence-transformers",
             "pipeline_tag": "sentence-similarity",
             "tags": ["sentence-transformers", "sentence-similarity", "merge", "hf-unified-embed", method.name],
-            "base_model": [ids.get(path, str(path)) for path in method.models],
-            "base_model_relation": "merge",
         }
     )
-    results = [EvalResult(**result) for result in card.evaluation_results]
+    base_models = list(dict.fromkeys(model_id for path in merged for model_id in inputs[path].hub_ids))
+    if base_models:
+        metadata["base_model"] = base_models
+        metadata["base_model_relation"] = "merge"
+    results = rounded(card.evaluation_results)
     if results:
         metadata["model-index"] = eval_results_to_model_index(model_id, results)
     return render_template(
@@ -85,13 +124,13 @@ def render_merge_card(
         method=method.name,
         method_description=method.description or method.name,
         citation=method.citation,
-        inputs=inputs,
-        extra_inputs=extra_inputs,
-        reference=_link(str(recipe.get("reference", reference.path))),
+        inputs=[entry(path) for path in merged],
+        extra_inputs=[entry(path) for path in method.input_paths() if path not in merged],
+        reference=reference.markdown(),
         recipe=redact(dict(recipe)),
         weight_columns=columns,
         layer_rows=rows,
-        extra_section=extra_section,
+        sections=list(sections),
         evaluation_results=[vars(result) for result in results],
         model_id=model_id,
     )
@@ -100,16 +139,17 @@ def render_merge_card(
 def write_merge_card(
     directory: Path,
     method: MergeMethod,
-    specs: Sequence[ModelSpec],
-    reference: LazyCheckpoint,
+    inputs: Mapping[Path, CardInput],
+    reference: CardInput,
+    checkpoint: LazyCheckpoint,
     groups: Mapping[str, Sequence[str]],
     recipe: Mapping[str, Any],
     card: CardConfig,
     model_id: str,
+    sections: Sequence[str] = (),
 ) -> Path:
-    """Write README.md (and the method's extra card material, such as a plot) into ``directory``."""
-    extra_section = method.card_section(directory)
-    text = render_merge_card(method, specs, reference, groups, recipe, card, model_id, extra_section)
+    """Write README.md into ``directory`` (``sections``: extra Markdown, such as the method's plots)."""
+    text = render_merge_card(method, inputs, reference, checkpoint, groups, recipe, card, model_id, sections)
     path = directory / "README.md"
     path.write_text(text, encoding="utf-8")
     return path

@@ -6,7 +6,7 @@ Example ``merge.yaml``::
     output_dir: outputs/merged
     models:
       - path: outputs/run-ir
-        id: my-org/minilm-ir          # the card's base_model entry (default: the path)
+        id: my-org/minilm-ir          # its Hub id, if published (default: found from the folder)
       - outputs/run-sts
       - outputs/run-mixed
     parameters:
@@ -18,6 +18,7 @@ Example ``merge.yaml``::
       temperature: 0.5
     reference: 2                      # non-weight files and non-float tensors come from here
     max_shard_size: 2GB
+    precise: false                    # true: float64 arithmetic
     card:
       model_name: my-org/minilm-merged
       evaluation_results:
@@ -30,12 +31,17 @@ Relative paths are taken relative to the current directory, as mergekit does.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.methods import get_merge_method
+from hf_unified_embed.merge.model_ids import check_hub_id
 from hf_unified_embed.merge.writer import parse_size
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
@@ -44,17 +50,15 @@ DEFAULT_MAX_SHARD_SIZE = "2GB"
 
 @dataclasses.dataclass
 class ModelSpec:
-    """One input model folder and the id it goes by on the card (``base_model``)."""
+    """One input model folder and, when it is a published model, its Hub id (for the card's ``base_model``)."""
 
     path: Path
     id: str | None = None
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
-
-    @property
-    def card_id(self) -> str:
-        return self.id or str(self.path)
+        if self.id is not None:
+            check_hub_id(self.id, f"the id of {self.path}")
 
     @classmethod
     def parse(cls, entry: Any, where: str) -> ModelSpec:
@@ -99,6 +103,71 @@ class CardConfig:
 
 
 @dataclasses.dataclass
+class SearchConfig:
+    """The ``search:`` section of a merge config.
+
+    Args:
+        suite: an evaluation suite of dev sets (YAML path or mapping, see :mod:`hf_unified_embed.evaluation`).
+        parameters: candidate values per method parameter: a list, or ``{min, max, steps}`` for evenly
+            spaced numbers; every combination is a candidate (other parameters come from the config).
+        objective: ``{metric: weight}``; a metric is a suite entry (its primary metric) or ``entry/metric``.
+        in_memory: merge candidates in memory (``True``), via scratch files (``False``) or by size (``"auto"``).
+        data_root: overrides the suite's ``data_root``.
+        device: where candidates are evaluated (default: CUDA when available).
+    """
+
+    suite: str | Path | dict[str, Any]
+    parameters: dict[str, Any]
+    objective: dict[str, float]
+    in_memory: bool | str = "auto"
+    data_root: str | None = None
+    device: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.parameters, Mapping) or not self.parameters:
+            raise MergeError("search.parameters: give candidate values for at least one parameter")
+        self.parameters = {name: _values(name, spec) for name, spec in self.parameters.items()}
+        if not isinstance(self.objective, Mapping) or not self.objective:
+            raise MergeError("search.objective: give at least one metric and its weight")
+        for key, weight in self.objective.items():
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+                raise MergeError(f"search.objective: the weight of {key!r} must be a number, got {weight!r}")
+        if self.in_memory not in (True, False, "auto"):
+            raise MergeError(f"search.in_memory: expected true, false or auto, got {self.in_memory!r}")
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "search") -> SearchConfig:
+        if not isinstance(data, Mapping):
+            raise MergeError(f"{source}: expected a mapping")
+        known = {field.name for field in dataclasses.fields(cls)}
+        if unknown := sorted(set(data) - known):
+            raise MergeError(f"{source}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(known))}")
+        if missing := sorted({"suite", "parameters", "objective"} - set(data)):
+            raise MergeError(f"{source}: missing key {missing[0]!r}")
+        return cls(**data)
+
+    def candidates(self, base: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Every combination of the searched values, over the config's other parameters."""
+        names = list(self.parameters)
+        return [{**base, **dict(zip(names, values))} for values in itertools.product(*self.parameters.values())]
+
+
+def _values(name: str, spec: Any) -> list[Any]:
+    if isinstance(spec, Mapping):
+        if set(spec) != {"min", "max", "steps"}:
+            raise MergeError(f"search.parameters.{name}: a range is {{min, max, steps}}, got {dict(spec)!r}")
+        low, high, steps = spec["min"], spec["max"], spec["steps"]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or not (
+            isinstance(steps, int) and steps >= 1
+        ):
+            raise MergeError(f"search.parameters.{name}: min and max must be numbers and steps a positive integer")
+        return [round(float(value), 10) for value in np.linspace(low, high, steps)]
+    if isinstance(spec, list) and spec:
+        return list(spec)
+    raise MergeError(f"search.parameters.{name}: expected a non-empty list of values or {{min, max, steps}}")
+
+
+@dataclasses.dataclass
 class MergeConfig:
     """Everything one merge needs; validated on construction (unknown method, bad sizes, bad references).
 
@@ -110,9 +179,15 @@ class MergeConfig:
         reference: the input whose non-weight files (config, tokenizer, modules) and non-float tensors
             are used: an index into ``models`` or a path; default the first model.
         max_shard_size: bytes or a size string per safetensors shard.
+        precise: compute in float64 instead of float32 (slower; float32 agrees to about 1e-7).
+        model_ids: Hub ids for the card: a list with one per model (``None``: found from the folder;
+            the same as ``id:`` in a ``models`` entry), or ``{path: id}`` for any input, such as a
+            ``base`` named in ``parameters``.
         overwrite: replace a non-empty ``output_dir``.
         write_card: write README.md (and the delta heatmap for ``hierarchical``).
         card: card options.
+        search: a merge search (see :mod:`hf_unified_embed.merge.search`): candidates are scored on dev
+            sets and the best is written.
     """
 
     models: list[ModelSpec]
@@ -121,9 +196,19 @@ class MergeConfig:
     parameters: dict[str, Any] = dataclasses.field(default_factory=dict)
     reference: int | str | Path | None = None
     max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE
+    precise: bool = False
+    model_ids: list[str | None] | dict[str, str | None] | None = None
     overwrite: bool = False
     write_card: bool = True
     card: CardConfig = dataclasses.field(default_factory=CardConfig)
+    search: SearchConfig | None = None
+
+    def given_ids(self) -> dict[Path, str]:
+        """The Hub ids given in the config, by input folder."""
+        given = {spec.path: spec.id for spec in self.models if spec.id}
+        if isinstance(self.model_ids, dict):
+            given.update({Path(path): model_id for path, model_id in self.model_ids.items() if model_id})
+        return given
 
     def __post_init__(self) -> None:
         if not isinstance(self.models, (list, tuple)):
@@ -135,6 +220,24 @@ class MergeConfig:
         if not isinstance(self.parameters, Mapping):
             raise MergeError(f"parameters: expected a mapping of the method's parameters, got {self.parameters!r}")
         get_merge_method(self.method)
+        if isinstance(self.model_ids, Mapping):
+            self.model_ids = {
+                str(path): None if model_id is None else check_hub_id(model_id, f"model_ids entry for {path}")
+                for path, model_id in self.model_ids.items()
+            }
+        elif self.model_ids is not None:
+            if not isinstance(self.model_ids, list) or len(self.model_ids) != len(self.models):
+                raise MergeError(
+                    f"model_ids: expected one Hub id (or null) per model, or {{path: id}}, got {self.model_ids!r}"
+                )
+            for spec, model_id in zip(self.models, self.model_ids):
+                if model_id is not None and spec.id is not None and spec.id != model_id:
+                    raise MergeError(f"model_ids: {spec.path} has the id {spec.id!r} and {model_id!r}")
+                if model_id is not None:
+                    spec.id = check_hub_id(model_id, f"model_ids entry for {spec.path}")
+        for flag in ("precise", "overwrite", "write_card"):
+            if not isinstance(getattr(self, flag), bool):
+                raise MergeError(f"{flag}: expected true or false, got {getattr(self, flag)!r}")
         try:
             parse_size(self.max_shard_size)
         except ValueError as error:
@@ -146,6 +249,10 @@ class MergeConfig:
             self.card = CardConfig(**self.card)
         elif not isinstance(self.card, CardConfig):
             raise MergeError(f"card: expected a mapping of card options, got {self.card!r}")
+        if isinstance(self.search, Mapping):
+            self.search = SearchConfig.from_dict(self.search)
+        elif self.search is not None and not isinstance(self.search, SearchConfig):
+            raise MergeError(f"search: expected a mapping, got {self.search!r}")
         if isinstance(self.reference, int) and not 0 <= self.reference < len(self.models):
             raise MergeError(f"reference: index {self.reference} is out of range for {len(self.models)} models")
 
@@ -171,15 +278,3 @@ class MergeConfig:
     @classmethod
     def from_yaml(cls, path: str | Path) -> MergeConfig:
         return cls.from_dict(read_yaml_mapping(path, MergeError), source=str(path))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data (paths as strings), for the recipe stored with the merged model."""
-        return {
-            "method": self.method,
-            "models": [{"path": str(spec.path), "id": spec.card_id} for spec in self.models],
-            "parameters": {
-                key: str(value) if isinstance(value, Path) else value for key, value in self.parameters.items()
-            },
-            "reference": str(self.reference) if isinstance(self.reference, Path) else self.reference,
-            "max_shard_size": self.max_shard_size,
-        }

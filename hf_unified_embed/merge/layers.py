@@ -55,3 +55,26 @@ def group_tensor_names(names: Iterable[str]) -> dict[str, list[str]]:
     for name in names:
         groups.setdefault(layer_group(name), []).append(name)
     return {group: groups[group] for group in sorted(groups, key=_sort_key)}
+
+
+def layer_positions(groups: Iterable[str]) -> dict[str, float]:
+    """Where each group sits on mergekit's gradient schedule: block i of a stack of N → i / (N − 1).
+
+    A stack of one block sits at 1, as in mergekit's planner; every group outside the blocks
+    (embeddings, final norm, pooler, heads) sits at 0, as mergekit's pre- and post-weights do.
+    Each block prefix (``encoder.block``, ``decoder.block``) is a stack of its own.
+    """
+    stacks: dict[str, list[tuple[int, str]]] = {}
+    positions: dict[str, float] = {}
+    for group in groups:
+        prefix, _, index = group.rpartition(".")
+        if prefix and index.isdigit():
+            stacks.setdefault(prefix, []).append((int(index), group))
+        else:
+            positions[group] = 0.0
+    for blocks in stacks.values():
+        blocks.sort()
+        last = len(blocks) - 1
+        for rank, (_, group) in enumerate(blocks):
+            positions[group] = rank / last if last else 1.0
+    return positions

@@ -1,8 +1,10 @@
 """Lazy tensor access to one model folder, one tensor at a time.
 
 A :class:`LazyCheckpoint` reads only headers when it opens; :meth:`LazyCheckpoint.get_tensor` then
-reads a single tensor. safetensors files (single or sharded with ``model.safetensors.index.json``)
-go through ``safetensors.safe_open``; ``pytorch_model.bin`` files are opened with
+reads a single tensor and :meth:`LazyCheckpoint.read_block` a slice of one into a caller's buffer.
+safetensors files (single or sharded with ``model.safetensors.index.json``) are opened once: the
+header is checked with ``safetensors.safe_open`` and tensor bytes are read with ``os.preadv``
+straight into the destination buffer; ``pytorch_model.bin`` files are opened with
 ``torch.load(weights_only=True, mmap=True)`` so that only the tensors asked for are paged in.
 
 Which weights make up a model:
@@ -21,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,25 +92,39 @@ class _TensorFile(Protocol):
 
     def names(self) -> list[str]: ...
     def info(self, key: str) -> TensorInfo: ...
-    def get(self, key: str) -> torch.Tensor: ...
+    def read(self, key: str, out: torch.Tensor | None = None, start: int = 0) -> torch.Tensor: ...
+    def close(self) -> None: ...
+
+
+def _byte_view(tensor: torch.Tensor) -> memoryview:
+    """A writable view of a contiguous tensor's bytes, whatever its dtype (bfloat16 included)."""
+    return tensor.reshape(-1).view(torch.uint8).numpy().data
 
 
 class _SafetensorsFile:
-    """One safetensors file; its header is read (and checked against the file size) once on open.
+    """One safetensors file, opened once: its header is checked on open, tensor bytes read with ``preadv``.
 
-    Each tensor is read through a fresh ``safe_open`` handle that is closed right away:
-    safetensors returns tensors backed by the file mapping, and pages touched through a handle
-    kept open stay in the process's resident set until it closes — a merge would otherwise
-    end up "holding" every input file.
+    ``safetensors.safe_open`` validates the header against the file size; the data offsets come from
+    the header itself. Reads go straight from the page cache into the caller's buffer (no memory
+    mapping), so reading an input never adds its pages to the resident set.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
             with safe_open(str(path), framework="pt") as handle:
-                self._infos = {key: self._info(handle, key) for key in handle.keys()}  # noqa: SIM118
-        except (SafetensorError, OSError) as error:
+                infos = {key: self._info(handle, key) for key in handle.keys()}  # noqa: SIM118
+            with path.open("rb") as stream:
+                (header_size,) = struct.unpack("<Q", stream.read(8))
+                header = json.loads(stream.read(header_size))
+        except (SafetensorError, OSError, ValueError, struct.error) as error:
             raise MergeError(f"{path}: not a readable safetensors file (truncated or corrupt?): {error}") from error
+        self._infos = infos
+        data_start = 8 + header_size
+        self._offsets = {key: data_start + int(header[key]["data_offsets"][0]) for key in infos}
+        # A file object rather than a bare descriptor: it is closed when garbage-collected too.
+        self._file = path.open("rb", buffering=0)
+        os.posix_fadvise(self._file.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
 
     def _info(self, handle: Any, key: str) -> TensorInfo:
         view = handle.get_slice(key)
@@ -121,12 +139,22 @@ class _SafetensorsFile:
     def info(self, key: str) -> TensorInfo:
         return self._infos[key]
 
-    def get(self, key: str) -> torch.Tensor:
-        try:
-            with safe_open(str(self.path), framework="pt") as handle:
-                return handle.get_tensor(key)
-        except (SafetensorError, OSError) as error:
-            raise MergeError(f"{self.path}: cannot read tensor {key!r}: {error}") from error
+    def read(self, key: str, out: torch.Tensor | None = None, start: int = 0) -> torch.Tensor:
+        info = self._infos[key]
+        if out is None:
+            out = torch.empty(info.shape, dtype=info.dtype)
+        view = _byte_view(out)
+        offset = self._offsets[key] + start * out.element_size()
+        done = 0
+        while done < len(view):  # preadv may return less than asked (large reads, signals)
+            count = os.preadv(self._file.fileno(), [view[done:]], offset + done)
+            if count == 0:
+                raise MergeError(f"{self.path}: tensor {key!r} ends past the end of the file (truncated?)")
+            done += count
+        return out
+
+    def close(self) -> None:
+        self._file.close()
 
 
 class _TorchBinFile:
@@ -149,9 +177,15 @@ class _TorchBinFile:
         tensor = self._state[key]
         return TensorInfo(tuple(tensor.shape), tensor.dtype)
 
-    def get(self, key: str) -> torch.Tensor:
-        # A copy: .bin state dicts may hold views that share storage, which safetensors refuses to save.
-        return self._state[key].clone()
+    def read(self, key: str, out: torch.Tensor | None = None, start: int = 0) -> torch.Tensor:
+        # A copy either way: .bin state dicts may hold views that share storage.
+        tensor = self._state[key]
+        if out is None:
+            return tensor.clone()
+        return out.copy_(tensor.reshape(-1)[start : start + out.numel()])
+
+    def close(self) -> None:
+        self._state = {}
 
 
 def _read_json(path: Path) -> Any:
@@ -248,7 +282,7 @@ class LazyCheckpoint:
             )
         self._support_dirs.append(("", self.path))
 
-    def _module_paths(self) -> list[str]:
+    def module_paths(self) -> list[str]:
         """Folders of the sentence-transformers modules ("" for the root); empty for a plain folder."""
         modules_file = self.path / "modules.json"
         if not modules_file.is_file():
@@ -260,7 +294,7 @@ class LazyCheckpoint:
             raise MergeError(f"{modules_file}: not a sentence-transformers modules list: {error}") from error
 
     def _module_dirs(self) -> Iterator[tuple[str, Path]]:
-        paths = self._module_paths()
+        paths = self.module_paths()
         if not paths:
             yield "", self.path
             return
@@ -287,8 +321,25 @@ class LazyCheckpoint:
         return self._sources[name][0].path
 
     def get_tensor(self, name: str) -> torch.Tensor:
+        """The whole tensor, in a new buffer."""
         file, key = self._sources[name]
-        return file.get(key)
+        return file.read(key)
+
+    def read_block(self, name: str, out: torch.Tensor, start: int) -> torch.Tensor:
+        """Elements ``start … start + out.numel()`` of the flattened tensor, into ``out`` (same dtype)."""
+        file, key = self._sources[name]
+        return file.read(key, out, start)
+
+    def close(self) -> None:
+        """Close the weight files (the checkpoint cannot be read afterwards)."""
+        for file in {id(file): file for file, _ in self._sources.values()}.values():
+            file.close()
+
+    def __enter__(self) -> LazyCheckpoint:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def architecture(self) -> dict[str, Any]:
         """What must agree between inputs: model type and architectures of config.json, module types.
@@ -336,7 +387,7 @@ class LazyCheckpoint:
             for file in sorted(directory.iterdir()):
                 if file.is_file():
                     files[prefix + file.name] = file
-        for module_path in filter(None, self._module_paths()):
+        for module_path in filter(None, self.module_paths()):
             for file in sorted((self.path / module_path).rglob("*")):
                 if file.is_file():
                     files[f"{module_path}/{file.relative_to(self.path / module_path).as_posix()}"] = file

@@ -1,26 +1,49 @@
-"""Sharded safetensors output: tensors are buffered up to ``max_shard_size`` and written shard by shard.
+"""Sharded safetensors output written tensor by tensor straight into the shard files.
+
+Every tensor's shape and dtype is known before the merge starts (the reference's headers), so the
+shard layout and each shard's safetensors header are fixed up front and the tensors' bytes are
+appended to their shard as they are produced — whole tensors or consecutive blocks of one. Nothing
+is buffered beyond what the caller passes in.
 
 File names follow transformers: ``model.safetensors`` when everything fits in one shard, otherwise
 ``model-00001-of-00003.safetensors`` … plus ``model.safetensors.index.json``. Every shard carries
 ``{"format": "pt"}`` (which transformers requires) and the caller's extra metadata, such as the
-merge recipe.
+merge recipe. The format is safetensors' own: an 8-byte little-endian header length, the JSON
+header (padded with spaces to 8 bytes), then the tensors' bytes in header-offset order; the files
+load with ``safetensors.safe_open``.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import struct
+from collections.abc import Sequence
+from io import BufferedWriter
 from pathlib import Path
 from types import TracebackType
 
 import torch
-from safetensors.torch import save_file
 
-from hf_unified_embed.merge.loader import SAFETENSORS_FILE, SAFETENSORS_INDEX
+from hf_unified_embed.merge.loader import SAFETENSORS_FILE, SAFETENSORS_INDEX, TensorInfo
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B)?\s*$", re.IGNORECASE)
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 _UNITS["TIB"] = 2**40
+_DTYPE_NAMES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e5m2: "F8_E5M2",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
 
 
 def parse_size(size: int | str) -> int:
@@ -37,62 +60,129 @@ def parse_size(size: int | str) -> int:
     return value
 
 
+def write_order(tensors: Sequence[tuple[str, TensorInfo]]) -> list[tuple[str, TensorInfo]]:
+    """Tensors by decreasing element size, then as given: every tensor starts at an aligned offset.
+
+    safetensors' own writer orders the same way; torch needs no alignment to load, but aligned
+    data can be viewed without a copy.
+    """
+    return sorted(tensors, key=lambda item: -torch.empty((), dtype=item[1].dtype).element_size())
+
+
 class ShardedSafetensorsWriter:
-    """Write tensors of one weights folder as sharded safetensors, at most one shard in memory.
+    """Write the tensors of one weights folder, in :attr:`order`, straight into their shard files.
 
     Args:
         directory: the folder to write into (created if missing).
+        tensors: ``(name, TensorInfo)`` of every tensor the folder will hold.
         max_shard_size: bytes per shard; a single larger tensor gets a shard of its own.
         metadata: string metadata stored in every shard next to ``{"format": "pt"}``.
+
+    Attributes:
+        order: the tensors in the order :meth:`write` expects them (see :func:`write_order`).
+
+    Example::
+
+        with ShardedSafetensorsWriter(folder, [("w", TensorInfo((4, 2), torch.float32))], "2GB") as writer:
+            writer.write("w", torch.zeros(2, 2))  # the first block …
+            writer.write("w", torch.ones(2, 2))  # … and the second
     """
 
-    def __init__(self, directory: Path, max_shard_size: int | str, metadata: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        tensors: Sequence[tuple[str, TensorInfo]],
+        max_shard_size: int | str,
+        metadata: dict[str, str] | None = None,
+    ) -> None:
         self.directory = directory
-        self.max_shard_size = parse_size(max_shard_size)
-        self.metadata = {**(metadata or {}), "format": "pt"}
-        self._buffer: dict[str, torch.Tensor] = {}
-        self._buffer_bytes = 0
-        self._shards: list[tuple[Path, list[str]]] = []
-        self.total_size = 0
+        self.order = write_order(tensors)
+        if len({name for name, _ in self.order}) != len(self.order):
+            raise ValueError("a tensor name is listed twice")
+        limit = parse_size(max_shard_size)
+        shards: list[list[tuple[str, TensorInfo]]] = [[]]
+        size = 0
+        for name, info in self.order:
+            if shards[-1] and size + info.nbytes > limit:
+                shards.append([])
+                size = 0
+            shards[-1].append((name, info))
+            size += info.nbytes
+        count = len(shards)
+        self.files = [
+            directory / (SAFETENSORS_FILE if count == 1 else f"model-{number:05d}-of-{count:05d}.safetensors")
+            for number in range(1, count + 1)
+        ]
+        metadata = {**(metadata or {}), "format": "pt"}
+        self._headers = [self._header(shard, metadata) for shard in shards]
+        self._shard_of = {name: index for index, shard in enumerate(shards) for name, _ in shard}
+        self._sizes = {name: info.nbytes for name, info in self.order}
+        self.total_size = sum(self._sizes.values())
+        self._position = 0  # index into order of the tensor being written
+        self._written = 0  # bytes of it written so far
+        self._stream: BufferedWriter | None = None
+        self._open_shard = -1
 
-    def add(self, name: str, tensor: torch.Tensor) -> None:
-        if name in self._buffer or any(name in names for _, names in self._shards):
-            raise ValueError(f"tensor {name!r} written twice")
-        size = tensor.numel() * tensor.element_size()
-        if self._buffer and self._buffer_bytes + size > self.max_shard_size:
-            self._flush()
-        self._buffer[name] = tensor.contiguous()
-        self._buffer_bytes += size
-        self.total_size += size
+    @staticmethod
+    def _header(shard: Sequence[tuple[str, TensorInfo]], metadata: dict[str, str]) -> bytes:
+        entries: dict[str, object] = {"__metadata__": metadata}
+        offset = 0
+        for name, info in shard:
+            entries[name] = {
+                "dtype": _DTYPE_NAMES[info.dtype],
+                "shape": list(info.shape),
+                "data_offsets": [offset, offset + info.nbytes],
+            }
+            offset += info.nbytes
+        text = json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode()
+        text += b" " * (-len(text) % 8)
+        return struct.pack("<Q", len(text)) + text
 
-    def _flush(self) -> None:
+    def write(self, name: str, data: torch.Tensor) -> None:
+        """Append ``data`` — the whole tensor ``name`` or its next block — to the shard it belongs to."""
+        if self._position >= len(self.order) or self.order[self._position][0] != name:
+            expected = self.order[self._position][0] if self._position < len(self.order) else "nothing"
+            raise ValueError(f"tensor {name!r} written out of order; expected {expected}")
+        info = self.order[self._position][1]
+        if data.dtype != info.dtype:
+            raise ValueError(f"tensor {name!r}: got {data.dtype}, expected {info.dtype}")
+        shard = self._shard_of[name]
+        if shard != self._open_shard:
+            self._start_shard(shard)
+        assert self._stream is not None
+        view = data.contiguous().reshape(-1).view(torch.uint8).numpy().data
+        if self._written + len(view) > self._sizes[name]:
+            raise ValueError(f"tensor {name!r}: more bytes than its shape {list(info.shape)} holds")
+        self._stream.write(view)
+        self._written += len(view)
+        if self._written == self._sizes[name]:
+            self._position += 1
+            self._written = 0
+
+    def _start_shard(self, shard: int) -> None:
+        if self._stream is not None:
+            self._stream.close()
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / f"model-part{len(self._shards) + 1:05d}.safetensors"
-        save_file(self._buffer, str(path), metadata=self.metadata)
-        self._shards.append((path, list(self._buffer)))
-        self._buffer = {}
-        self._buffer_bytes = 0
+        self._stream = self.files[shard].open("wb")
+        self._stream.write(self._headers[shard])
+        self._open_shard = shard
 
     def close(self) -> list[Path]:
-        """Write the last shard, give the shards their final names and write the index if sharded."""
-        if self._buffer or not self._shards:
-            self._flush()
-        if len(self._shards) == 1:
-            final = self.directory / SAFETENSORS_FILE
-            self._shards[0][0].rename(final)
-            return [final]
-        count = len(self._shards)
-        weight_map: dict[str, str] = {}
-        written = []
-        for number, (path, names) in enumerate(self._shards, start=1):
-            final = self.directory / f"model-{number:05d}-of-{count:05d}.safetensors"
-            path.rename(final)
-            written.append(final)
-            weight_map.update(dict.fromkeys(names, final.name))
-        index = {"metadata": {"total_size": self.total_size}, "weight_map": weight_map}
+        """Check that every tensor was written, close the last shard and write the index if sharded."""
+        if self._position < len(self.order):
+            raise ValueError(f"tensor {self.order[self._position][0]!r} was not written completely")
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+        if not self.order:
+            return []
+        if len(self.files) == 1:
+            return list(self.files)
+        weight_map = {name: self.files[shard].name for name, shard in self._shard_of.items()}
+        index = {"metadata": {"total_size": self.total_size}, "weight_map": dict(sorted(weight_map.items()))}
         index_path = self.directory / SAFETENSORS_INDEX
-        index_path.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        return [*written, index_path]
+        index_path.write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+        return [*self.files, index_path]
 
     def __enter__(self) -> ShardedSafetensorsWriter:
         return self
@@ -102,3 +192,5 @@ class ShardedSafetensorsWriter:
     ) -> None:
         if exc_type is None:
             self.close()
+        elif self._stream is not None:
+            self._stream.close()

@@ -1,14 +1,16 @@
-"""Merge methods, registered by name in :data:`MERGE_METHODS`."""
+"""Merge methods: the native streamed ones registered in :data:`MERGE_METHODS`, and mergekit's (:class:`MergekitMethod`)."""
 
 from hf_unified_embed.merge.methods.base import (
     MERGE_METHODS,
     LinearMergeMethod,
     MergeMethod,
+    TensorMergeMethod,
+    available_merge_methods,
     get_merge_method,
     register_merge_method,
 )
 from hf_unified_embed.merge.methods.hierarchical import Hierarchical, fusion_weights
-from hf_unified_embed.merge.methods.slerp import Slerp, slerp
+from hf_unified_embed.merge.methods.mergekit_methods import MergekitMethod, mergekit_method
 from hf_unified_embed.merge.methods.soup import Soup
 from hf_unified_embed.merge.methods.task_arithmetic import TaskArithmetic
 
@@ -17,11 +19,13 @@ __all__ = [
     "Hierarchical",
     "LinearMergeMethod",
     "MergeMethod",
-    "Slerp",
+    "MergekitMethod",
     "Soup",
     "TaskArithmetic",
+    "TensorMergeMethod",
+    "available_merge_methods",
     "fusion_weights",
     "get_merge_method",
+    "mergekit_method",
     "register_merge_method",
-    "slerp",
 ]

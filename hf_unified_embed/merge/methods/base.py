@@ -1,9 +1,12 @@
 """The merge-method interface and its registry.
 
-A method is a small dataclass whose fields are its parameters. The merge driver
-(:func:`hf_unified_embed.merge.api.run_merge`) validates the inputs, then asks the method for one
-tensor at a time; the method pulls the input tensors it needs through a ``read(path)`` callable, so
-a linear method holds one input tensor plus a float64 accumulator, whatever the number of inputs.
+A method is a small dataclass whose fields are its parameters, of one of two kinds:
+
+* :class:`LinearMergeMethod` gives, per layer group, a coefficient per input; the engine
+  (:mod:`hf_unified_embed.merge.engine`) streams such merges block by block through a float32
+  (``precise``: float64) accumulator, so memory does not grow with the tensors or the inputs;
+* :class:`TensorMergeMethod` computes one whole output tensor from whole input tensors, pulled
+  through a ``read(path)`` callable (mergekit's methods, :mod:`.mergekit_methods`).
 
 A method also describes itself, so that the card, the config reader and the CLI name no method:
 its ``description`` and ``citation`` (card text), the roles of its inputs (:meth:`MergeMethod.input_roles`),
@@ -15,7 +18,6 @@ whether ``models`` may be left out of a config (``models_optional``) and extra c
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import math
 from abc import ABC, abstractmethod
@@ -82,6 +84,10 @@ class MergeMethod(ABC):
         """Every checkpoint this method reads (models first, then bases and specialists)."""
         return list(self.models)
 
+    def merged_paths(self) -> list[Path]:
+        """The inputs the result is made of (for the card's ``base_model``): ``models``, plus a base that enters the sum."""
+        return list(self.models)
+
     def input_roles(self) -> dict[Path, list[str]]:
         """What each input is for, as the card lists it: ``{path: ["IR soup"]}``, ``{base: ["base"]}``.
 
@@ -101,19 +107,19 @@ class MergeMethod(ABC):
         """Work done once before the stream, after the inputs were checked (optional)."""
 
     @abstractmethod
-    def merge_tensor(self, name: str, group: str, read: TensorReader) -> torch.Tensor:
-        """The merged value of one floating-point tensor (any float dtype; the driver casts it)."""
-
-    @abstractmethod
     def group_weights(self, groups: LayerGroups) -> dict[str, dict[str, float]]:
         """``{group: {column: weight}}`` for the card's per-layer table."""
 
-    def recipe(self) -> dict[str, Any]:
-        """The parameters as plain data, for the safetensors metadata and the card."""
+    def recipe(self, path_text: Callable[[Path], str] = str) -> dict[str, Any]:
+        """The parameters as plain data, for the safetensors metadata and the card.
+
+        Args:
+            path_text: how a path is written (the driver writes them relative to the output folder).
+        """
 
         def plain(value: Any) -> Any:
             if isinstance(value, Path):
-                return str(value)
+                return path_text(value)
             if isinstance(value, (list, tuple)):
                 return [plain(item) for item in value]
             if isinstance(value, dict):
@@ -123,75 +129,44 @@ class MergeMethod(ABC):
         return {"method": self.name, **{f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}}
 
 
-class _Float64Accumulator:
-    """A float64 accumulator reused from tensor to tensor, fed through a small conversion buffer.
+class TensorMergeMethod(MergeMethod):
+    """A method that computes each output tensor from whole input tensors."""
 
-    A fresh multi-megabyte allocation costs more than the arithmetic on it (every page faults in
-    on first touch), and adding a float32 tensor into a float64 one takes torch's slow mixed-dtype
-    path. So each input is converted block by block into a cache-sized float64 buffer and added
-    from there: two fast same-dtype passes, and no second buffer the size of the tensor.
-    """
+    @abstractmethod
+    def merge_tensor(self, name: str, group: str, read: TensorReader, dtype: torch.dtype) -> torch.Tensor:
+        """The merged value of one floating-point tensor (any float dtype; the driver casts it).
 
-    BLOCK = 1 << 20  # elements: 8 MB of float64
-
-    def __init__(self) -> None:
-        self._total = torch.empty(0, dtype=torch.float64)
-        self._block = torch.empty(self.BLOCK, dtype=torch.float64)
-        self._view = self._total
-
-    def start(self, tensor: torch.Tensor, coefficient: float) -> None:
-        if self._total.numel() < tensor.numel():
-            self._total = torch.empty(tensor.numel(), dtype=torch.float64)
-        self._view = self._total[: tensor.numel()]
-        self._view.copy_(tensor.reshape(-1)).mul_(coefficient)
-
-    def add(self, tensor: torch.Tensor, coefficient: float) -> None:
-        flat = tensor.reshape(-1)
-        for begin in range(0, flat.numel(), self.BLOCK):
-            part = flat[begin : begin + self.BLOCK]
-            block = self._block[: part.numel()].copy_(part)
-            self._view[begin : begin + part.numel()].add_(block, alpha=coefficient)
-
-    def result(self, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
-        # copy=True: the accumulator is reused for the next tensor, so even a float64 result must not alias it.
-        return self._view.view(shape).to(dtype, copy=True)
+        ``read(path)`` returns the input's tensor (checked for NaN/inf); the result may be computed
+        in ``dtype`` (float32, or float64 when the merge is ``precise``).
+        """
 
 
 class LinearMergeMethod(MergeMethod):
-    """A method whose result is, per layer group, a fixed linear combination of the inputs."""
+    """A method whose result is, per layer group, a fixed linear combination of the inputs.
+
+    The engine streams it in blocks; an input with coefficient 0 is still read and checked for
+    NaN/inf, so that every listed input is known to be sound.
+    """
 
     @abstractmethod
     def coefficients(self, group: str) -> dict[Path, float]:
         """``{input: coefficient}`` of the layer group."""
 
-    def merge_tensor(self, name: str, group: str, read: TensorReader) -> torch.Tensor:
-        terms = [(path, coefficient) for path, coefficient in self.coefficients(group).items() if coefficient != 0.0]
-        if not terms:
-            return torch.zeros_like(read(self.models[0]))
-        first = read(terms[0][0])
-        shape, dtype = first.shape, first.dtype
-        # float64 accumulation: a soup of k identical float32 tensors rounds back to them bit for bit.
-        accumulator = self._accumulator
-        accumulator.start(first, terms[0][1])
-        del first
-        for path, coefficient in terms[1:]:
-            accumulator.add(read(path), coefficient)
-        return accumulator.result(shape, dtype)
 
-    @functools.cached_property
-    def _accumulator(self) -> _Float64Accumulator:
-        return _Float64Accumulator()
-
-
-def check_weights(method: str, weights: Sequence[float], count: int, what: str = "models") -> list[float]:
-    """Weights as floats, one per input, all finite."""
-    weights = list(weights)
-    if len(weights) != count:
-        raise MergeError(f"{method}: got {len(weights)} weights for {count} {what}")
-    for index, weight in enumerate(weights):
+def check_weights(method: str, weights: Sequence[float] | float, count: int, what: str = "models") -> list[float]:
+    """Weights as floats, one per input, all finite; one number stands for the same weight for every input."""
+    if isinstance(weights, (int, float)) and not isinstance(weights, bool):
+        values: list[Any] = [weights] * count
+    elif isinstance(weights, Sequence) and not isinstance(weights, str):
+        values = list(weights)
+    else:
+        raise MergeError(f"{method}: weights must be a number or a list of numbers, got {weights!r}")
+    if len(values) != count:
+        raise MergeError(f"{method}: got {len(values)} weights for {count} {what}")
+    for index, weight in enumerate(values):
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
             raise MergeError(f"{method}: weight {index} must be a finite number, got {weight!r}")
-    return [float(weight) for weight in weights]
+    return [float(weight) for weight in values]
 
 
 MethodT = TypeVar("MethodT", bound=type[MergeMethod])
@@ -207,15 +182,27 @@ def register_merge_method(cls: MethodT) -> MethodT:
     return cls
 
 
+def available_merge_methods() -> list[str]:
+    """Registered names, then mergekit's (when mergekit is installed)."""
+    from hf_unified_embed.merge.methods.mergekit_methods import mergekit_method_names
+
+    return [*sorted(MERGE_METHODS), *mergekit_method_names()]
+
+
 def get_merge_method(name: str) -> type[MergeMethod]:
-    """A registered method by name, or a user's ``package.module:ClassName`` (a :class:`MergeMethod` subclass)."""
+    """A registered method, one of mergekit's, or a user's ``package.module:ClassName`` (a :class:`MergeMethod`)."""
+    from hf_unified_embed.merge.methods.mergekit_methods import mergekit_method
+
     if not isinstance(name, str):
         raise MergeError(f"method must be a name, got {name!r}")
     if name in MERGE_METHODS:
         return MERGE_METHODS[name]
+    if (from_mergekit := mergekit_method(name)) is not None:
+        return from_mergekit
     if not is_import_path(name):
         raise MergeError(
-            f"unknown merge method {name!r}; available: {', '.join(sorted(MERGE_METHODS))} "
+            f"unknown merge method {name!r}; available: {', '.join(available_merge_methods())} "
+            "(mergekit's methods need the 'merge' extra: pip install hf-unified-embed[merge]) "
             "or 'package.module:ClassName' for your own"
         )
     method = import_object(name, MergeError, "merge method")

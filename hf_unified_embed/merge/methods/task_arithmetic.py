@@ -17,7 +17,8 @@ class TaskArithmetic(LinearMergeMethod):
     Args:
         models: the fine-tuned checkpoints.
         base: the common pre-trained checkpoint the task vectors are taken against.
-        weights: λᵢ, one per model (default 1.0 each); any finite values, no sum constraint.
+        weights: λᵢ, one per model (default 1.0 each), or one number for all; any finite values, no sum
+            constraint. With one model, λ = 0 gives the base and λ = 1 the model: an interpolation.
 
     Example::
 
@@ -34,7 +35,7 @@ class TaskArithmetic(LinearMergeMethod):
     url={https://arxiv.org/abs/2212.04089},
 }"""
     base: Path | None = None
-    weights: list[float] | None = None
+    weights: list[float] | float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -51,6 +52,10 @@ class TaskArithmetic(LinearMergeMethod):
         assert self.base is not None
         return [*self.models, *([self.base] if self.base not in self.models else [])]
 
+    def merged_paths(self) -> list[Path]:
+        assert self.base is not None
+        return list(dict.fromkeys([*self.models, self.base]))
+
     def input_roles(self) -> dict[Path, list[str]]:
         assert self.base is not None
         roles = super().input_roles()
@@ -59,13 +64,13 @@ class TaskArithmetic(LinearMergeMethod):
 
     def coefficients(self, group: str) -> dict[Path, float]:
         # θ_base + Σ λᵢ(θᵢ − θ_base) rewritten as (1 − Σλᵢ)·θ_base + Σ λᵢθᵢ: each input is read once.
-        assert self.base is not None and self.weights is not None
+        assert self.base is not None and isinstance(self.weights, list)
         coefficients = {self.base: 1.0 - sum(self.weights)}
         for model, weight in zip(self.models, self.weights):
             coefficients[model] = coefficients.get(model, 0.0) + weight
         return coefficients
 
     def group_weights(self, groups: LayerGroups) -> dict[str, dict[str, float]]:
-        assert self.weights is not None
+        assert isinstance(self.weights, list)
         row = {f"λ[{index}]": weight for index, weight in enumerate(self.weights)}
         return {group: dict(row) for group in groups}

@@ -1,0 +1,371 @@
+"""``merge search``: try merge parameters on an evaluation suite of dev sets and keep the best.
+
+A search is a merge config plus a ``search:`` section::
+
+    method: task_arithmetic            # θ_base + λ (θ_run − θ_base): λ = 0 is the base, 1 the run
+    models: [outputs/codiemb-run]
+    parameters: {base: outputs/base-copy}
+    output_dir: outputs/codiemb-interpolated
+    search:
+      suite: examples/suites/dev.yaml  # dev sets only: the test sets stay unseen
+      parameters:                      # candidate values, every combination is tried
+        weights: {min: 0.0, max: 1.0, steps: 6}
+      objective:                       # the score: a weighted sum of suite metrics
+        stsb-dev: 1.0                  # an entry's primary metric …
+        trecqa-dev/map: 1.0            # … or entry/metric
+      in_memory: auto                  # merge candidates in memory (true), via disk (false), auto: < 2 GB
+
+Each candidate is merged by the streaming engine — into memory and loaded into one evaluation model
+for small models, or written to scratch space and read back shard by shard otherwise — and scored
+with :func:`hf_unified_embed.evaluation.run_suite`. The best candidate is written like any merge;
+its card adds the search: the objective, a table of every candidate (metrics to 4 digits) and a
+plot, and ``model-index`` holds its dev results. ``merge_search.json`` keeps every candidate. This
+goes beyond LM-Cocktail's ``mix_models_with_data`` (which weighs models by the loss on a few
+examples) and mergekit-evolve (one metric from lm-eval) by optimising retrieval and STS metrics
+together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from hf_unified_embed.errors import MergeError
+from hf_unified_embed.merge.api import (
+    OpenedInputs,
+    build_method,
+    model_ids_option,
+    open_inputs,
+    reference_input,
+    write_merged_model,
+)
+from hf_unified_embed.merge.card import METRIC_DIGITS
+from hf_unified_embed.merge.config import CardConfig, MergeConfig, SearchConfig
+from hf_unified_embed.merge.engine import FolderSink, MemorySink
+from hf_unified_embed.merge.methods import MergeMethod
+from hf_unified_embed.outputs import StagedOutput
+from hf_unified_embed.redaction import redact
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.evaluation import SuiteResults
+
+logger = logging.getLogger(__name__)
+
+SEARCH_FILE = "merge_search.json"
+PLOT_FILE = "merge_search.png"
+#: Below this many bytes of weights, ``in_memory: auto`` merges candidates in memory.
+IN_MEMORY_LIMIT = 2 * 10**9
+
+
+@dataclasses.dataclass
+class Candidate:
+    """One tried parameter setting: its searched values, the metrics of the objective and the score."""
+
+    parameters: dict[str, Any]
+    metrics: dict[str, float]
+    score: float
+    results: SuiteResults | None = dataclasses.field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"parameters": self.parameters, "metrics": self.metrics, "score": self.score}
+
+
+@dataclasses.dataclass
+class SearchResult:
+    """Every candidate in the order tried, and the index of the best one (highest score, first on ties)."""
+
+    candidates: list[Candidate]
+    objective: dict[str, float]
+    best_index: int
+    output_dir: Path | None = None
+
+    @property
+    def best(self) -> Candidate:
+        return self.candidates[self.best_index]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], output_dir: Path | None = None) -> SearchResult:
+        """A search read back from ``merge_search.json`` (:meth:`to_dict`); suite results are not kept."""
+        candidates = [Candidate(c["parameters"], c["metrics"], c["score"]) for c in data["candidates"]]
+        return cls(candidates, dict(data["objective"]), int(data["best"]), output_dir)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "objective": self.objective,
+            "best": self.best_index,
+            "candidates": [candidate.to_dict() for candidate in self.candidates],
+        }
+
+    def markdown(self, plot: str | None = None) -> str:
+        """The card section: the objective, one row per candidate (4 digits), the plot."""
+        names = list(self.candidates[0].parameters)
+        metrics = list(self.objective)
+        formula = " + ".join(f"{weight:g} × {metric}" for metric, weight in self.objective.items())
+        lines = [
+            "## Merge search",
+            "",
+            f"The merge parameters were chosen on development sets by `hf-unified-embed merge search`: "
+            f"{len(self.candidates)} candidates, score = {formula}. The chosen one is in bold.",
+            "",
+            "| # | " + " | ".join([*names, *metrics, "score"]) + " |",
+            "|--:|" + "--:|" * (len(names) + len(metrics) + 1),
+        ]
+        for index, candidate in enumerate(self.candidates):
+            cells = [_cell(candidate.parameters[name]) for name in names]
+            cells += [f"{candidate.metrics[metric]:.{METRIC_DIGITS}f}" for metric in metrics]
+            cells.append(f"{candidate.score:.{METRIC_DIGITS}f}")
+            if index == self.best_index:
+                cells = [f"**{cell}**" for cell in cells]
+            lines.append(f"| {index} | " + " | ".join(cells) + " |")
+        if plot:
+            lines += ["", f"![Merge search]({plot})"]
+        return "\n".join(lines) + "\n"
+
+    def plot(self, path: Path) -> Path:
+        """Each objective metric and the score per candidate (against the searched value when only one varies)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        varied = [
+            name
+            for name in self.candidates[0].parameters
+            if len({_cell(c.parameters[name]) for c in self.candidates}) > 1
+        ]
+        values = [candidate.parameters[varied[0]] for candidate in self.candidates] if len(varied) == 1 else []
+        scalars = [_scalar(value) for value in values]
+        numeric = bool(values) and all(value is not None for value in scalars)
+        x: list[float] = (
+            [float(v) for v in scalars if v is not None]
+            if numeric
+            else [float(i) for i in range(len(self.candidates))]
+        )
+        figure, axes = plt.subplots(figsize=(7.0, 4.2))
+        for metric in self.objective:
+            axes.plot(x, [candidate.metrics[metric] for candidate in self.candidates], marker="o", label=metric)
+        axes.plot(x, [candidate.score for candidate in self.candidates], marker="s", color="black", label="score")
+        axes.axvline(x[self.best_index], color="grey", linestyle="--", linewidth=1)
+        axes.set_xlabel(varied[0] if numeric else "candidate")
+        axes.set_ylabel("dev metric")
+        axes.set_title("Merge search on the development sets")
+        axes.legend(fontsize=8)
+        figure.tight_layout()
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+        return path
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_cell(item) for item in value) + "]"
+    return str(value)
+
+
+def _scalar(value: Any) -> float | None:
+    """A number, or the one number of a one-element list (``weights: [0.4]``)."""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def objective_metrics(results: SuiteResults, objective: Mapping[str, float]) -> dict[str, float]:
+    """The value of each objective key in a suite's results (``entry`` → its primary metric)."""
+    metrics = {}
+    for key in objective:
+        name, _, metric = key.partition("/")
+        try:
+            entry = results[name]
+        except KeyError:
+            raise MergeError(f"search.objective: no evaluation {name!r} in the suite") from None
+        if metric and metric not in entry.metrics:
+            raise MergeError(f"search.objective: {name!r} has no metric {metric!r}; it has {sorted(entry.metrics)}")
+        metrics[key] = entry.metrics[metric] if metric else entry.primary_value
+    return metrics
+
+
+def load_weights(model: SentenceTransformer, tensors: Mapping[str, torch.Tensor], module_paths: Sequence[str]) -> None:
+    """Copy merged tensors (``"2_Dense/linear.weight"`` for heads) into a loaded sentence-transformers model.
+
+    ``module_paths`` are the folders of ``modules.json`` (``""`` for the root); a plain transformers
+    folder (no ``modules.json``) is the model's first module. Every floating-point parameter of a
+    module with tensors must be assigned.
+    """
+    for index, folder in enumerate(module_paths or [""]):
+        prefix = f"{folder}/" if folder else ""
+        own = {
+            name[len(prefix) :]: tensor
+            for name, tensor in tensors.items()
+            if (name.startswith(prefix) if prefix else "/" not in name)
+        }
+        if not own:
+            continue
+        module = model[index]
+        target = getattr(module, "auto_model", module)  # a Transformer module saves its Hugging Face model
+        missing, unexpected = target.load_state_dict(own, strict=False)
+        unexpected = [key for key in unexpected if own[key].is_floating_point()]
+        if missing or unexpected:
+            raise MergeError(
+                f"the merged weights do not fit module {index} ({type(module).__name__}): "
+                f"missing {missing[:3]}, unexpected {unexpected[:3]}"
+            )
+
+
+class _Evaluator:
+    """Merges candidates and scores them with one evaluation model (loaded once from the reference)."""
+
+    def __init__(self, config: MergeConfig, search: SearchConfig, opened: OpenedInputs, scratch: Path) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        from hf_unified_embed.evaluation import load_suite
+
+        self.config, self.search, self.opened, self.scratch = config, search, opened, scratch
+        self.suite = load_suite(search.suite, search.data_root)
+        names = {entry.name for entry in self.suite.entries}
+        for key in search.objective:
+            if key.partition("/")[0] not in names:
+                raise MergeError(
+                    f"search.objective: no evaluation {key.partition('/')[0]!r}; the suite has {sorted(names)}"
+                )
+        device = search.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.model = SentenceTransformer(str(opened.reference.path), device=device)
+        size = sum(opened.reference.info(name).nbytes for name in opened.reference.names)
+        self.in_memory = search.in_memory if isinstance(search.in_memory, bool) else size < IN_MEMORY_LIMIT
+
+    def score(self, method: MergeMethod, show_progress: bool) -> tuple[dict[str, float], SuiteResults]:
+        from hf_unified_embed.evaluation import run_suite
+
+        opened = self.opened
+        method.prepare(opened.checkpoints, opened.groups)
+        module_paths = opened.reference.module_paths()
+        folder = self.scratch / "candidate"
+        sink = (
+            MemorySink(opened.reference)
+            if self.in_memory
+            else FolderSink(folder, opened.reference, self.config.max_shard_size, {})
+        )
+        opened.stream(method, sink, precise=self.config.precise, show_progress=show_progress and not self.in_memory)
+        if isinstance(sink, MemorySink):
+            load_weights(self.model, sink.tensors, module_paths)
+        else:
+            from safetensors.torch import load_file
+
+            sink.close()
+            for shard in sorted(folder.rglob("*.safetensors")):
+                prefix = shard.parent.relative_to(folder).as_posix()
+                tensors = {(f"{prefix}/{k}" if prefix != "." else k): v for k, v in load_file(str(shard)).items()}
+                load_weights(self.model, tensors, module_paths)
+                shard.unlink()
+        results = run_suite(self.model, self.suite, diagnostics=False, show_progress_bar=False)
+        return objective_metrics(results, self.search.objective), results
+
+
+def run_search(config: MergeConfig, show_progress: bool = True) -> SearchResult:
+    """Evaluate every candidate of ``config.search`` and write the best merge to ``config.output_dir``."""
+    search = config.search
+    if search is None:
+        raise MergeError("the merge config has no search section")
+    settings = search.candidates(config.parameters)
+    methods = [build_method(dataclasses.replace(config, parameters=parameters)) for parameters in settings]
+    inputs = list(dict.fromkeys(path for method in methods for path in method.input_paths()))
+    reference = reference_input(config, methods[0])
+    searched = list(search.parameters)
+    candidates: list[Candidate] = []
+    with (
+        StagedOutput(config.output_dir, overwrite=config.overwrite, inputs=inputs) as stage,
+        open_inputs(inputs, reference, stage.scratch) as opened,
+    ):
+        evaluator = _Evaluator(config, search, opened, stage.scratch)
+        for index, method in enumerate(methods):
+            metrics, results = evaluator.score(method, show_progress)
+            score = math.fsum(weight * metrics[key] for key, weight in search.objective.items())
+            values = {name: settings[index][name] for name in searched}
+            candidates.append(Candidate(values, metrics, score, results))
+            logger.info("candidate %d/%d %s: score %.4f %s", index + 1, len(methods), values, score, metrics)
+        best = max(range(len(candidates)), key=lambda i: (candidates[i].score, -i))
+        result = SearchResult(candidates, dict(search.objective), best, config.output_dir)
+        del evaluator
+
+        def section(folder: Path) -> str:
+            result.plot(folder / PLOT_FILE)
+            (folder / SEARCH_FILE).write_text(json.dumps(redact(result.to_dict()), indent=2) + "\n", encoding="utf-8")
+            return result.markdown(PLOT_FILE)
+
+        best_results = candidates[best].results
+        card = config.card
+        if not card.evaluation_results and best_results is not None:
+            card = dataclasses.replace(card, evaluation_results=[vars(r) for r in best_results.eval_results()])
+        write_merged_model(
+            config, methods[best], opened, stage.path, show_progress=show_progress, card_sections=[section], card=card
+        )
+    logger.info("Best of %d candidates: %s (score %.4f)", len(candidates), result.best.parameters, result.best.score)
+    return result
+
+
+def search_merge(
+    models: Sequence[str | Path],
+    method: str,
+    output_dir: str | Path,
+    *,
+    suite: str | Path | dict[str, Any],
+    search: Mapping[str, Any],
+    objective: Mapping[str, float],
+    in_memory: bool | str = "auto",
+    data_root: str | None = None,
+    device: str | None = None,
+    model_ids: Sequence[str | None] | Mapping[str | Path, str | None] | None = None,
+    model_name: str | None = None,
+    overwrite: bool = False,
+    precise: bool = False,
+    show_progress: bool = True,
+    **method_params: Any,
+) -> SearchResult:
+    """Search merge parameters on dev sets and write the best merge; see :mod:`hf_unified_embed.merge.search`.
+
+    Args:
+        models, method, output_dir, model_ids, model_name, overwrite, precise, **method_params: as
+            :func:`hf_unified_embed.merge.merge_models` (the fixed parameters).
+        suite: the evaluation suite of dev sets.
+        search: candidate values per parameter (a list, or ``{"min", "max", "steps"}``).
+        objective: ``{metric: weight}``, metrics named ``entry`` or ``entry/metric``.
+
+    Example::
+
+        result = search_merge(
+            ["outputs/codiemb-run"], "task_arithmetic", "outputs/interpolated",
+            base="outputs/base", suite="examples/suites/dev.yaml",
+            search={"weights": {"min": 0.0, "max": 1.0, "steps": 6}},
+            objective={"stsb-dev": 1.0, "trecqa-dev": 1.0},
+        )
+        print(result.best.parameters, result.best.score)
+    """
+    config = MergeConfig(
+        models=list(models),  # type: ignore[arg-type]  # parsed into ModelSpec in __post_init__
+        method=method,
+        output_dir=Path(output_dir),
+        parameters=dict(method_params),
+        precise=precise,
+        overwrite=overwrite,
+        model_ids=model_ids_option(model_ids),
+        card=CardConfig(model_name=model_name),
+        search=SearchConfig(
+            suite=suite,
+            parameters=dict(search),
+            objective=dict(objective),
+            in_memory=in_memory,
+            data_root=data_root,
+            device=device,
+        ),
+    )
+    return run_search(config, show_progress=show_progress)
