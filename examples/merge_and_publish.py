@@ -125,7 +125,7 @@ def train_inputs(base: str, args: argparse.Namespace) -> tuple[Path, Path]:
     return ir_run, sts_run
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = example_parser(__file__, __doc__)
     parser.add_argument(
         "--models",
@@ -141,7 +141,7 @@ def main() -> None:
     parser.add_argument("--repo-id", help=f"Hub repository; without it a dry run for {PLACEHOLDER_REPO_ID}")
     parser.add_argument("--private", action="store_true")
     parser.add_argument("--dry-run", action="store_true", help="only list what would be uploaded")
-    args = parse_example_args(parser, full_steps=100)  # steps of each run trained when --models is not given
+    args = parse_example_args(parser, argv, full_steps=100)  # steps of each run trained when --models is not given
 
     from sentence_transformers import SentenceTransformer
 
