@@ -96,6 +96,12 @@ class DiagnosticsConfig:
             raise SuiteError(f"diagnostics: rtol must be a non-negative number or null, got {rtol!r}")
 
 
+def _max_rows_problem(value: Any) -> str | None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return None
+    return f"got {value!r}; expected a positive integer or null (all rows)"
+
+
 @dataclass
 class SuiteEntry:
     """One evaluation set: where its rows come from and which evaluator scores it."""
@@ -239,12 +245,6 @@ class EvaluationSuite:
     def rows_of(self, entry: SuiteEntry) -> int | None:
         """How many rows of ``entry`` are evaluated: its own ``max_rows``, else the suite's (``None``: all)."""
         return entry.max_rows if entry.max_rows is not None else self.max_rows
-
-
-def _max_rows_problem(value: Any) -> str | None:
-    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        return None
-    return f"got {value!r}; expected a positive integer or null (all rows)"
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> EvaluationSuite:
