@@ -158,6 +158,9 @@ def build_model(base: str, config: ModelConfig | None, *, max_seq_length: int | 
     if tokenizer.pad_token is None:
         # Llama-family tokenizers have no pad token; padding is masked, so any special token does.
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    auto_config = getattr(getattr(model[0], "auto_model", None), "config", None)
+    if auto_config is not None and getattr(auto_config, "pad_token_id", None) is None:
+        auto_config.pad_token_id = tokenizer.pad_token_id  # else transformers warns at the first step
     if config.wants_eos:
         append_eos_token(tokenizer)
     if config.gradient_checkpointing:

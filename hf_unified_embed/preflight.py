@@ -32,7 +32,14 @@ from typing import Any
 
 from torch import nn
 
-from hf_unified_embed.errors import HfUnifiedEmbedError, InputError, InputNotFoundError, RecipeError, UsageError
+from hf_unified_embed.errors import (
+    HfUnifiedEmbedError,
+    InputError,
+    InputNotFoundError,
+    RecipeError,
+    SuiteError,
+    UsageError,
+)
 from hf_unified_embed.locations import looks_local
 from hf_unified_embed.outputs import StagedOutput
 from hf_unified_embed.plugins import import_object, is_import_path
@@ -202,7 +209,10 @@ def _check_suite(recipe: TrainRecipe, origin: str) -> Any | None:
     from hf_unified_embed.evaluation import load_suite
     from hf_unified_embed.evaluation.inputs import entry_files
 
-    suite = load_suite(recipe.evaluation, data_root=recipe.evaluation_data_root)
+    try:
+        suite = load_suite(recipe.evaluation, data_root=recipe.evaluation_data_root)
+    except SuiteError as error:
+        raise SuiteError(f"{origin}: evaluation: {error}") from None
     for entry in suite.entries:
         if entry.source is not None and entry.data_files:
             entry_files(entry.data_files, suite.data_root, evaluation=entry.name, field="data_files")

@@ -4,6 +4,11 @@ Each process embeds its shard of a global batch with a DDP-wrapped encoder and c
 ``gather_across_devices=True``; rank 0 then computes the same loss single-process on the concatenated
 global batch with an identical encoder, and writes both losses and both gradients (after DDP's average)
 to ``<output>.json``.
+
+With a model folder as second argument it also runs the gradient-cached cases: a DDP-wrapped
+SentenceTransformer, ``mini_batch_size`` smaller than each process's shard, gathering and the
+false-negative mask on texts duplicated across the processes, against the plain loss on the global batch
+in one process.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
+from hf_unified_embed.losses.parts import total_loss
 
 LOCAL_BATCH = 4
 FEATURES = 6
@@ -47,6 +53,100 @@ def embed(encoder: nn.Module, columns: list[Tensor]) -> tuple[list[Tensor], list
 
 def total(output: Tensor | dict[str, Tensor]) -> Tensor:
     return sum(output.values()) if isinstance(output, dict) else output  # type: ignore[return-value]
+
+
+# Global batch of the cached cases: row 1's positive is also row 6's negative and row 5's positive (the
+# latter two on the other process), row 2's query reappears as row 7's: false negatives across processes.
+CACHED_QUERIES = [
+    "capital of france",
+    "who wrote hamlet",
+    "tallest mountain",
+    "fall of rome",
+    "panda food",
+    "mona lisa painter",
+    "distance to the moon",
+    "tallest mountain",
+]
+CACHED_POSITIVES = [
+    "Paris.",
+    "Shakespeare wrote Hamlet.",
+    "Everest, 8,849 m.",
+    "476 AD.",
+    "Bamboo.",
+    "Shakespeare wrote Hamlet.",
+    "384,400 km.",
+    "Everest is the tallest.",
+]
+CACHED_NEGATIVES = [
+    "Lyon.",
+    "Marlowe.",
+    "K2.",
+    "1453.",
+    "Eucalyptus.",
+    "Michelangelo.",
+    "Shakespeare wrote Hamlet.",
+    "Mars.",
+]
+CACHED_LABELS = [1.0, 0.9, 0.1, 0.85, 0.3, 0.95, 0.6, 0.2]
+
+
+def run_cached_case(
+    name: str, model_path: str, columns: list[list[str]], labels: list[float] | None, factory
+) -> dict[str, float]:
+    from sentence_transformers import SentenceTransformer
+
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    rows = slice(rank * LOCAL_BATCH, (rank + 1) * LOCAL_BATCH)
+    model = SentenceTransformer(model_path, device="cpu").eval()  # no dropout: the reference runs elsewhere
+    # BERT's pooler is not used by sentence-transformers: DDP must be told some parameters get no gradient.
+    wrapped = DistributedDataParallel(model, find_unused_parameters=True)
+    loss = factory(wrapped, gather=True, mini_batch_size=3)
+    features = [dict(model.preprocess(column[rows])) for column in columns]
+    local_labels = torch.tensor(labels[rows]) if labels is not None else None
+    local_value = total_loss(loss(features, local_labels))
+    local_value.backward()  # the cached replay runs here, the last mini-batch synchronises DDP
+    gathered_value = local_value.detach().clone()
+    dist.all_reduce(gathered_value)
+    gathered_value /= world_size
+    gathered_grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+    result: dict[str, float] = {}
+    if rank == 0:
+        single = SentenceTransformer(model_path, device="cpu").eval()
+        loss = factory(single, gather=False, mini_batch_size=None)
+        features = [dict(single.preprocess(column)) for column in columns]
+        single_value = total_loss(loss(features, torch.tensor(labels) if labels is not None else None))
+        single_value.backward()
+        single_grads = torch.cat([p.grad.flatten() for p in single.parameters() if p.grad is not None])
+        result = {
+            f"{name}_loss_gathered": gathered_value.item(),
+            f"{name}_loss_single": single_value.item(),
+            f"{name}_grad_max_abs_diff": (gathered_grads - single_grads).abs().max().item(),
+            f"{name}_grad_max_abs": single_grads.abs().max().item(),
+        }
+    return result
+
+
+def run_cached_cases(model_path: str) -> dict[str, float]:
+    results = run_cached_case(
+        "cached_multi_positive",
+        model_path,
+        [CACHED_QUERIES, CACHED_POSITIVES, CACHED_POSITIVES[::-1], CACHED_NEGATIVES],
+        None,
+        lambda model, gather, mini_batch_size: MultiPositiveInfoNCELoss(
+            model, positives_per_query=2, gather_across_devices=gather, mini_batch_size=mini_batch_size
+        ),
+    )
+    results |= run_cached_case(
+        "cached_codiemb_sts",
+        model_path,
+        [CACHED_QUERIES, CACHED_POSITIVES],
+        CACHED_LABELS,
+        lambda model, gather, mini_batch_size: CoDiEmbSTSLoss(
+            model, infonce_weight=1.0, gather_across_devices=gather, mini_batch_size=mini_batch_size
+        ),
+    )
+    return results
 
 
 def run_case(name: str, columns: list[Tensor], labels: Tensor | None, loss_factory) -> dict[str, float]:
@@ -90,7 +190,7 @@ def run_case(name: str, columns: list[Tensor], labels: Tensor | None, loss_facto
     return result
 
 
-def main(output: str) -> None:
+def main(output: str, model_path: str | None) -> None:
     dist.init_process_group("gloo")
     generator = torch.Generator().manual_seed(1)
     global_batch = LOCAL_BATCH * dist.get_world_size()
@@ -113,6 +213,8 @@ def main(output: str) -> None:
             nn.Identity(), infonce_weight=1.0, positive_threshold=0.7, gather_across_devices=gather
         ),
     )
+    if model_path is not None:
+        results |= run_cached_cases(model_path)
     if dist.get_rank() == 0:
         with open(output, "w") as handle:
             json.dump(results, handle)
@@ -121,4 +223,4 @@ def main(output: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)

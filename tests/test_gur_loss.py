@@ -176,6 +176,8 @@ def test_config_and_citation(tiny_model: SentenceTransformer) -> None:
         "span_p": 0.66,
         "span_mode": 3,
         "max_span": 10,
+        "mask_false_negatives": True,
+        "mini_batch_size": None,
     }
     assert "Generate to Understand for Representation" in loss.citation
     with pytest.raises(ValueError, match="span_mode"):

@@ -188,8 +188,8 @@ def test_codiemb_sts(batch_size: int, labels_kind: str) -> None:
             2.0 * reference.pearson(first, second, labels)
             + 5.0 * reference.rank_kl(first, second, labels, 0.05) / batch_size
             + 0.5 * reference.pro(first, second, labels, 0.05)
-            + 1.0 * reference.thresholded_infonce(mid_first, mid_second, labels, 0.05, 0.5)
-            + 0.7 * reference.thresholded_infonce(first, second, labels, 0.05, 0.5)
+            + 1.0 * reference.thresholded_infonce(mid_first, mid_second, labels, 0.02, 0.5)
+            + 0.7 * reference.thresholded_infonce(first, second, labels, 0.02, 0.5)
         )
 
     assert_matches(compute, transcription, make_columns(4, batch_size, seed=batch_size + 4))

@@ -22,7 +22,7 @@ from hf_unified_embed.losses import (
     PROLoss,
     RankKLLoss,
 )
-from hf_unified_embed.losses.angle_joint import text_ids
+from hf_unified_embed.losses._text_identity import text_ids_of
 
 QUERIES = ["what is the capital of france", "who wrote hamlet", "how tall is everest", "when did rome fall"]
 POSITIVES = ["Paris is the capital.", "Shakespeare wrote it.", "It is 8,849 metres high.", "In 476 AD."]
@@ -149,7 +149,7 @@ def test_mid_layer_loss_trains_only_the_layers_below_it(tiny_model: SentenceTran
 def test_text_ids_detect_identical_texts(tiny_model: SentenceTransformer) -> None:
     first = ["same text", "other", "same text", "A man plays guitar."]
     second = ["A man plays guitar.", "same text", "x", "y"]
-    ids = text_ids(features_of(tiny_model, [first, second]))
+    ids = text_ids_of(features_of(tiny_model, [first, second]))
     assert ids is not None
     ids1, ids2 = ids
     assert ids1[0] == ids1[2] == ids2[1]

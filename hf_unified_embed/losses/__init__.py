@@ -11,6 +11,7 @@ from hf_unified_embed.losses.gur import GURLoss
 from hf_unified_embed.losses.instructor import InstructorLoss
 from hf_unified_embed.losses.mid_layer_infonce import MidLayerInfoNCELoss
 from hf_unified_embed.losses.multi_positive_infonce import MultiPositiveInfoNCELoss
+from hf_unified_embed.losses.parts import LossParts
 from hf_unified_embed.losses.pearson import PearsonLoss
 from hf_unified_embed.losses.pro import PROLoss
 from hf_unified_embed.losses.rank_kl import RankKLLoss
@@ -25,6 +26,7 @@ __all__ = [
     "EmbeddingLoss",
     "GURLoss",
     "InstructorLoss",
+    "LossParts",
     "MidLayerInfoNCELoss",
     "MultiPositiveInfoNCELoss",
     "PROLoss",

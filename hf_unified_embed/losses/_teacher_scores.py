@@ -22,8 +22,8 @@ class TeacherScoreLoss(EmbeddingLoss):
     :class:`ColumnLayout` with ``label="teacher_scores"``). Subclasses implement :meth:`loss_from_scores`.
     """
 
-    def __init__(self, model: nn.Module, positives_per_query: int = 1) -> None:
-        super().__init__(model)
+    def __init__(self, model: nn.Module, positives_per_query: int = 1, mini_batch_size: int | None = None) -> None:
+        super().__init__(model, mini_batch_size)
         if positives_per_query < 1:
             raise ValueError(f"positives_per_query must be at least 1, got {positives_per_query}.")
         self.positives_per_query = positives_per_query

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from sentence_transformers.util import cos_sim, pairwise_angle_sim, pairwise_cos_sim
 from torch import Tensor, nn
 
 from hf_unified_embed.losses._checks import as_float, require_labels, require_pairs, zero_loss
 from hf_unified_embed.losses._citations import ANGLE
+from hf_unified_embed.losses._text_identity import text_ids_of
 from hf_unified_embed.losses.base import EmbeddingLoss
 from hf_unified_embed.losses.columns import ColumnLayout
+from hf_unified_embed.losses.parts import LossParts
 
 
 def cosent(scores: Tensor, labels: Tensor) -> Tensor:
@@ -22,24 +22,6 @@ def cosent(scores: Tensor, labels: Tensor) -> Tensor:
     ordered = labels.unsqueeze(1) > labels.unsqueeze(0)
     terms = inverted.masked_fill(~ordered, float("-inf")).flatten()
     return torch.logsumexp(torch.cat([terms.new_zeros(1), terms]), dim=0)
-
-
-def text_ids(sentence_features: list[dict[str, Tensor]]) -> list[Tensor] | None:
-    """One id per row and column, equal exactly when the tokenised inputs are identical.
-
-    Identity is decided on token ids rather than embeddings because dropout makes two embeddings of the
-    same text differ during training. ``None`` when the inputs are not token sequences.
-    """
-    if not all("input_ids" in features for features in sentence_features):
-        return None
-    tokens = [
-        features["input_ids"] * features["attention_mask"] if "attention_mask" in features else features["input_ids"]
-        for features in sentence_features
-    ]
-    width = max(column.size(1) for column in tokens)
-    padded = torch.cat([F.pad(column, (0, width - column.size(1))) for column in tokens])
-    _, inverse = torch.unique(padded, dim=0, return_inverse=True)
-    return list(inverse.split([column.size(0) for column in tokens]))
 
 
 class AnglEJointLoss(EmbeddingLoss):
@@ -53,6 +35,8 @@ class AnglEJointLoss(EmbeddingLoss):
         ibn_scale: float = 20.0,
         angle_scale: float = 1.0,
         positive_threshold: float = 0.8,
+        mask_false_negatives: bool = True,
+        mini_batch_size: int | None = None,
     ) -> None:
         r"""The full AnglE objective (Eq. 8): ``w1·L_cos + w2·L_ibn + w3·L_angle`` on scored sentence pairs.
 
@@ -85,6 +69,12 @@ class AnglEJointLoss(EmbeddingLoss):
             angle_scale: ``1/τ`` of the angle term.
             positive_threshold: Labels at or above this value make a row a positive pair for the in-batch
                 term (labels in [0, 1]; binary 0/1 labels work unchanged).
+            mask_false_negatives: Identical-sentence detection in the in-batch term (read from the token ids
+                in ``forward``): identical texts count as positives, not negatives. ``False`` scores every
+                other row's second sentence as a negative.
+            mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache): the
+                batch-wide terms see the whole batch, with the same value and gradients. ``None`` embeds the
+                whole batch at once.
 
         References:
             - AnglE-optimized Text Embeddings, Section 3, Equations 1-8: https://arxiv.org/abs/2309.12871
@@ -121,7 +111,7 @@ class AnglEJointLoss(EmbeddingLoss):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
         """
-        super().__init__(model)
+        super().__init__(model, mini_batch_size)
         weights = {"cosine_weight": cosine_weight, "ibn_weight": ibn_weight, "angle_weight": angle_weight}
         for name, weight in weights.items():
             if weight < 0:
@@ -138,11 +128,12 @@ class AnglEJointLoss(EmbeddingLoss):
         self.ibn_scale = ibn_scale
         self.angle_scale = angle_scale
         self.positive_threshold = positive_threshold
+        self.mask_false_negatives = mask_false_negatives
 
-    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> dict[str, Tensor]:
-        sentence_features = list(sentence_features)
-        ids = text_ids(sentence_features) if self.ibn_weight else None
-        return self.compute_loss_from_embeddings(self.embed_columns(sentence_features), labels, text_ids=ids)
+    def loss_inputs(self, sentence_features: list[dict[str, Any]]) -> dict[str, Any]:
+        if not (self.ibn_weight and self.mask_false_negatives):
+            return {}
+        return {"text_ids": text_ids_of(sentence_features)}
 
     def compute_loss_from_embeddings(
         self, embeddings: list[Tensor], labels: Tensor | None, text_ids: list[Tensor] | None = None
@@ -154,7 +145,7 @@ class AnglEJointLoss(EmbeddingLoss):
         labels = require_labels(name, labels, embeddings[0].size(0), "a similarity score per pair")
         sentences1, sentences2 = (as_float(column) for column in embeddings)
         labels = labels.to(sentences1.dtype)
-        parts: dict[str, Tensor] = {}
+        parts = LossParts()
         if self.cosine_weight:
             cosine = pairwise_cos_sim(sentences1, sentences2) * self.cosine_scale
             parts["cosine"] = self.cosine_weight * cosent(cosine, labels)
@@ -173,7 +164,7 @@ class AnglEJointLoss(EmbeddingLoss):
         if not bool(anchors.any()):
             return zero_loss(logits)
         positives = torch.eye(len(labels), dtype=torch.bool, device=logits.device)
-        if text_ids is not None:
+        if text_ids is not None and self.mask_false_negatives:
             ids1, ids2 = (ids.to(logits.device) for ids in text_ids)
             positives |= ids2.unsqueeze(0) == ids2.unsqueeze(1)  # candidate identical to the row's own x2
             positives |= ids2.unsqueeze(0) == ids1.unsqueeze(1)  # candidate identical to the anchor x1
@@ -194,6 +185,8 @@ class AnglEJointLoss(EmbeddingLoss):
             "ibn_scale": self.ibn_scale,
             "angle_scale": self.angle_scale,
             "positive_threshold": self.positive_threshold,
+            "mask_false_negatives": self.mask_false_negatives,
+            **super().get_config_dict(),
         }
 
     @property

@@ -1,40 +1,149 @@
 """Shared plumbing of the loss classes: the sentence-transformers split between embedding and maths.
 
 ``forward`` embeds the input columns and hands them to ``compute_loss_from_embeddings``, so every
-loss can be checked on raw embedding tensors against a transcription of its paper's equation.
+loss can be checked on raw embedding tensors against a transcription of its paper's equation. The same
+split gives every loss a gradient-cached mode (``mini_batch_size``): embed in mini-batches, compute the
+loss once on the whole batch (see ``losses/_gradcache.py``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+from sentence_transformers.base.losses.gradcache import has_static_embedding_input
 from sentence_transformers.base.losses.merged_forward import embed_columns
+from sentence_transformers.base.model import BaseModel
 from torch import Tensor, nn
 
+from hf_unified_embed.losses._gradcache import cached_loss
 from hf_unified_embed.losses.columns import ColumnLayout
+from hf_unified_embed.losses.parts import LossOutput, LossParts, total_loss, with_means
 
-LossOutput = Tensor | dict[str, Tensor]
+#: The view holding the final sentence embeddings: the first argument of ``compute_loss_from_embeddings``.
+FINAL = "embeddings"
+
+
+@dataclass
+class Embedded:
+    """What :meth:`EmbeddingLoss.embed` computes for a batch (or a slice of its rows).
+
+    Args:
+        views: Per-row embeddings the loss needs, by the keyword of ``compute_loss_from_embeddings`` they
+            go to, one ``(rows, dim)`` tensor per input column each. ``"embeddings"`` (the final sentence
+            embeddings) is always there; e.g. ``"mid_layer_embeddings"`` adds an intermediate layer.
+        means: Loss parts that are a mean over items spread across the rows (GUR's masked-LM loss over
+            the masked tokens), as ``(sum over these rows, number of items in these rows)``. They need no
+            batch-wide computation, so the gradient-cached mode computes them mini-batch by mini-batch.
+    """
+
+    views: dict[str, list[Tensor]]
+    means: dict[str, tuple[Tensor, int]] = field(default_factory=dict)
 
 
 class EmbeddingLoss(nn.Module, ABC):
     """Base of the package's losses.
 
     Keeps the model in ``self.model`` (the trainer swaps in the DDP-wrapped one there) and returns
-    either a scalar tensor or a dict of named scalar tensors; the trainer sums a dict and logs each part.
+    either a scalar tensor or a :class:`LossParts` dict of named scalar tensors; the trainer sums a dict
+    and logs each part.
+
+    With ``mini_batch_size`` set, the loss runs in GradCache mode (Gao et al., 2021), the design of
+    sentence-transformers' ``CachedMultipleNegativesRankingLoss``: (1) embed the batch in mini-batches
+    without a graph, keeping each mini-batch's random state; (2) compute the loss on the whole batch
+    and back-propagate it to the embeddings only, caching their gradients; (3) in the backward pass,
+    re-embed each mini-batch with its random state replayed (same dropout) and push the cached
+    gradients into the model. Loss value and gradients equal the uncached loss on the same batch, while
+    only one mini-batch of activations is alive at a time.
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, mini_batch_size: int | None = None) -> None:
         super().__init__()
+        if mini_batch_size is not None:
+            if isinstance(mini_batch_size, bool) or not isinstance(mini_batch_size, int) or mini_batch_size < 1:
+                raise ValueError(f"mini_batch_size must be a positive integer or None, got {mini_batch_size!r}.")
+            if isinstance(model, BaseModel) and has_static_embedding_input(model):
+                raise ValueError(
+                    f"{type(self).__name__} with mini_batch_size cannot run on a StaticEmbedding model, whose "
+                    "inputs have no batch axis to split into mini-batches; leave mini_batch_size unset."
+                )
         self.model = model
+        self.mini_batch_size = mini_batch_size
+
+    @property
+    def uses_gradient_cache(self) -> bool:
+        """Read by sentence-transformers' wrappers: ``MatryoshkaLoss`` then truncates inside
+        :meth:`calculate_loss` instead of patching the model's forward pass."""
+        return self.mini_batch_size is not None
 
     def embed_columns(self, sentence_features: Iterable[dict[str, Tensor]]) -> list[Tensor]:
         """One ``sentence_embedding`` tensor per input column (merged forward passes where possible)."""
         return embed_columns(self.model, sentence_features)
 
+    def embed(self, sentence_features: list[dict[str, Any]], context: Any, rows: slice) -> Embedded:
+        """The embeddings of ``sentence_features``, which hold rows ``rows`` of the batch.
+
+        Override to compute more than the final sentence embeddings. ``context`` is whatever the loss
+        handed to :meth:`loss_from_features` for the whole batch (e.g. GUR's masked-LM targets, sliced
+        here with ``rows``). In the gradient-cached mode this runs once per mini-batch, twice.
+        """
+        return Embedded({FINAL: self.embed_columns(sentence_features)})
+
+    def loss_inputs(self, sentence_features: list[dict[str, Any]]) -> dict[str, Any]:
+        """Keyword arguments of ``compute_loss_from_embeddings`` read from the tokenised batch, not
+        embedded (e.g. the text identity of every row); computed once for the whole batch."""
+        return {}
+
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> LossOutput:
-        return self.compute_loss_from_embeddings(self.embed_columns(sentence_features), labels)
+        features = list(sentence_features)
+        return self.loss_from_features(features, labels, self.loss_inputs(features))
+
+    def loss_from_features(
+        self,
+        sentence_features: list[dict[str, Any]],
+        labels: Tensor | None,
+        inputs: Mapping[str, Any],
+        context: Any = None,
+    ) -> LossOutput:
+        """The loss of a tokenised batch: embedded at once, or in mini-batches with ``mini_batch_size``."""
+        if self.mini_batch_size is not None:
+            return cached_loss(self, sentence_features, labels, inputs, context)
+        embedded = self.embed(sentence_features, context, slice(None))
+        views = dict(embedded.views)
+        output = self.compute_loss_from_embeddings(views.pop(FINAL), labels, **views, **inputs)
+        return with_means(output, {name: total / max(count, 1) for name, (total, count) in embedded.means.items()})
+
+    def calculate_loss(
+        self,
+        reps: list[list[Tensor]],
+        labels: Tensor | None = None,
+        *,
+        with_backward: bool = False,
+        views: tuple[str, ...] = (FINAL,),
+        loss_inputs: Mapping[str, Any] | None = None,
+    ) -> LossOutput:
+        """The loss from mini-batch embeddings, with the signature of sentence-transformers' cached losses.
+
+        Args:
+            reps: One list of mini-batch tensors per view and input column, view-major (all columns of
+                ``views[0]``, then of ``views[1]``, ...).
+            labels: The batch labels.
+            with_backward: Back-propagate the loss to ``reps`` (filling their ``.grad``) and return it
+                detached.
+            views: The names of the views in ``reps``.
+            loss_inputs: Further keyword arguments of ``compute_loss_from_embeddings``.
+        """
+        columns = [torch.cat(minibatches) for minibatches in reps]
+        per_view = len(columns) // len(views)
+        embedded = {name: columns[i * per_view : (i + 1) * per_view] for i, name in enumerate(views)}
+        output = self.compute_loss_from_embeddings(embedded.pop(FINAL), labels, **embedded, **(loss_inputs or {}))
+        if not with_backward:
+            return output
+        total_loss(output).backward()
+        return output.detach() if isinstance(output, Tensor) else LossParts(output).detach()
 
     @abstractmethod
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> LossOutput:
@@ -51,8 +160,8 @@ class EmbeddingLoss(nn.Module, ABC):
         """
 
     def get_config_dict(self) -> dict[str, Any]:
-        """Hyper-parameters shown in the model card."""
-        return {}
+        """Hyper-parameters shown in the model card (subclasses add theirs to these)."""
+        return {"mini_batch_size": self.mini_batch_size}
 
     @property
     def citation(self) -> str:

@@ -10,12 +10,21 @@ from torch import Tensor, nn
 
 from hf_unified_embed.losses._checks import as_float, require_columns, require_labels, zero_loss
 from hf_unified_embed.losses._citations import DATA_CUBE
+from hf_unified_embed.losses._text_identity import same_text, text_ids_of
 from hf_unified_embed.losses.base import EmbeddingLoss
 from hf_unified_embed.losses.columns import ColumnLayout
 
 
 class CurriculumInfoNCELoss(EmbeddingLoss):
-    def __init__(self, model: nn.Module, temperature: float = 0.01, difficulty_threshold: float | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        temperature: float = 0.01,
+        difficulty_threshold: float | None = None,
+        in_batch_negatives: bool = True,
+        mask_false_negatives: bool = True,
+        mini_batch_size: int | None = None,
+    ) -> None:
         r"""In-batch InfoNCE of Data-CUBE (Eq. 3) with its binary mask on too-difficult instances (Eq. 9).
 
         Each row is an instance ``(q_j, s+_j, s-_j1..s-_jK)`` with a difficulty score precomputed by a
@@ -33,6 +42,11 @@ class CurriculumInfoNCELoss(EmbeddingLoss):
         noisy) is not learned, **but its sentences still serve as in-batch negatives** of the other rows.
         Without ``difficulty_threshold`` no row is masked and this is plain in-batch InfoNCE.
 
+        False negatives (``mask_false_negatives``, identity read from the token ids in ``forward``): a
+        sentence of the batch identical to ``s+_j`` (other than ``s+_j`` itself) is left out of row ``j``'s
+        denominator. ``in_batch_negatives=False`` keeps only the row's own hard negatives
+        (FlagEmbedding's ``no_in_batch_neg``).
+
         **Where φ comes from:** the per-row difficulty travels as the batch *labels*. The training bridge's
         collator puts the unified dataset's ``difficulty`` column (written by the curriculum planner) in
         the label slot for this loss; with a plain ``datasets.Dataset``, name the column ``label``.
@@ -47,6 +61,12 @@ class CurriculumInfoNCELoss(EmbeddingLoss):
             temperature: ``τ``. Data-CUBE (like INSTRUCTOR) uses 0.01.
             difficulty_threshold: ``δ``; rows with ``φ < δ`` are masked. ``None`` disables the mask (labels
                 are then ignored).
+            in_batch_negatives: Score each query against every sentence of the batch (``True``) or only
+                against its own positive and hard negatives.
+            mask_false_negatives: Leave sentences identical to the row's positive out of its denominator.
+            mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache): the
+                loss of a large batch on the memory of a small one, same value and gradients. ``None``
+                embeds the whole batch at once.
 
         References:
             - Data-CUBE: Data Curriculum for Instruction-based Sentence Representation Learning, Eq. 3, 8, 9
@@ -87,19 +107,45 @@ class CurriculumInfoNCELoss(EmbeddingLoss):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
         """
-        super().__init__(model)
+        super().__init__(model, mini_batch_size)
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}.")
         self.temperature = temperature
         self.difficulty_threshold = difficulty_threshold
+        self.in_batch_negatives = in_batch_negatives
+        self.mask_false_negatives = mask_false_negatives
 
-    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
+    def loss_inputs(self, sentence_features: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"text_ids": text_ids_of(sentence_features)} if self.mask_false_negatives else {}
+
+    def compute_loss_from_embeddings(
+        self, embeddings: list[Tensor], labels: Tensor | None, text_ids: list[Tensor] | None = None
+    ) -> Tensor:
+        """The loss on the columns' embeddings; ``text_ids`` (one id per row and column, equal ids = identical
+        texts, as :meth:`forward` derives them) enables the false-negative mask."""
         name = type(self).__name__
         require_columns(name, embeddings, 2, "query, positive, then any hard negatives")
+        ids = text_ids if self.mask_false_negatives else None
         queries = F.normalize(as_float(embeddings[0]), dim=-1)
-        documents = F.normalize(as_float(torch.cat(embeddings[1:])), dim=-1)
-        logits = queries @ documents.T / self.temperature
-        targets = torch.arange(len(queries), device=logits.device)
+        rows = torch.arange(len(queries), device=queries.device)
+        if self.in_batch_negatives:
+            # Every sentence of the batch; row i's target is its positive, column i.
+            documents = F.normalize(as_float(torch.cat(embeddings[1:])), dim=-1)
+            logits = queries @ documents.T / self.temperature
+            targets = rows
+            if ids is not None:
+                duplicates = same_text(ids[1], torch.cat(ids[1:]))
+                duplicates[rows, rows] = False
+                logits = logits.masked_fill(duplicates, float("-inf"))
+        else:
+            # The row's own positive (target 0) and hard negatives.
+            documents = F.normalize(as_float(torch.stack(embeddings[1:], dim=1)), dim=-1)
+            logits = (queries.unsqueeze(1) * documents).sum(dim=-1) / self.temperature
+            targets = torch.zeros_like(rows)
+            if ids is not None:
+                duplicates = torch.stack(ids[1:], dim=1) == ids[1].unsqueeze(1)
+                duplicates[:, 0] = False
+                logits = logits.masked_fill(duplicates, float("-inf"))
         if self.difficulty_threshold is None:
             return F.cross_entropy(logits, targets)
         difficulty = require_labels(name, labels, len(queries), "the difficulty φ of each row")
@@ -113,7 +159,13 @@ class CurriculumInfoNCELoss(EmbeddingLoss):
         return ColumnLayout(positives=1, negatives=negatives_per_query, label="difficulty")
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "difficulty_threshold": self.difficulty_threshold}
+        return {
+            "temperature": self.temperature,
+            "difficulty_threshold": self.difficulty_threshold,
+            "in_batch_negatives": self.in_batch_negatives,
+            "mask_false_negatives": self.mask_false_negatives,
+            **super().get_config_dict(),
+        }
 
     @property
     def citation(self) -> str:

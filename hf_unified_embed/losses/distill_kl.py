@@ -26,6 +26,7 @@ class DistillKLLoss(TeacherScoreLoss):
         positives_per_query: int = 1,
         student_temperature: float = 0.02,
         teacher_temperature: float = 0.01,
+        mini_batch_size: int | None = None,
     ) -> None:
         r"""List-wise knowledge distillation: for each query, the KL divergence from the teacher's softmax over
         its documents to the student's (RocketQAv2's list-wise distillation; FlagEmbedding's
@@ -48,6 +49,8 @@ class DistillKLLoss(TeacherScoreLoss):
             positives_per_query: ``K+``, positive columns after the query (the rest are hard negatives).
             student_temperature: ``τ_s`` of the student's softmax (0.02, CoDiEmb's retrieval temperature).
             teacher_temperature: ``τ_t`` of the teacher's softmax, on the stored [0, 1] score scale.
+            mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache);
+                ``None`` embeds the whole batch at once.
 
         References:
             - RocketQAv2 (Ren et al., 2021), list-wise distillation: https://arxiv.org/abs/2110.07367
@@ -85,7 +88,7 @@ class DistillKLLoss(TeacherScoreLoss):
                 )
                 trainer.train()
         """
-        super().__init__(model, positives_per_query)
+        super().__init__(model, positives_per_query, mini_batch_size)
         for name, value in (
             ("student_temperature", student_temperature),
             ("teacher_temperature", teacher_temperature),
@@ -105,6 +108,7 @@ class DistillKLLoss(TeacherScoreLoss):
             "positives_per_query": self.positives_per_query,
             "student_temperature": self.student_temperature,
             "teacher_temperature": self.teacher_temperature,
+            **super().get_config_dict(),
         }
 
     @property

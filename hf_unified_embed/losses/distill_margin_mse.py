@@ -22,7 +22,13 @@ MARGIN_MSE_CITATION = """
 
 
 class DistillMarginMSELoss(TeacherScoreLoss):
-    def __init__(self, model: nn.Module, positives_per_query: int = 1, teacher_scale: float = 2.0) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        positives_per_query: int = 1,
+        teacher_scale: float = 2.0,
+        mini_batch_size: int | None = None,
+    ) -> None:
         r"""MarginMSE (Hofstätter et al.): the student's margin between each positive and each hard negative
         regresses the teacher's margin::
 
@@ -42,6 +48,8 @@ class DistillMarginMSELoss(TeacherScoreLoss):
             model: The SentenceTransformer model.
             positives_per_query: ``K+``, positive columns after the query (the rest are hard negatives, K− ≥ 1).
             teacher_scale: ``s``, the factor from the stored teacher margins to cosine margins.
+            mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache);
+                ``None`` embeds the whole batch at once.
 
         References:
             - Hofstätter et al., "Improving Efficient Neural Ranking Models with Cross-Architecture Knowledge
@@ -78,7 +86,7 @@ class DistillMarginMSELoss(TeacherScoreLoss):
                 )
                 trainer.train()
         """
-        super().__init__(model, positives_per_query)
+        super().__init__(model, positives_per_query, mini_batch_size)
         if not teacher_scale > 0:
             raise ValueError(f"teacher_scale must be positive, got {teacher_scale}.")
         self.teacher_scale = teacher_scale
@@ -98,7 +106,11 @@ class DistillMarginMSELoss(TeacherScoreLoss):
         return super().column_layout(task_type, negatives_per_query)
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {"positives_per_query": self.positives_per_query, "teacher_scale": self.teacher_scale}
+        return {
+            "positives_per_query": self.positives_per_query,
+            "teacher_scale": self.teacher_scale,
+            **super().get_config_dict(),
+        }
 
     @property
     def citation(self) -> str:

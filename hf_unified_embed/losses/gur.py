@@ -17,8 +17,10 @@ from torch import Tensor, nn
 from transformers.activations import ACT2FN
 
 from hf_unified_embed.losses._checks import as_float, zero_loss
-from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses._text_identity import copies_elsewhere, text_ids_of
+from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss
 from hf_unified_embed.losses.columns import ColumnLayout
+from hf_unified_embed.losses.parts import LossParts
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +36,8 @@ GUR_CITATION = """
 #: File written by :meth:`GURLoss.save_mlm_head` and looked for next to the model's weights.
 MLM_HEAD_FILE = "mlm_head.safetensors"
 _IGNORE_INDEX = -100
+# Where a batch's feature dict keeps its span-masking draw (see GURLoss._masked_columns).
+_MASKED = "gur_masked"
 
 # Where pretrained masked-LM heads keep the transform and output bias, by checkpoint family.
 _PRETRAINED_HEAD_KEYS = {
@@ -119,6 +123,8 @@ class GURLoss(EmbeddingLoss):
         span_p: float = 0.66,
         span_mode: int = 3,
         max_span: int = 10,
+        mask_false_negatives: bool = True,
+        mini_batch_size: int | None = None,
     ) -> None:
         r"""GUR's joint objective: masked-LM on span-masked inputs plus symmetric in-batch InfoNCE (Eq. 1–3).
 
@@ -155,6 +161,12 @@ class GURLoss(EmbeddingLoss):
             span_p: ``p`` of the hump-geometric span-length distribution (0.66).
             span_mode: Its most likely span length (3).
             max_span: Longest span (10).
+            mask_false_negatives: In the contrastive part, leave a sentence identical to the row's own
+                partner sentence out of its denominator (identity read from the unmasked token ids).
+            mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache): the
+                contrastive part still sees the whole batch (same value and gradients), and the masked-LM
+                part, a mean over the masked tokens, is computed mini-batch by mini-batch. ``None`` embeds
+                the whole batch at once.
 
         References:
             - GUR: Generate to Understand for Representation, Section III-A/B, Eq. 1–3
@@ -165,7 +177,8 @@ class GURLoss(EmbeddingLoss):
         Requirements:
             1. Pairs of related sentences, e.g. mined from raw documents with
                :func:`hf_unified_embed.mining.mine_dataset` (``raw-text`` source format).
-            2. No duplicate texts within a batch (in-batch negatives); the miner deduplicates pairs.
+            2. Few duplicate texts within a batch (in-batch negatives); the miner deduplicates pairs, and
+               ``mask_false_negatives`` keeps the remaining ones out of each other's denominators.
             3. A transformer with token embeddings, a tokenizer with a ``[MASK]`` token.
 
         Inputs:
@@ -197,7 +210,7 @@ class GURLoss(EmbeddingLoss):
                 trainer.train()
                 loss.save_mlm_head("output/final")  # only when the MLM head should be kept
         """
-        super().__init__(model)
+        super().__init__(model, mini_batch_size)
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}.")
         if not mlm_weight >= 0:
@@ -214,6 +227,7 @@ class GURLoss(EmbeddingLoss):
         self.span_p = span_p
         self.span_mode = span_mode
         self.max_span = max_span
+        self.mask_false_negatives = mask_false_negatives
         self.register_buffer("span_probs", hump_geometric(span_p, span_mode, max_span), persistent=False)
 
         transformer = self._transformer()
@@ -306,11 +320,33 @@ class GURLoss(EmbeddingLoss):
         features = list(sentence_features)
         if len(features) != 2:
             raise ValueError(f"GURLoss expects exactly 2 input columns (sentence_A, sentence_B), got {len(features)}.")
-        # The collator tokenizes plain text, so masking happens here; seeding from torch's generator
-        # keeps runs reproducible under the trainer's seed.
-        rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
-        masked, targets = zip(*(self.mask_features(column, rng) for column in features))
-        merged = merge_feature_batches(list(masked))
+        inputs = self.loss_inputs(features)  # identity of the texts before masking
+        masked, targets = self._masked_columns(features)
+        return self.loss_from_features(masked, labels, inputs, context=targets)  # type: ignore[return-value]
+
+    def _masked_columns(self, features: list[dict[str, Tensor]]) -> tuple[list[dict[str, Tensor]], list[Tensor]]:
+        """The span-masked copy of every column and its MLM targets, drawn once per batch.
+
+        The collator tokenizes plain text, so masking happens here; seeding from torch's generator keeps
+        runs reproducible under the trainer's seed. The draw is kept in the batch's own feature dicts, so
+        a wrapper that calls the loss several times on one batch (``MatryoshkaLoss``, ``AdaptiveLayerLoss``)
+        scores the same masked inputs each time (and finds the hidden states it cached in them).
+        """
+        if not all(_MASKED in column for column in features):
+            rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
+            for column in features:
+                column[_MASKED] = self.mask_features(column, rng)  # type: ignore[assignment]
+        drawn: list[tuple[dict[str, Tensor], Tensor]] = [column[_MASKED] for column in features]  # type: ignore[misc]
+        return [masked for masked, _ in drawn], [targets for _, targets in drawn]
+
+    def loss_inputs(self, sentence_features: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"text_ids": text_ids_of(sentence_features)} if self.mask_false_negatives else {}
+
+    def embed(self, sentence_features: list[dict[str, Any]], context: Any, rows: slice) -> Embedded:
+        """Sentence embeddings of the masked inputs and the summed masked-LM loss of their masked tokens."""
+        # The targets of these rows, cut to the width of their (possibly trimmed) mini-batch.
+        targets = [t[rows, : column["input_ids"].size(1)] for t, column in zip(context, sentence_features)]
+        merged = merge_feature_batches(sentence_features)
         if merged is not None:
             # Both columns are sentences of the same kind: one forward pass for the whole batch.
             output = self.model(merged)
@@ -319,33 +355,35 @@ class GURLoss(EmbeddingLoss):
             token_embeddings, target_list = [output["token_embeddings"]], [target]
             embeddings = list(output["sentence_embedding"].chunk(2))
         else:
-            outputs = [self.model(column) for column in masked]
+            outputs = [self.model(column) for column in sentence_features]
             token_embeddings = [output["token_embeddings"] for output in outputs]
-            target_list = list(targets)
+            target_list = targets
             embeddings = [output["sentence_embedding"] for output in outputs]
         hidden = torch.cat([t[y != _IGNORE_INDEX] for t, y in zip(token_embeddings, target_list)])
         gold = torch.cat([y[y != _IGNORE_INDEX] for y in target_list])
-        # A batch of texts with no maskable token (only special tokens) has nothing to reconstruct.
-        mlm = self.masked_lm_loss(hidden, gold) if gold.numel() else zero_loss(token_embeddings[0])
-        return {
-            "mlm": self.mlm_weight * mlm,
-            **self.compute_loss_from_embeddings(embeddings, labels),
-        }
+        # Rows with no maskable token (only special tokens) have nothing to reconstruct.
+        mlm = self.masked_lm_loss(hidden, gold, reduction="sum") if gold.numel() else zero_loss(token_embeddings[0])
+        return Embedded({FINAL: embeddings}, means={"mlm": (self.mlm_weight * mlm, gold.numel())})
 
-    def masked_lm_loss(self, hidden: Tensor, targets: Tensor) -> Tensor:
-        """Mean cross-entropy of the MLM head on the hidden states of the masked tokens only."""
+    def masked_lm_loss(self, hidden: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:
+        """Cross-entropy of the MLM head on the hidden states of the masked tokens only (their mean or sum)."""
         weight = self._transformer().auto_model.get_input_embeddings().weight
         logits = self.mlm_head(hidden, weight)
-        return F.cross_entropy(as_float(logits), targets)
+        return F.cross_entropy(as_float(logits), targets, reduction=reduction)
 
     def compute_loss_from_embeddings(
-        self, embeddings: list[Tensor], labels: Tensor | None = None
+        self, embeddings: list[Tensor], labels: Tensor | None = None, text_ids: list[Tensor] | None = None
     ) -> dict[str, Tensor]:
-        """The contrastive part (Eq. 2, symmetric) on the two columns' sentence embeddings."""
+        """The contrastive part (Eq. 2, symmetric) on the two columns' sentence embeddings; ``text_ids`` (one id
+        per row and column, equal ids = identical texts) enables the false-negative mask."""
         first, second = (F.normalize(as_float(e), dim=-1) for e in embeddings)
         scores = first @ second.T / self.temperature
         target = torch.arange(scores.size(0), device=scores.device)
-        return {"contrastive": (F.cross_entropy(scores, target) + F.cross_entropy(scores.T, target)) / 2}
+        by_row, by_column = scores, scores.T
+        if text_ids is not None and self.mask_false_negatives:
+            by_row = by_row.masked_fill(copies_elsewhere(text_ids[1]), float("-inf"))
+            by_column = by_column.masked_fill(copies_elsewhere(text_ids[0]), float("-inf"))
+        return LossParts({"contrastive": (F.cross_entropy(by_row, target) + F.cross_entropy(by_column, target)) / 2})
 
     def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
         """Sentence pairs without labels: the other pairs of the batch are the negatives."""
@@ -359,6 +397,8 @@ class GURLoss(EmbeddingLoss):
             "span_p": self.span_p,
             "span_mode": self.span_mode,
             "max_span": self.max_span,
+            "mask_false_negatives": self.mask_false_negatives,
+            **super().get_config_dict(),
         }
 
     @property

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import torch.nn.functional as F
@@ -12,23 +11,33 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import as_float, require_labels, require_pairs, zero_loss
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._hidden_states import embed_columns_with_layer
-from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses._text_identity import copies_elsewhere, text_ids_of
+from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss
 from hf_unified_embed.losses.columns import ColumnLayout
 
 
 def thresholded_infonce(
-    sentences1: Tensor, sentences2: Tensor, labels: Tensor, temperature: float, positive_threshold: float
+    sentences1: Tensor,
+    sentences2: Tensor,
+    labels: Tensor,
+    temperature: float,
+    positive_threshold: float,
+    second_ids: Tensor | None = None,
 ) -> Tensor:
     """In-batch InfoNCE over pairs whose label reaches ``positive_threshold`` (CoDiEmb Eq. 9 / Eq. 13).
 
     Row ``i`` with ``labels[i] >= positive_threshold`` scores ``sentences1[i]`` against every
     ``sentences2[j]`` of the batch, ``j = i`` being the target; rows below the threshold are not anchors but
     their second sentences stay in every denominator. Mean over the anchors; 0 when there are none.
+    With ``second_ids`` (equal ids = identical texts of ``sentences2``), a candidate identical to the row's
+    own second sentence is left out of its denominator (a false negative).
     """
     anchors = labels >= positive_threshold
     logits = cos_sim(as_float(sentences1), as_float(sentences2)) / temperature
     if not bool(anchors.any()):
         return zero_loss(logits)
+    if second_ids is not None:
+        logits = logits.masked_fill(copies_elsewhere(second_ids), float("-inf"))
     targets = anchors.nonzero().squeeze(1)
     return F.cross_entropy(logits[anchors], targets)
 
@@ -38,8 +47,10 @@ class MidLayerInfoNCELoss(EmbeddingLoss):
         self,
         model: nn.Module,
         layer: int | None = None,
-        temperature: float = 0.05,
+        temperature: float = 0.02,
         positive_threshold: float = 0.8,
+        mask_false_negatives: bool = True,
+        mini_batch_size: int | None = None,
     ) -> None:
         r"""In-batch InfoNCE on the sentence embeddings of an *intermediate* Transformer layer (CoDiEmb Eq. 9).
 
@@ -61,9 +72,14 @@ class MidLayerInfoNCELoss(EmbeddingLoss):
             layer: Index into the hidden states (0 = embedding layer, ``n_layers`` = last layer, negative
                 values count from the end). ``None`` (default) takes ``len(hidden_states) // 2``, the
                 official CoDiEmb choice (layer 3 of a 6-layer MiniLM).
-            temperature: ``τ``. CoDiEmb uses 0.05 for its STS losses.
+            temperature: ``τ``. The official CoDiEmb code runs its STS InfoNCE at the training run's
+                ``--temperature``, 0.02 in all four released scripts (0.05 is only for PRO and rank-KL).
             positive_threshold: Minimum gold score of a positive pair, on the labels' scale (the package's
                 STS labels are in ``[0, 1]``; 0.8 is 4/5 on the STS Benchmark scale).
+            mask_false_negatives: Leave a second sentence identical to the anchor's own second sentence out of
+                its denominator (identity read from the token ids in ``forward``).
+            mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache); the
+                loss still sees the whole batch. ``None`` embeds the whole batch at once.
 
         References:
             - CoDiEmb, Section 2.2, Equation 9: https://github.com/TencentCloudADP/youtu-embedding
@@ -101,30 +117,47 @@ class MidLayerInfoNCELoss(EmbeddingLoss):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
         """
-        super().__init__(model)
+        super().__init__(model, mini_batch_size)
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}.")
         self.layer = layer
         self.temperature = temperature
         self.positive_threshold = positive_threshold
+        self.mask_false_negatives = mask_false_negatives
 
-    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> Tensor:
+    def embed(self, sentence_features: list[dict[str, Any]], context: Any, rows: slice) -> Embedded:
+        """The intermediate-layer sentence embeddings (this loss's ``embeddings``)."""
         _, intermediate = embed_columns_with_layer(self.model, sentence_features, self.layer)
-        return self.compute_loss_from_embeddings(intermediate, labels)
+        return Embedded({FINAL: intermediate})
 
-    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
-        """The loss on the intermediate-layer sentence embeddings of the two columns."""
+    def loss_inputs(self, sentence_features: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"text_ids": text_ids_of(sentence_features)} if self.mask_false_negatives else {}
+
+    def compute_loss_from_embeddings(
+        self, embeddings: list[Tensor], labels: Tensor | None, text_ids: list[Tensor] | None = None
+    ) -> Tensor:
+        """The loss on the intermediate-layer sentence embeddings of the two columns; ``text_ids`` (one id
+        per row and column, equal = identical texts) enables the false-negative mask."""
         name = type(self).__name__
         require_pairs(name, embeddings)
         labels = require_labels(name, labels, embeddings[0].size(0), "a similarity score per pair")
-        return thresholded_infonce(embeddings[0], embeddings[1], labels, self.temperature, self.positive_threshold)
+        second_ids = text_ids[1] if text_ids is not None and self.mask_false_negatives else None
+        return thresholded_infonce(
+            embeddings[0], embeddings[1], labels, self.temperature, self.positive_threshold, second_ids
+        )
 
     def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
         """Sentence pairs with the gold score as label, whatever the task type."""
         return ColumnLayout.scored_pair()
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {"layer": self.layer, "temperature": self.temperature, "positive_threshold": self.positive_threshold}
+        return {
+            "layer": self.layer,
+            "temperature": self.temperature,
+            "positive_threshold": self.positive_threshold,
+            "mask_false_negatives": self.mask_false_negatives,
+            **super().get_config_dict(),
+        }
 
     @property
     def citation(self) -> str:

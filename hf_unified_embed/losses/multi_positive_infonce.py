@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import as_float, require_columns
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._distributed import all_gather_with_grad
+from hf_unified_embed.losses._text_identity import gather_ids, same_text, text_ids_of
 from hf_unified_embed.losses.base import EmbeddingLoss
 from hf_unified_embed.losses.columns import ColumnLayout
 
@@ -23,6 +24,9 @@ class MultiPositiveInfoNCELoss(EmbeddingLoss):
         positives_per_query: int = 1,
         temperature: float = 0.02,
         gather_across_devices: bool = False,
+        in_batch_negatives: bool = True,
+        mask_false_negatives: bool = True,
+        mini_batch_size: int | None = None,
     ) -> None:
         r"""InfoNCE with K+ positives and K− hard negatives per query, the retrieval loss of CoDiEmb (Eq. 2).
 
@@ -39,6 +43,12 @@ class MultiPositiveInfoNCELoss(EmbeddingLoss):
         each process scores only its own queries, and the data-parallel gradient average then equals the
         gradient of the loss on the concatenated global batch.
 
+        False negatives: a candidate whose text is identical to one of the query's own positives (the same
+        answer listed for two questions, a duplicated passage) is left out of the query's denominator
+        (``mask_false_negatives``); identity is read from the token ids in ``forward``. With
+        ``in_batch_negatives=False`` the denominators hold only the row's own hard negatives (FlagEmbedding's
+        ``no_in_batch_neg``), e.g. for a task whose rows share documents.
+
         Args:
             model: The SentenceTransformer model.
             positives_per_query: ``K+``, the number of positive columns after the query column. All
@@ -47,6 +57,14 @@ class MultiPositiveInfoNCELoss(EmbeddingLoss):
             gather_across_devices: Add the documents of every process to the denominators. Needs the same
                 batch size and column count on every process in a step (a task-homogeneous sampler with
                 ``drop_last``).
+            in_batch_negatives: Score each query against the other rows' positives and every row's hard
+                negatives. ``False`` keeps only its own hard negatives (then ``gather_across_devices`` has
+                nothing to add and must stay off).
+            mask_false_negatives: Leave candidates with the same text as one of the query's positives out
+                of its denominator.
+            mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache):
+                the loss of a large batch on the memory of a small one, same value and gradients.
+                ``None`` embeds the whole batch at once.
 
         References:
             - CoDiEmb, Section 2.2, Equation 2: https://github.com/TencentCloudADP/youtu-embedding
@@ -87,16 +105,31 @@ class MultiPositiveInfoNCELoss(EmbeddingLoss):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
         """
-        super().__init__(model)
+        super().__init__(model, mini_batch_size)
         if positives_per_query < 1:
             raise ValueError(f"positives_per_query must be at least 1, got {positives_per_query}.")
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}.")
+        if gather_across_devices and not in_batch_negatives:
+            raise ValueError(
+                "gather_across_devices needs in_batch_negatives: without them there is nothing to gather."
+            )
         self.positives_per_query = positives_per_query
         self.temperature = temperature
         self.gather_across_devices = gather_across_devices
+        self.in_batch_negatives = in_batch_negatives
+        self.mask_false_negatives = mask_false_negatives
 
-    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Tensor:
+    def loss_inputs(self, sentence_features: list[dict[str, Any]]) -> dict[str, Any]:
+        if not self.mask_false_negatives:
+            return {}
+        return {"text_ids": text_ids_of(sentence_features, gather=self.gather_across_devices)}
+
+    def compute_loss_from_embeddings(
+        self, embeddings: list[Tensor], labels: Tensor | None = None, text_ids: list[Tensor] | None = None
+    ) -> Tensor:
+        """The loss on the columns' embeddings; ``text_ids`` (one id per row and column, equal ids = identical
+        texts, as :meth:`forward` derives them) enables the false-negative mask."""
         positives_per_query = self.positives_per_query
         require_columns(
             type(self).__name__,
@@ -107,12 +140,40 @@ class MultiPositiveInfoNCELoss(EmbeddingLoss):
         queries = F.normalize(as_float(embeddings[0]), dim=-1)
         positives = torch.stack(embeddings[1 : 1 + positives_per_query], dim=1)  # (batch, K+, dim)
         negatives = embeddings[1 + positives_per_query :]
+        positive_ids = negative_ids = None
+        if text_ids is not None and self.mask_false_negatives:
+            positive_ids = torch.stack(text_ids[1 : 1 + positives_per_query], dim=1)  # (batch, K+)
+            negative_ids = text_ids[1 + positives_per_query :]
+        if not self.in_batch_negatives:
+            own, rest = self._own_group_scores(queries, positives, negatives, positive_ids, negative_ids)
+        else:
+            own, rest = self._in_batch_scores(queries, positives, negatives, positive_ids, negative_ids)
+
+        # Each positive c of query i: own score against [own score, rest]; the own score keeps the
+        # logsumexp finite (and its gradient defined) when `rest` is all -inf (one row, no negatives).
+        logits = torch.cat([own.unsqueeze(-1), rest.unsqueeze(1).expand(-1, positives_per_query, -1)], dim=-1)
+        return (torch.logsumexp(logits, dim=-1) - own).mean()
+
+    def _in_batch_scores(
+        self,
+        queries: Tensor,
+        positives: Tensor,
+        negatives: list[Tensor],
+        positive_ids: Tensor | None,
+        negative_ids: list[Tensor] | None,
+    ) -> tuple[Tensor, Tensor]:
+        """``(batch, K+)`` own scores and ``(batch, M)`` scores of every other candidate of the (global) batch."""
+        positives_per_query = self.positives_per_query
         batch_size = queries.size(0)
         offset = 0
+        candidate_positive_ids = positive_ids
         if self.gather_across_devices:
             positives = all_gather_with_grad(positives)
             negatives = [all_gather_with_grad(negative) for negative in negatives]
             offset = get_rank() * batch_size
+            if positive_ids is not None and negative_ids is not None:
+                candidate_positive_ids = gather_ids(positive_ids, gather=True)
+                negative_ids = [gather_ids(ids, gather=True) for ids in negative_ids]
 
         positives = F.normalize(as_float(positives), dim=-1)
         # (batch, global batch, K+): the score of query i against positive k of row j.
@@ -122,16 +183,39 @@ class MultiPositiveInfoNCELoss(EmbeddingLoss):
         own = positive_scores[rows, rows + offset]  # (batch, K+)
         is_own_row = torch.zeros(positive_scores.shape[:2], dtype=torch.bool, device=queries.device)
         is_own_row[rows, rows + offset] = True
-        others = [positive_scores.masked_fill(is_own_row.unsqueeze(-1), float("-inf")).flatten(1)]
+        excluded = is_own_row.unsqueeze(-1).expand_as(positive_scores).flatten(1)
+        others = [positive_scores.flatten(1)]
+        if positive_ids is not None and candidate_positive_ids is not None:
+            excluded = excluded | same_text(positive_ids, candidate_positive_ids)
+        exclusions = [excluded]
         if negatives:
             negative_docs = F.normalize(as_float(torch.cat(negatives)), dim=-1)
             others.append(queries @ negative_docs.T / self.temperature)
-        rest = torch.cat(others, dim=1)  # (batch, M): the shared part of every denominator of query i
+            if positive_ids is not None and negative_ids is not None:
+                exclusions.append(same_text(positive_ids, torch.cat(negative_ids)))
+            else:
+                exclusions.append(torch.zeros_like(others[-1], dtype=torch.bool))
+        # (batch, M): the shared part of every denominator of query i
+        return own, torch.cat(others, dim=1).masked_fill(torch.cat(exclusions, dim=1), float("-inf"))
 
-        # Each positive c of query i: own score against [own score, rest]; the own score keeps the
-        # logsumexp finite (and its gradient defined) when `rest` is all -inf (one row, no negatives).
-        logits = torch.cat([own.unsqueeze(-1), rest.unsqueeze(1).expand(-1, positives_per_query, -1)], dim=-1)
-        return (torch.logsumexp(logits, dim=-1) - own).mean()
+    def _own_group_scores(
+        self,
+        queries: Tensor,
+        positives: Tensor,
+        negatives: list[Tensor],
+        positive_ids: Tensor | None,
+        negative_ids: list[Tensor] | None,
+    ) -> tuple[Tensor, Tensor]:
+        """``(batch, K+)`` own scores and ``(batch, K−)`` scores of the row's own hard negatives only."""
+        own = (queries.unsqueeze(1) * F.normalize(as_float(positives), dim=-1)).sum(dim=-1) / self.temperature
+        if not negatives:
+            return own, own.new_empty(own.size(0), 0)
+        documents = F.normalize(as_float(torch.stack(negatives, dim=1)), dim=-1)  # (batch, K−, dim)
+        rest = (queries.unsqueeze(1) * documents).sum(dim=-1) / self.temperature
+        if positive_ids is not None and negative_ids is not None:
+            duplicates = (torch.stack(negative_ids, dim=1).unsqueeze(-1) == positive_ids.unsqueeze(1)).any(dim=-1)
+            rest = rest.masked_fill(duplicates, float("-inf"))
+        return own, rest
 
     def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
         """The query, ``positives_per_query`` positives and ``negatives_per_query`` hard negatives per row."""
@@ -142,6 +226,9 @@ class MultiPositiveInfoNCELoss(EmbeddingLoss):
             "positives_per_query": self.positives_per_query,
             "temperature": self.temperature,
             "gather_across_devices": self.gather_across_devices,
+            "in_batch_negatives": self.in_batch_negatives,
+            "mask_false_negatives": self.mask_false_negatives,
+            **super().get_config_dict(),
         }
 
     @property

@@ -14,7 +14,7 @@ _MIN_SPREAD = 1e-12
 
 
 class PearsonLoss(PairScoreLoss):
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, mini_batch_size: int | None = None) -> None:
         r"""``1 − r``, where ``r`` is Pearson's correlation between the predicted cosine scores of a batch of
         pairs and their gold similarity scores (CoDiEmb Eq. 4, from Pcc-tuning).
 
@@ -30,6 +30,9 @@ class PearsonLoss(PairScoreLoss):
 
         Args:
             model: The SentenceTransformer model.
+            mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache): the
+                loss still ranks the whole batch, with the same value and gradients. ``None`` embeds the
+                whole batch at once.
 
         References:
             - CoDiEmb, Section 2.2, Equation 4: https://github.com/TencentCloudADP/youtu-embedding
@@ -68,7 +71,7 @@ class PearsonLoss(PairScoreLoss):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
         """
-        super().__init__(model)
+        super().__init__(model, mini_batch_size)
 
     def loss_from_scores(self, scores: Tensor, labels: Tensor) -> Tensor:
         if labels.numel() < 2 or bool((labels == labels[0]).all()):

@@ -13,7 +13,7 @@ from hf_unified_embed.losses._pair_scores import PairScoreLoss
 
 
 class PROLoss(PairScoreLoss):
-    def __init__(self, model: nn.Module, temperature: float = 0.05) -> None:
+    def __init__(self, model: nn.Module, temperature: float = 0.05, mini_batch_size: int | None = None) -> None:
         r"""Preference Rank Optimisation (PRO) over the pairs of a batch, as adapted by CoDiEmb (Eq. 8).
 
         Sort the batch by gold score; every pair ``i`` becomes the positive of a softmax over itself and
@@ -35,6 +35,9 @@ class PROLoss(PairScoreLoss):
         Args:
             model: The SentenceTransformer model.
             temperature: ``τ``. CoDiEmb uses 0.05.
+            mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache): the
+                loss still ranks the whole batch, with the same value and gradients. ``None`` embeds the
+                whole batch at once.
 
         References:
             - CoDiEmb, Section 2.2, Equation 8: https://github.com/TencentCloudADP/youtu-embedding
@@ -73,7 +76,7 @@ class PROLoss(PairScoreLoss):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
         """
-        super().__init__(model)
+        super().__init__(model, mini_batch_size)
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}.")
         self.temperature = temperature
@@ -91,7 +94,7 @@ class PROLoss(PairScoreLoss):
         return (log_partition - anchor_logits)[anchors].mean()
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {"temperature": self.temperature}
+        return {"temperature": self.temperature, **super().get_config_dict()}
 
     @property
     def citation(self) -> str:

@@ -22,7 +22,11 @@ def average_descending_ranks(values: Tensor) -> Tensor:
 
 class RankKLLoss(PairScoreLoss):
     def __init__(
-        self, model: nn.Module, temperature: float = 0.05, reduction: Literal["batchmean", "sum"] = "batchmean"
+        self,
+        model: nn.Module,
+        temperature: float = 0.05,
+        reduction: Literal["batchmean", "sum"] = "batchmean",
+        mini_batch_size: int | None = None,
     ) -> None:
         r"""KL divergence from a target distribution built from the *ranks* of the gold scores to the
         softmax of the predicted cosine scores (CoDiEmb Eq. 6).
@@ -45,6 +49,9 @@ class RankKLLoss(PairScoreLoss):
             reduction: ``"batchmean"`` (default) divides the KL divergence by the batch size, as the official
                 CoDiEmb code does (``F.kl_div(..., reduction="batchmean")`` on a 1-D input); the official loss
                 weight 5 was tuned at this scale. ``"sum"`` is Eq. 6 as printed.
+            mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache): the
+                loss still ranks the whole batch, with the same value and gradients. ``None`` embeds the
+                whole batch at once.
 
         References:
             - CoDiEmb, Section 2.2, Equation 6: https://github.com/TencentCloudADP/youtu-embedding
@@ -81,7 +88,7 @@ class RankKLLoss(PairScoreLoss):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
         """
-        super().__init__(model)
+        super().__init__(model, mini_batch_size)
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}.")
         if reduction not in ("batchmean", "sum"):
@@ -101,7 +108,7 @@ class RankKLLoss(PairScoreLoss):
         return divergence / size if self.reduction == "batchmean" else divergence
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "reduction": self.reduction}
+        return {"temperature": self.temperature, "reduction": self.reduction, **super().get_config_dict()}
 
     @property
     def citation(self) -> str:
