@@ -25,7 +25,6 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from hf_unified_embed.example_cli import (
     parse_example_args,
     recipe_training_args,
     run_example,
+    sample_recipe,
 )
 
 EXAMPLES = Path(__file__).resolve().parent
@@ -94,12 +94,10 @@ def quiet_progress_bars() -> None:
 
 
 def build_data(output: Path, data_root: Path) -> tuple[Path, str]:
-    from hf_unified_embed.data import BuildRecipe, build_unified, load_build_recipe, save_unified
+    from hf_unified_embed.data import build_unified, save_unified
 
     # The sample recipe's files are looked up by name in --data-root (examples/data by default).
-    sample = load_build_recipe(SAMPLE_RECIPE)
-    sources = [replace(spec, data_files=Path(str(spec.data_files)).name) for spec in sample.sources]
-    tasks = build_unified(BuildRecipe(sources, base_dir=data_root, origin=str(SAMPLE_RECIPE)))
+    tasks = build_unified(sample_recipe(SAMPLE_RECIPE, data_root))
     data_dir = save_unified(tasks, output / "data", overwrite=True)
     for name, dataset in tasks.items():
         print(f"  {name:<8} {dataset[0]['task_type']:<20} {len(dataset):>5} rows")

@@ -48,7 +48,11 @@ def default_data_root(script: str | Path) -> Path:
 
 
 def example_parser(
-    script: str | Path, description: str | None = None, *, data_root: str | Path | None = None
+    script: str | Path,
+    description: str | None = None,
+    *,
+    data_root: str | Path | None = None,
+    base_model: str = "the packaged all-MiniLM-L6-v2",
 ) -> argparse.ArgumentParser:
     """An ``ArgumentParser`` holding the shared options; add the script's own options to it.
 
@@ -57,6 +61,8 @@ def example_parser(
         description: the ``--help`` text, usually the script's ``__doc__``.
         data_root: the default ``--data-root``; the shared data next to the repository unless the
             script reads another folder (the demo reads the bundled sample).
+        base_model: what ``--base-model`` defaults to, for the help text; a script whose default is
+            not the packaged MiniLM parses with ``parse_example_args(..., packaged_base=False)``.
     """
     name = Path(script).stem
     parser = argparse.ArgumentParser(
@@ -66,7 +72,7 @@ def example_parser(
     shared.add_argument(
         "--base-model",
         metavar="MODEL",
-        help="model to start from: a local folder or a Hub id (default: the packaged all-MiniLM-L6-v2)",
+        help=f"model to start from: a local folder or a Hub id (default: {base_model})",
     )
     shared.add_argument(
         "--data-root",
@@ -105,11 +111,16 @@ def example_parser(
 
 
 def parse_example_args(
-    parser: argparse.ArgumentParser, argv: Sequence[str] | None = None, *, full_steps: int = -1
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None = None,
+    *,
+    full_steps: int = -1,
+    packaged_base: bool = True,
 ) -> argparse.Namespace:
     """Parse and resolve the shared options.
 
-    Afterwards ``base_model`` is a path or id (the packaged MiniLM by default), ``max_steps`` an int
+    Afterwards ``base_model`` is a path or id (the packaged MiniLM by default; ``None`` when not given
+    and ``packaged_base`` is false, for a script that builds its own), ``max_steps`` an int
     (``full_steps`` when not given; -1 means the epochs decide), ``smoke`` says whether this is a smoke
     run, ``eval_rows`` is ``None`` (all rows) or a row cap, and ``device`` is set.
     """
@@ -122,7 +133,8 @@ def parse_example_args(
         parser.error("--max-steps must be a positive number of steps, or -1 for the full run")
     if args.eval_rows is not None and args.eval_rows < 0:
         parser.error("--eval-rows must be 0 (all rows) or a positive number of rows")
-    args.base_model = args.base_model or packaged_minilm_path()
+    if packaged_base:
+        args.base_model = args.base_model or packaged_minilm_path()
     args.max_steps = full_steps if args.max_steps is None else args.max_steps
     args.smoke = 0 < args.max_steps <= SMOKE_MAX_STEPS
     if args.eval_rows is None:
@@ -142,6 +154,29 @@ def require_files(data_root: Path, *relative: str) -> None:
         raise InputNotFoundError(
             f"{data_root}: missing {', '.join(missing)}; point --data-root at the folder that holds them"
         )
+
+
+def sample_recipe(recipe: str | Path, data_root: Path) -> Any:
+    """A build recipe whose sources' files are looked up by name in ``data_root``.
+
+    The bundled sample's recipe (``examples/recipes/sample.yaml``) names its files relative to itself;
+    with this, ``--data-root`` points a script at another copy of the sample.
+    """
+    from dataclasses import replace
+
+    from hf_unified_embed.data import BuildRecipe, load_build_recipe
+
+    loaded = load_build_recipe(recipe)
+    sources = [
+        replace(
+            spec,
+            data_files=[Path(name).name for name in spec.data_files]
+            if isinstance(spec.data_files, list)
+            else Path(spec.data_files).name,
+        )
+        for spec in loaded.sources
+    ]
+    return BuildRecipe(sources, base_dir=data_root, origin=loaded.origin)
 
 
 def training_arguments(args: argparse.Namespace, output_dir: str | Path, **settings: Any) -> Any:

@@ -137,3 +137,12 @@ def test_run_example_turns_input_errors_into_one_line(capsys: pytest.CaptureFixt
     assert capsys.readouterr().err == (
         f"error: {tmp_path}: missing a/b.tsv, c; point --data-root at the folder that holds them\n"
     )
+
+
+def test_sample_recipe_looks_the_bundled_files_up_by_name(tmp_path: Path) -> None:
+    from hf_unified_embed.example_cli import sample_recipe
+
+    recipe = sample_recipe(REPO / "examples" / "recipes" / "sample.yaml", tmp_path)
+    assert recipe.base_dir == tmp_path
+    assert {spec.name: spec.data_files for spec in recipe.sources}["stsb"] == "stsb-train.tsv"
+    assert {spec.name: spec.license for spec in recipe.sources}["sick"] == "CC-BY-NC-SA-3.0"  # notes kept

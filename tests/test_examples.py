@@ -24,6 +24,10 @@ SAMPLE = EXAMPLES / "data"
 SCRIPTS = sorted(path.name for path in EXAMPLES.glob("*.py"))
 SHARED_OPTIONS = ("--base-model", "--data-root", "--output-dir", "--max-steps", "--seed", "--eval-rows", "--device")
 
+#: Scripts that read the bundled sample in its own layout (their default --data-root).
+OWN_SAMPLE_LAYOUT = {"demo.py", "train_llm_lora.py"}
+#: Scripts whose default base model is not a BERT (they build their own tiny decoder).
+OWN_BASE_MODEL = {"train_llm_lora.py"}
 #: The shared-data path of each file of the bundled sample.
 SAMPLE_LAYOUT = {
     "sts/stsbenchmark/sts-train.csv": "stsb-train.tsv",
@@ -57,6 +61,10 @@ def _demo_outputs(output: Path) -> None:
 
 #: Per script: its own options for a smoke run, and what it must have written.
 SMOKE_RUNS: dict[str, tuple[list[str], Callable[[Path], None]]] = {
+    "train_llm_lora.py": (
+        ["--batch-size", "4", "--lora-r", "4"],
+        _exists("adapter/adapter_model.safetensors", "adapter/README.md", "merged/model.safetensors"),
+    ),
     "curriculum_datacube.py": (
         ["--iterations", "2000", "--max-rows-per-task", "64", "--batch-size", "8"],
         _exists("curriculum/curriculum_plan.json", "model/model.safetensors"),
@@ -100,19 +108,20 @@ def test_example_takes_the_shared_options(script: str, capsys: pytest.CaptureFix
     with pytest.raises(SystemExit) as stop:
         _load(script).main(["--help"])
     assert stop.value.code == 0
-    text = _without_data_root_default(capsys.readouterr().out)
-    shared = _without_data_root_default(example_parser(EXAMPLES / script).format_help())
+    text = _without_defaults(capsys.readouterr().out)
+    shared = _without_defaults(example_parser(EXAMPLES / script).format_help())
     group = shared[shared.index("options every example takes") :]
     # The same option lines, help texts and defaults as the shared parser's (not copies that drift);
-    # only the demo's --data-root default differs (it reads the bundled sample).
+    # only the defaults of --data-root and --base-model may differ (the demo reads the bundled sample).
     assert group in text
     for option in SHARED_OPTIONS:
         assert option in group
 
 
-def _without_data_root_default(text: str) -> str:
-    """Help text with whitespace normalised (column widths depend on the other options) and no data root."""
-    return re.sub(r"read from \(default:[^)]*\)", "read from (default: DATA_ROOT)", " ".join(text.split()))
+def _without_defaults(text: str) -> str:
+    """Help text, whitespace normalised (column widths depend on the other options), without the two defaults."""
+    text = re.sub(r"read from \(default:[^)]*\)", "read from (default: DATA_ROOT)", " ".join(text.split()))
+    return re.sub(r"Hub id \(default:[^)]*\)", "Hub id (default: BASE)", text)
 
 
 @pytest.mark.examples
@@ -120,10 +129,10 @@ def _without_data_root_default(text: str) -> str:
 def test_example_smoke_run(script: str, tiny_model_path: str, sample_data_root: Path, tmp_path: Path) -> None:
     extra, check = SMOKE_RUNS[script]
     output = tmp_path / "out"
-    # The demo reads the bundled sample in its own layout by default; the others read the shared layout.
-    data_root = [] if script == "demo.py" else ["--data-root", str(sample_data_root)]
+    data_root = [] if script in OWN_SAMPLE_LAYOUT else ["--data-root", str(sample_data_root)]
+    base = [] if script in OWN_BASE_MODEL else ["--base-model", tiny_model_path]
     teacher = ["--teacher", tiny_model_path] if script == "curriculum_datacube.py" else []
-    command = [sys.executable, str(EXAMPLES / script), "--base-model", tiny_model_path, *data_root, *teacher]
+    command = [sys.executable, str(EXAMPLES / script), *base, *data_root, *teacher]
     command += ["--output-dir", str(output), "--max-steps", "2", *extra]
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
