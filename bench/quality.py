@@ -59,9 +59,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
 from hf_unified_embed.example_cli import evaluation_suite, example_parser, parse_example_args, training_arguments
 
 REPO = Path(__file__).resolve().parent.parent

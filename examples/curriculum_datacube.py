@@ -18,13 +18,9 @@ pays (many tasks) and why the other examples train in shuffled task order.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from hf_unified_embed.example_cli import (
     example_parser,

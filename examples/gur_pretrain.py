@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from hf_unified_embed.example_cli import (
     example_parser,

@@ -17,12 +17,8 @@ The STS-B dev split (``sts-dev.csv``) is only evaluated, never trained on.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from hf_unified_embed.example_cli import (
     evaluation_suite,

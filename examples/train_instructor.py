@@ -25,12 +25,8 @@ Run::
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from hf_unified_embed.example_cli import (
     example_parser,

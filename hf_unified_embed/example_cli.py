@@ -16,7 +16,9 @@ Every example takes the same options with the same defaults and help texts — `
         run_example(main)
 
 It lives in the package, not next to the scripts, so that an example copied out of the repository
-still runs wherever ``hf-unified-embed`` is installed.
+still runs wherever ``hf-unified-embed`` is installed. Importing it (first, before the Hugging Face
+libraries) makes a script offline unless the environment says otherwise (``HF_HUB_OFFLINE=1``:
+nothing is downloaded) and keeps tokenizers from warning about forked processes.
 
 A *smoke run* is ``--max-steps`` between 1 and :data:`SMOKE_MAX_STEPS`: it exists to show the script
 still works end to end (CI runs every example that way, ``tests/test_examples.py``), so its
@@ -27,10 +29,14 @@ otherwise (:func:`evaluation_suite` applies it).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from hf_unified_embed.errors import HfUnifiedEmbedError, InputNotFoundError, SuiteError
 
