@@ -59,6 +59,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from transformers import TrainerCallback
+
 from hf_unified_embed.example_cli import evaluation_suite, example_parser, parse_example_args, training_arguments
 
 REPO = Path(__file__).resolve().parent.parent
@@ -84,15 +86,33 @@ MARKERS = {"main": "quality-main", "many": "quality-many"}
 
 @dataclass
 class Trained:
-    """A trained model and what its training cost."""
+    """A trained model and what its training cost.
+
+    ``timed_steps`` and ``seconds`` cover the optimizer steps after the first of each run: the first
+    also pays one-off set-up (dataloader workers, the sampler's plan, card widgets), which would
+    dominate a short run and differs between samplers. ``runtime`` is the trainer's whole ``train()``.
+    """
 
     path: Path
     steps: int
+    timed_steps: int
     seconds: float
+    runtime: float
 
-    @property
-    def seconds_per_step(self) -> float:
-        return self.seconds / max(1, self.steps)
+
+class StepTimer(TrainerCallback):
+    """Stamps the end of every optimizer step (after a CUDA synchronize, so the GPU's work is in it)."""
+
+    def __init__(self, device: str) -> None:
+        self.cuda = device.startswith("cuda")
+        self.stamps: list[float] = []
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        self.stamps.append(time.perf_counter())
 
 
 def training_sources(data_root: Path, max_rows: int | None) -> dict[str, Any]:
@@ -242,20 +262,28 @@ def train(
         multi_dataset_batch_sampler=sampler,
         logging_steps=max(1, steps // 10),
     )
+    timer = StepTimer(options.device)
     trainer = SentenceTransformerTrainer(
         model=model,
         args=args,
         train_dataset=tasks,
         loss=task_losses,
         data_collator=collator,
-        callbacks=[collator.epoch_callback()],
+        callbacks=[collator.epoch_callback(), timer],
     )
     result = trainer.train()
     if output.exists():
         shutil.rmtree(output)
     # The card of an intermediate benchmark model is not needed; the merge writes its own.
     model.save(str(output), create_model_card=False)
-    return Trained(output, int(result.global_step), float(result.metrics["train_runtime"]))
+    stamps = timer.stamps
+    return Trained(
+        output,
+        steps=int(result.global_step),
+        timed_steps=len(stamps) - 1,
+        seconds=stamps[-1] - stamps[0] if len(stamps) > 1 else 0.0,
+        runtime=float(result.metrics["train_runtime"]),
+    )
 
 
 def pick_metric(metrics: Mapping[str, float], pattern: str, entry: str) -> float:
@@ -412,7 +440,13 @@ def main(argv: list[str] | None = None) -> int:
             overwrite=True,
             show_progress=False,
         )
-        return Trained(merged, ir_run.steps + sts_run.steps, ir_run.seconds + sts_run.seconds)
+        return Trained(
+            merged,
+            steps=ir_run.steps + sts_run.steps,
+            timed_steps=ir_run.timed_steps + sts_run.timed_steps,
+            seconds=ir_run.seconds + sts_run.seconds,
+            runtime=ir_run.runtime + sts_run.runtime,
+        )
 
     builders: dict[str, Callable[[], Trained | None]] = {
         "base": lambda: None,
@@ -453,7 +487,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         evaluation.extra["seconds"] = time.perf_counter() - row_started
         if trained is not None:
-            evaluation.extra["training"] = {"steps": trained.steps, "seconds": trained.seconds}
+            evaluation.extra["training"] = {
+                "steps": trained.steps,
+                "timed_steps": trained.timed_steps,
+                "seconds": trained.seconds,
+                "train_runtime": trained.runtime,
+            }
         evaluation.save_json(saved, overwrite=True)
         results[row] = json.loads(saved.read_text(encoding="utf-8"))
         print(f"[{row}] done in {evaluation.extra['seconds']:.0f} s", flush=True)
@@ -467,11 +506,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def step_ratios(results: Mapping[str, Any]) -> dict[str, float | None]:
-    """Each trained row's mean seconds per optimizer step divided by the ST baseline's (``None``: not trained)."""
+    """Each trained row's mean seconds per optimizer step (after the first of each run) over the ST baseline's.
+
+    ``None`` for a row that did not train or timed no step.
+    """
     per_step = {
-        row: result["training"]["seconds"] / max(1, result["training"]["steps"])
+        row: result["training"]["seconds"] / result["training"]["timed_steps"]
         for row, result in results.items()
-        if result.get("training")
+        if result.get("training") and result["training"].get("timed_steps")
     }
     baseline = per_step.get("st-baseline")
     return {row: (per_step[row] / baseline if baseline and row in per_step else None) for row in results}

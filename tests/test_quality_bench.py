@@ -73,11 +73,13 @@ def test_report_tables_step_ratios_and_markdown_blocks(quality, tmp_path: Path) 
     }
     results = {
         "base": {"results": metrics},
-        "st-baseline": {"results": metrics, "training": {"steps": 10, "seconds": 20.0}},
-        "codiemb": {"results": metrics, "training": {"steps": 10, "seconds": 25.0}},
+        "st-baseline": {"results": metrics, "training": {"steps": 11, "timed_steps": 10, "seconds": 20.0}},
+        "codiemb": {"results": metrics, "training": {"steps": 11, "timed_steps": 10, "seconds": 25.0}},
+        "one-step": {"results": metrics, "training": {"steps": 1, "timed_steps": 0, "seconds": 0.0}},
     }
     ratios = quality.step_ratios(results)
-    assert ratios == {"base": None, "st-baseline": 1.0, "codiemb": 1.25}
+    assert ratios == {"base": None, "st-baseline": 1.0, "codiemb": 1.25, "one-step": None}
+    del results["one-step"]
     table = quality.markdown_table({row: quality.summarize(result) for row, result in results.items()}, ratios)
     assert table.splitlines()[0].endswith("| step time (× ST) |")
     assert (
