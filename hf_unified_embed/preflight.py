@@ -186,6 +186,10 @@ def _training_arguments(recipe: TrainRecipe, origin: str) -> tuple[Any, str | No
     if world_size() > 1 and not torch.cuda.is_available():
         # transformers only sets up DDP on CPU when told to; otherwise every process trains alone.
         settings.update(use_cpu=True, ddp_backend="gloo")
+    mixed_precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    if mixed_precision in ("bf16", "fp16"):
+        # The launcher's precision; DeepSpeed refuses a TrainingArguments that disagrees with it.
+        settings[mixed_precision] = True
     user = dict(recipe.training_args)
     hub_token = user.pop("hub_token", None)
     remember_secret(hub_token)
