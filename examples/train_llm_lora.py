@@ -26,11 +26,20 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from hf_unified_embed.example_cli import (
+    example_parser,
+    parse_example_args,
+    recipe_training_args,
+    run_example,
+    sample_recipe,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,13 +50,13 @@ def recipe(args: argparse.Namespace, base: str, data: Path, output: Path) -> dic
         model["torch_dtype"] = "bfloat16"
     if args.gradient_checkpointing:
         model["gradient_checkpointing"] = True
-    training_args: dict[str, Any] = {
-        "per_device_train_batch_size": args.batch_size,
-        "learning_rate": args.learning_rate,
-        "warmup_steps": 0.1,  # a float: a share of the steps
-        "logging_steps": 10,
-        "max_steps": args.max_steps,
-    }
+    training_args = recipe_training_args(
+        args,
+        per_device_train_batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        warmup_steps=0.1,  # a float: a share of the steps
+        logging_steps=10,
+    )
     return {
         "base_model": base,
         "base_model_id": args.base_model_id,
@@ -72,23 +81,18 @@ def recipe(args: argparse.Namespace, base: str, data: Path, output: Path) -> dic
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base-model", help="a decoder checkpoint; default: a small random Qwen2 built here")
-    parser.add_argument("--base-model-id", default="example/tiny-qwen2", help="the base model's Hub id, for the card")
-    parser.add_argument(
-        "--data-root", type=Path, default=REPO / "examples" / "data", help="the bundled sample by default"
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = example_parser(
+        __file__, __doc__, data_root=REPO / "examples" / "data", base_model="a small random Qwen2 built here"
     )
-    parser.add_argument("--output-dir", type=Path, default=Path("outputs/llm-lora"))
-    parser.add_argument("--max-steps", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--base-model-id", default="example/tiny-qwen2", help="the base model's Hub id, for the card")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--learning-rate", type=float, default=2e-4)
     parser.add_argument("--lora-r", type=int, default=8)
     parser.add_argument("--target-modules", nargs="+", default=["q_proj", "k_proj", "v_proj", "o_proj"])
     parser.add_argument("--bf16", action="store_true", help="load the backbone in bfloat16")
     parser.add_argument("--gradient-checkpointing", action="store_true")
-    args = parser.parse_args()
+    args = parse_example_args(parser, argv, full_steps=100, packaged_base=False)
 
     import torch
     from huggingface_hub import ModelCard
@@ -108,7 +112,9 @@ def main() -> None:
         )
         print(f"base: a random Qwen2 (hidden 64, 4 layers) in {base}")
     sample = REPO / "examples" / "recipes" / "sample.yaml"
-    data = save_unified(build_unified(sample, split="train"), out / "data", overwrite=True)
+    data = save_unified(
+        build_unified(sample_recipe(sample, args.data_root), split="train"), out / "data", overwrite=True
+    )
 
     adapter_dir = out / "adapter"
     outcome = train_from_recipe(
@@ -131,4 +137,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_example(main)

@@ -97,6 +97,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "training": (
         "ResampleEachEpochCallback",
         "UnifiedDataCollator",
+        "device_training_args",
         "exclude_instructions_from_pooling",
         "losses_for_tasks",
         "prompts_from_unified",
@@ -277,6 +278,7 @@ if TYPE_CHECKING:
     from hf_unified_embed.training import (
         ResampleEachEpochCallback,
         UnifiedDataCollator,
+        device_training_args,
         exclude_instructions_from_pooling,
         losses_for_tasks,
         prompts_from_unified,

@@ -10,7 +10,8 @@ Two behaviours differ from the stock card on purpose:
 
 * dataset and base-model ids are kept when the Hub cannot be reached (``HF_HUB_OFFLINE=1`` or
   ``local_files_only``); the stock card silently drops ids it cannot look up;
-* evaluation results from :mod:`hf_unified_embed.evaluation` join the ``model-index`` metadata.
+* evaluation results from :mod:`hf_unified_embed.evaluation` join the ``model-index`` metadata
+  (one entry per evaluation set), and every metric there is rounded to 4 digits.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from huggingface_hub.constants import HF_HUB_OFFLINE
 from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardData
 
 from hf_unified_embed.cards import template_path
+from hf_unified_embed.evaluation.results import CARD_DIGITS
 
 _SECTIONS_TEMPLATE = "model_card.md.j2"
 _INSERT_BEFORE = "## Training Details"
@@ -120,8 +122,17 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
         data = super().to_dict()
         if self.model_index_results:
             index = data.get("model-index") or [{"name": self.model_name or "model", "results": []}]
-            index[0].setdefault("results", []).extend(self.model_index_results)
+            # Running the suite also stored each evaluator's metrics in the stock card data, under the
+            # entry name as dataset type: keep one entry per evaluation set, the suite's.
+            suite_sets = {result.get("dataset", {}).get("name") for result in self.model_index_results}
+            stock = [r for r in index[0].get("results", []) if r.get("dataset", {}).get("type") not in suite_sets]
+            index[0]["results"] = stock + list(self.model_index_results)
             data["model-index"] = index
+        for entry in data.get("model-index") or []:
+            for result in entry.get("results", []):
+                for metric in result.get("metrics", []):
+                    if isinstance(metric.get("value"), float):
+                        metric["value"] = round(metric["value"], CARD_DIGITS)
         if self.datasets:
             data["datasets"] = list(self.datasets)
         self._cached_dict = data

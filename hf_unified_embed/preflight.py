@@ -175,12 +175,13 @@ def _training_arguments(recipe: TrainRecipe, origin: str) -> tuple[Any, str | No
     import torch
     from sentence_transformers import SentenceTransformerTrainingArguments
 
+    from hf_unified_embed.training.devices import device_training_args
+
     settings: dict[str, Any] = {
         "report_to": "none",
         "save_strategy": "no",
         "seed": recipe.seed,
-        # Pinned memory only helps copies to an accelerator; on CPU torch warns on every dataloader.
-        "dataloader_pin_memory": torch.cuda.is_available(),
+        **device_training_args(),
     }
     if world_size() > 1 and not torch.cuda.is_available():
         # transformers only sets up DDP on CPU when told to; otherwise every process trains alone.

@@ -8,7 +8,7 @@ Example (``examples/recipes/train.yaml`` is a complete one)::
                                           #     attn_implementation: sdpa, gradient_checkpointing: true}
                                           # (hf_unified_embed.backbones.ModelConfig; decoder LLMs)
     data:
-      path: outputs/demo/curriculum       # a unified folder (Hub layout) or a Hub dataset repo
+      path: outputs/demo/data             # a unified folder (Hub layout) or a Hub dataset repo
       tasks: [stsb, sick, wikiqa, trecqa]
     losses:                               # per task type or task name: a class name and its kwargs
       retrieval: {name: MultiPositiveInfoNCELoss, temperature: 0.02}
@@ -17,8 +17,10 @@ Example (``examples/recipes/train.yaml`` is a complete one)::
     negatives_per_query: 4
     max_seq_length: 128                   # default: the base model's
     instructions: true
-    curriculum: {plan: outputs/demo/curriculum/curriculum_plan.json}
-    sampler: {interleave: round_robin, instance_order: easy_to_hard, batch_sizes: {wikiqa: 32}}
+    curriculum: null                      # or {plan: curriculum_plan.json} / {teacher: MODEL} (Data-CUBE),
+                                          # with sampler {interleave: round_robin, instance_order: easy_to_hard}
+    sampler: {interleave: shuffled, instance_order: random, batch_sizes: {wikiqa: 32}}
+                                          # (the configuration that measured best, docs/quality.md)
                                           # or {kind: proportional}: sentence-transformers' stock sampler
                                           # (refused with several processes unless allow_multi_device: true)
     training_args: {num_train_epochs: 1, per_device_train_batch_size: 16, learning_rate: 2.0e-5}

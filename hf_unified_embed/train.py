@@ -133,10 +133,22 @@ def _curriculum(
 
 def _card_data(recipe: TrainRecipe, tasks: DatasetDict) -> UnifiedModelCardData:
     from hf_unified_embed.data.hub_layout import task_summary
+    from hf_unified_embed.data.provenance import UNKNOWN, card_license, notes_of
 
-    unified_tasks = [{"task": name, **task_summary(dataset)} for name, dataset in tasks.items()]
+    notes = {name: notes_of(dataset) for name, dataset in tasks.items()}
+    unified_tasks = [
+        {
+            "task": name,
+            **task_summary(dataset),
+            "source": notes[name].get("source", UNKNOWN),
+            "license": notes[name].get("license", UNKNOWN),
+        }
+        for name, dataset in tasks.items()
+    ]
     dataset_id = None if Path(recipe.data.path).exists() else recipe.data.path
     return UnifiedModelCardData(
+        # The data's licenses bind the model: their one shared license, else "other" with the per-task table.
+        license=card_license(notes.values()) if any(notes.values()) else None,
         model_name=recipe.model_name,
         model_id=recipe.hub.repo_id if recipe.hub else None,
         base_model_id=recipe.base_model_id,

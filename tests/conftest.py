@@ -21,7 +21,7 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Tests without a speed marker are fast unit tests, so `-m unit` selects them too.
     for item in items:
-        if not any(item.get_closest_marker(m) for m in ("real_model", "multiprocess", "slow")):
+        if not any(item.get_closest_marker(m) for m in ("real_model", "multiprocess", "slow", "examples")):
             item.add_marker(pytest.mark.unit)
 
 

@@ -162,6 +162,8 @@ def test_a_hub_id_takes_the_same_load_dataset_call_and_lands_in_the_card(
         "source": "hub",
         "license": "CC-BY-SA-4.0",
         "format": "hub",
+        "name": "nli",
+        "files": ["sentence-transformers/all-nli"],
         "dataset": "sentence-transformers/all-nli",
         "config": "triplet",
         "source_split": "train",

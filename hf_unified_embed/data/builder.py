@@ -16,6 +16,7 @@ from datasets import BuilderConfig, DatasetDict, DatasetInfo, DownloadMode, Gene
 from datasets.exceptions import DatasetGenerationError
 from datasets.fingerprint import get_temporary_cache_files_directory
 
+from hf_unified_embed.data.provenance import task_notes, with_source_notes
 from hf_unified_embed.data.readers import decoding_error, first_undecodable_byte, resolve_inputs
 from hf_unified_embed.data.recipe import BuildRecipe, SourceSpec, load_build_recipe
 from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, get_source_format
@@ -263,6 +264,9 @@ def build_unified_with_report(
         dataset, skipped, notes = build_source(spec, base_dir=plan.base_dir, cache_dir=cache_dir)
         if skipped:
             logger.info("%s: skipped %s", spec.name, dict(skipped))
+        # The rows carry where they come from, so save_unified and model cards show it whichever API is used.
+        files = resolve_inputs(spec.data_files, plan.base_dir, dataset_ids=get_source_format(spec.format).dataset_ids)
+        dataset = with_source_notes(dataset, task_notes(spec, notes, files=files))
         tasks = dataset.unique("task") if len(dataset) else [spec.name]
         for task in tasks:
             part = (
@@ -289,6 +293,9 @@ def build_unified(
     cache_dir: str | Path | None = None,
 ) -> DatasetDict:
     """Build a recipe into a validated ``DatasetDict`` keyed by task name.
+
+    Each task carries its source notes (name, format, files, license, source; see
+    :mod:`hf_unified_embed.data.provenance`), which :func:`save_unified` writes into the dataset card.
 
     Args:
         recipe: a :class:`BuildRecipe`, a dict ``{"sources": [...]}`` or a YAML file path.

@@ -20,6 +20,7 @@ from huggingface_hub import DatasetCard, DatasetCardData
 
 from hf_unified_embed.cards import render_template
 from hf_unified_embed.data.layout_check import check_layout, check_shard_schemas, read_card, unified_tasks
+from hf_unified_embed.data.provenance import card_license, notes_of, task_notes, with_source_notes
 from hf_unified_embed.data.recipe import SourceSpec
 from hf_unified_embed.errors import InputError
 from hf_unified_embed.locations import looks_local
@@ -86,22 +87,6 @@ def _as_splits(data: DatasetDict | Mapping[str, DatasetDict]) -> dict[str, dict[
     return {split: dict(tasks) for split, tasks in data.items()}
 
 
-def task_notes(spec: SourceSpec | None, carried: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A task's ``source_notes`` entry: source, license and format from its recipe source, then ``carried``.
-
-    ``carried`` holds what an adapter reported (a Hub dataset id, its config and revision) or what an
-    earlier card said about the task; it wins over the defaults so facts survive later rewrites
-    (curriculum, mined negatives).
-    """
-    notes: dict[str, Any] = {
-        "source": spec.source if spec and spec.source else (spec.format if spec else "unknown"),
-        "license": spec.license if spec and spec.license else "unknown",
-        "format": spec.format if spec else "unified",
-    }
-    notes.update(carried or {})
-    return notes
-
-
 def source_notes(card: DatasetCard) -> dict[str, dict[str, Any]]:
     """The ``source_notes`` of a unified dataset card, per task (what to carry into a folder derived from it)."""
     notes = card.data.to_dict().get("source_notes") or {}
@@ -124,7 +109,15 @@ def render_dataset_card(
     tasks = list(dict.fromkeys(task for tasks in splits.values() for task in tasks))
     infos = DatasetInfosDict()
     rows_table = []
-    all_notes = {task: task_notes(sources.get(task), (notes or {}).get(task)) for task in tasks}
+    # Defaults from the recipe source, then what the rows carry, then what the caller adds.
+    carried = {
+        task: {
+            **next((notes_of(by_task[task]) for by_task in splits.values() if task in by_task), {}),
+            **(notes or {}).get(task, {}),
+        }
+        for task in tasks
+    }
+    all_notes = {task: task_notes(sources.get(task), carried[task]) for task in tasks}
     for task in tasks:
         split_dict = SplitDict()
         features = None
@@ -161,10 +154,9 @@ def render_dataset_card(
             "default": True,
         }
     )
-    licenses = sorted({note["license"] for note in all_notes.values()})
     card_data = DatasetCardData(
         pretty_name=pretty_name,
-        license=licenses[0].lower() if len(licenses) == 1 and licenses[0] != "unknown" else "other",
+        license=card_license(all_notes.values()),
         task_categories=["sentence-similarity", "text-retrieval"],
         tags=["sentence-transformers", "embeddings", "hf-unified-embed"],
         configs=configs,
@@ -295,14 +287,17 @@ def load_unified(
     Each task is read with ``datasets.load_dataset(repo_id_or_dir, task, split=split)``. A local
     folder's card, layout and Parquet schemas are checked first
     (:func:`~hf_unified_embed.data.layout_check.check_layout`); a path that does not exist is an
-    :class:`~hf_unified_embed.errors.InputNotFoundError`, never a Hub lookup.
+    :class:`~hf_unified_embed.errors.InputNotFoundError`, never a Hub lookup. Each task carries the
+    card's ``source_notes`` for it (:mod:`hf_unified_embed.data.provenance`).
     """
+    card = read_card(repo_id_or_dir, token=token)
     if looks_local(repo_id_or_dir):
         layout = check_layout(repo_id_or_dir, strict_root=False)
         check_shard_schemas(layout)
         declared = layout.declared
     else:
-        declared = unified_tasks(read_card(repo_id_or_dir, token=token), source=f"{repo_id_or_dir}/README.md")
+        declared = unified_tasks(card, source=f"{repo_id_or_dir}/README.md")
+    notes = source_notes(card)
     if tasks is None:
         tasks = [task for task, splits in declared.items() if split in splits]
     unknown = [task for task in tasks if task not in declared]
@@ -325,5 +320,6 @@ def load_unified(
             cache_dir=cache_dir,
         )
         assert isinstance(dataset, Dataset)
-        result[task] = dataset
+        # The card's notes travel with the rows into whatever is saved or trained from them.
+        result[task] = with_source_notes(dataset, notes[task]) if notes.get(task) else dataset
     return result

@@ -21,6 +21,9 @@ from hf_unified_embed.evaluation.diagnostics import DIAGNOSTIC_METRICS, Embeddin
 from hf_unified_embed.outputs import StagedOutput
 from hf_unified_embed.redaction import redact
 
+#: Digits of the metric values cards show (``model-index``); the JSON results keep full precision.
+CARD_DIGITS = 4
+
 
 @dataclass
 class EntryResult:
@@ -68,7 +71,7 @@ class EntryResult:
                 dataset_split=self.split,
                 metric_type=key,
                 metric_name=key.replace("_", " ").title(),
-                metric_value=value,
+                metric_value=round(value, CARD_DIGITS),
             )
             for key, value in self.reported_metrics.items()
         ]

@@ -6,6 +6,7 @@ A suite is YAML (or a dict, or a bare list of entries)::
     data_root: ../../../shared/data  # relative data paths resolve here (default: the suite's folder)
     batch_size: 64                   # encoding batch size of every evaluator
     diagnostics: {max_texts: 512}    # CoDiEmb §4 diagnostics per set; false to skip
+    max_rows: null                   # evaluate on the first N rows of every set (a smoke run)
     evaluations:
       - name: sts13                  # unique, a valid task name; prefixes the metric keys
         kind: sts                    # a registered evaluation kind, or my_pkg.kinds:MyKind
@@ -23,6 +24,7 @@ A suite is YAML (or a dict, or a bare list of entries)::
         data_files: ir/msmarco-dl-subset
         evaluator: {relevance_threshold: 0.5}   # options of the kind's evaluator class
         dataset_id: mteb/msmarco     # optional Hub id for the model-index
+        max_rows: 20                 # optional: this set's own row cap (queries here)
 
 Each ``kind`` is an :class:`~hf_unified_embed.evaluation.kinds.EvaluationKind` (the unified task type
 of its rows, its sentence-transformers evaluator, primary and reported metrics); the built-in ones
@@ -94,6 +96,12 @@ class DiagnosticsConfig:
             raise SuiteError(f"diagnostics: rtol must be a non-negative number or null, got {rtol!r}")
 
 
+def _max_rows_problem(value: Any) -> str | None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return None
+    return f"got {value!r}; expected a positive integer or null (all rows)"
+
+
 @dataclass
 class SuiteEntry:
     """One evaluation set: where its rows come from and which evaluator scores it."""
@@ -110,6 +118,7 @@ class SuiteEntry:
     corpus_files: str | list[str] | None = None
     dataset_id: str | None = None
     diagnostics: bool = True
+    max_rows: int | None = None
     evaluation_kind: EvaluationKind = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -143,6 +152,9 @@ class SuiteEntry:
         for name in ("options", "evaluator"):
             if not isinstance(getattr(self, name), dict):
                 raise fail(name, "expected a mapping")
+        problem = _max_rows_problem(self.max_rows)
+        if problem:
+            raise fail("max_rows", problem)
         if self.corpus_files is not None and not self.evaluation_kind.takes_corpus_files:
             raise fail("corpus_files", f"kind {self.evaluation_kind.name!r} has no corpus (retrieval kinds do)")
         try:
@@ -167,11 +179,15 @@ class EvaluationSuite:
     data_root: Path | None = None
     batch_size: int = 32
     diagnostics: DiagnosticsConfig | None = field(default_factory=DiagnosticsConfig)
+    max_rows: int | None = None
     origin: str = "<suite>"
 
     def __post_init__(self) -> None:
         if not self.entries:
             raise SuiteError(f"{self.origin}: the suite has no evaluations")
+        problem = _max_rows_problem(self.max_rows)
+        if problem:
+            raise SuiteError(f"{self.origin}: max_rows: {problem}")
         names = [entry.name for entry in self.entries]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
@@ -193,7 +209,7 @@ class EvaluationSuite:
             raise SuiteError(
                 f"{origin}: expected a mapping with an 'evaluations' list (or a bare list of evaluations)"
             )
-        known_top = {"name", "data_root", "batch_size", "diagnostics", "evaluations"}
+        known_top = {"name", "data_root", "batch_size", "diagnostics", "max_rows", "evaluations"}
         unknown_top = sorted(set(data) - known_top)
         if unknown_top:
             raise SuiteError(f"{origin}: unknown top-level field(s) {unknown_top}; fields are {sorted(known_top)}")
@@ -222,8 +238,13 @@ class EvaluationSuite:
             data_root=root,
             batch_size=data.get("batch_size", 32),
             diagnostics=_diagnostics_config(data.get("diagnostics", True), origin),
+            max_rows=data.get("max_rows"),
             origin=origin,
         )
+
+    def rows_of(self, entry: SuiteEntry) -> int | None:
+        """How many rows of ``entry`` are evaluated: its own ``max_rows``, else the suite's (``None``: all)."""
+        return entry.max_rows if entry.max_rows is not None else self.max_rows
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> EvaluationSuite:
@@ -285,6 +306,7 @@ def load_entry_rows(suite: EvaluationSuite) -> dict[str, Dataset]:
                     task_type=entry.evaluation_kind.task_type,
                     split=entry.split,
                     options=entry.source_options,
+                    max_rows=suite.rows_of(entry),
                 )
             )
     if specs:
@@ -295,7 +317,9 @@ def load_entry_rows(suite: EvaluationSuite) -> dict[str, Dataset]:
             rows[name] = dataset
     for entry in suite.entries:
         if entry.unified is not None:
-            rows[entry.name] = _unified_rows(entry, suite.data_root)
+            dataset = _unified_rows(entry, suite.data_root)
+            limit = suite.rows_of(entry)
+            rows[entry.name] = dataset.select(range(min(limit, len(dataset)))) if limit else dataset
     return rows
 
 

@@ -1,0 +1,253 @@
+"""The command line every script in ``examples/`` shares (and ``bench/quality.py``).
+
+Every example takes the same options with the same defaults and help texts — ``--base-model``,
+``--data-root``, ``--output-dir``, ``--max-steps``, ``--seed``, plus ``--eval-rows`` and ``--device``
+— and adds its own::
+
+    from hf_unified_embed.example_cli import example_parser, parse_example_args, run_example
+
+    def main(argv=None):
+        parser = example_parser(__file__, __doc__)
+        parser.add_argument("--batch-size", type=int, default=32)
+        args = parse_example_args(parser, argv, full_steps=-1)   # -1: one epoch
+        ...
+
+    if __name__ == "__main__":
+        run_example(main)
+
+It lives in the package, not next to the scripts, so that an example copied out of the repository
+still runs wherever ``hf-unified-embed`` is installed. Importing it (first, before the Hugging Face
+libraries) makes a script offline unless the environment says otherwise (``HF_HUB_OFFLINE=1``:
+nothing is downloaded) and keeps tokenizers from warning about forked processes.
+
+A *smoke run* is ``--max-steps`` between 1 and :data:`SMOKE_MAX_STEPS`: it exists to show the script
+still works end to end (CI runs every example that way, ``tests/test_examples.py``), so its
+evaluation uses the first :data:`SMOKE_EVAL_ROWS` rows of every set unless ``--eval-rows`` says
+otherwise (:func:`evaluation_suite` applies it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from hf_unified_embed.errors import HfUnifiedEmbedError, InputNotFoundError, SuiteError
+
+#: ``--max-steps`` up to this is a smoke run.
+SMOKE_MAX_STEPS = 10
+#: Rows per evaluation set in a smoke run (unless ``--eval-rows`` is given).
+SMOKE_EVAL_ROWS = 64
+#: Exit code of an input error, as in the ``hf-unified-embed`` command line.
+INPUT_ERROR_EXIT_CODE = 2
+
+
+def default_data_root(script: str | Path) -> Path:
+    """``../shared/data`` next to the repository that holds ``script`` (``examples/x.py`` or ``bench/x.py``)."""
+    return Path(script).resolve().parent.parent.parent / "shared" / "data"
+
+
+def example_parser(
+    script: str | Path,
+    description: str | None = None,
+    *,
+    data_root: str | Path | None = None,
+    base_model: str = "the packaged all-MiniLM-L6-v2",
+) -> argparse.ArgumentParser:
+    """An ``ArgumentParser`` holding the shared options; add the script's own options to it.
+
+    Args:
+        script: the script's ``__file__`` (names the program and the default output folder).
+        description: the ``--help`` text, usually the script's ``__doc__``.
+        data_root: the default ``--data-root``; the shared data next to the repository unless the
+            script reads another folder (the demo reads the bundled sample).
+        base_model: what ``--base-model`` defaults to, for the help text; a script whose default is
+            not the packaged MiniLM parses with ``parse_example_args(..., packaged_base=False)``.
+    """
+    name = Path(script).stem
+    parser = argparse.ArgumentParser(
+        prog=Path(script).name, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    shared = parser.add_argument_group("options every example takes")
+    shared.add_argument(
+        "--base-model",
+        metavar="MODEL",
+        help=f"model to start from: a local folder or a Hub id (default: {base_model})",
+    )
+    shared.add_argument(
+        "--data-root",
+        type=Path,
+        metavar="DIR",
+        default=Path(data_root) if data_root is not None else default_data_root(script),
+        help="folder the data files are read from (default: %(default)s)",
+    )
+    shared.add_argument(
+        "--output-dir",
+        type=Path,
+        metavar="DIR",
+        default=Path("outputs") / name,
+        help="everything the script writes goes under this folder (default: %(default)s)",
+    )
+    shared.add_argument(
+        "--max-steps",
+        type=int,
+        metavar="N",
+        help=(
+            "stop every training run after N optimizer steps (default: the script's full run, see "
+            f"docs/examples.md); 1–{SMOKE_MAX_STEPS} is a smoke run, which also evaluates on small slices"
+        ),
+    )
+    shared.add_argument(
+        "--seed", type=int, default=42, help="seed of sampling, data order and initialisation (default: %(default)s)"
+    )
+    shared.add_argument(
+        "--eval-rows",
+        type=int,
+        metavar="N",
+        help=f"evaluate on the first N rows of every evaluation set; 0: all (default: all, {SMOKE_EVAL_ROWS} in a smoke run)",
+    )
+    shared.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)")
+    return parser
+
+
+def parse_example_args(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None = None,
+    *,
+    full_steps: int = -1,
+    packaged_base: bool = True,
+) -> argparse.Namespace:
+    """Parse and resolve the shared options.
+
+    Afterwards ``base_model`` is a path or id (the packaged MiniLM by default; ``None`` when not given
+    and ``packaged_base`` is false, for a script that builds its own), ``max_steps`` an int
+    (``full_steps`` when not given; -1 means the epochs decide), ``smoke`` says whether this is a smoke
+    run, ``eval_rows`` is ``None`` (all rows) or a row cap, and ``device`` is set.
+    """
+    import torch
+
+    from hf_unified_embed.recipe import packaged_minilm_path
+
+    args = parser.parse_args(argv)
+    if args.max_steps is not None and args.max_steps == 0:
+        parser.error("--max-steps must be a positive number of steps, or -1 for the full run")
+    if args.eval_rows is not None and args.eval_rows < 0:
+        parser.error("--eval-rows must be 0 (all rows) or a positive number of rows")
+    if packaged_base:
+        args.base_model = args.base_model or packaged_minilm_path()
+    args.max_steps = full_steps if args.max_steps is None else args.max_steps
+    args.smoke = 0 < args.max_steps <= SMOKE_MAX_STEPS
+    if args.eval_rows is None:
+        args.eval_rows = SMOKE_EVAL_ROWS if args.smoke else 0
+    args.eval_rows = args.eval_rows or None
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.smoke:
+        rows = f"the first {args.eval_rows} rows of each set" if args.eval_rows else "whole sets"
+        print(f"smoke run: {args.max_steps} step(s) per training run; any evaluation uses {rows}", flush=True)
+    return args
+
+
+def require_files(data_root: Path, *relative: str) -> None:
+    """Fail with one located line, naming ``--data-root``, when an input the script needs is missing."""
+    missing = [name for name in relative if not (data_root / name).exists()]
+    if missing:
+        raise InputNotFoundError(
+            f"{data_root}: missing {', '.join(missing)}; point --data-root at the folder that holds them"
+        )
+
+
+def sample_recipe(recipe: str | Path, data_root: Path) -> Any:
+    """A build recipe whose sources' files are looked up by name in ``data_root``.
+
+    The bundled sample's recipe (``examples/recipes/sample.yaml``) names its files relative to itself;
+    with this, ``--data-root`` points a script at another copy of the sample.
+    """
+    from dataclasses import replace
+
+    from hf_unified_embed.data import BuildRecipe, load_build_recipe
+
+    loaded = load_build_recipe(recipe)
+    sources = [
+        replace(
+            spec,
+            data_files=[Path(name).name for name in spec.data_files]
+            if isinstance(spec.data_files, list)
+            else Path(spec.data_files).name,
+        )
+        for spec in loaded.sources
+    ]
+    return BuildRecipe(sources, base_dir=data_root, origin=loaded.origin)
+
+
+def training_arguments(args: argparse.Namespace, output_dir: str | Path, **settings: Any) -> Any:
+    """``SentenceTransformerTrainingArguments`` with the shared settings plus the script's ``settings``.
+
+    Shared: ``max_steps`` and ``seed`` from the command line, no checkpoints, no experiment tracker,
+    and the device settings of :func:`~hf_unified_embed.training.device_training_args` (no pinned
+    memory without CUDA). ``settings`` win over them.
+    """
+    from sentence_transformers import SentenceTransformerTrainingArguments
+
+    return SentenceTransformerTrainingArguments(output_dir=str(output_dir), **recipe_training_args(args, **settings))
+
+
+def recipe_training_args(args: argparse.Namespace, **settings: Any) -> dict[str, Any]:
+    """The ``training_args`` of a training recipe with the shared settings (see :func:`training_arguments`)."""
+    from hf_unified_embed.training import device_training_args
+
+    return {
+        "max_steps": args.max_steps,
+        "seed": args.seed,
+        "save_strategy": "no",
+        "report_to": "none",
+        **device_training_args(args.device),
+        **settings,
+    }
+
+
+def evaluation_suite(
+    args: argparse.Namespace, suite: str | Path | Mapping[str, Any], *, data_root: str | Path | None = None
+) -> dict[str, Any]:
+    """An evaluation suite (YAML path or dict) as a dict capped at ``--eval-rows`` rows per set.
+
+    The cap also bounds the texts the embedding-space diagnostics sample.
+
+    A YAML file's relative ``data_root`` is resolved against the file first, so the dict works from
+    any folder; ``data_root`` overrides the suite's.
+    """
+    from hf_unified_embed.yaml_files import read_yaml_mapping
+
+    if isinstance(suite, (str, Path)):
+        path = Path(suite)
+        loaded = read_yaml_mapping(path, SuiteError)
+        if loaded.get("data_root") is not None:
+            loaded["data_root"] = str((path.resolve().parent / str(loaded["data_root"])).resolve())
+        else:
+            loaded["data_root"] = str(path.resolve().parent)
+    else:
+        loaded = dict(suite)
+    if data_root is not None:
+        loaded["data_root"] = str(data_root)
+    if args.eval_rows:
+        loaded["max_rows"] = args.eval_rows
+        diagnostics = loaded.get("diagnostics", True)
+        if diagnostics is not False and diagnostics is not None:
+            settings = dict(diagnostics) if isinstance(diagnostics, Mapping) else {}
+            settings["max_texts"] = min(int(settings.get("max_texts", args.eval_rows)), args.eval_rows)
+            loaded["diagnostics"] = settings
+    return loaded
+
+
+def run_example(main: Callable[[], Any]) -> None:
+    """Run an example's ``main``; an input problem is one ``error: ...`` line and exit code 2, as in the CLI."""
+    try:
+        main()
+    except HfUnifiedEmbedError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(INPUT_ERROR_EXIT_CODE)

@@ -1,0 +1,160 @@
+"""Every script in examples/ runs end to end: a smoke run (2 steps) on the bundled sample and a tiny model.
+
+The bundled sample (examples/data) holds a few hundred rows of each source; ``sample_data_root``
+lays it out like ../shared/data (links, no copies), so every example reads it through its ordinary
+``--data-root``. Scripts are discovered, so a new example fails here until it has an entry in
+``SMOKE_RUNS``. Each runs in its own process, as a user starts it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+SAMPLE = EXAMPLES / "data"
+SCRIPTS = sorted(path.name for path in EXAMPLES.glob("*.py"))
+SHARED_OPTIONS = ("--base-model", "--data-root", "--output-dir", "--max-steps", "--seed", "--eval-rows", "--device")
+
+#: Scripts that read the bundled sample in its own layout (their default --data-root).
+OWN_SAMPLE_LAYOUT = {"demo.py", "train_llm_lora.py"}
+#: Scripts whose default base model is not a BERT (they build their own tiny decoder).
+OWN_BASE_MODEL = {"train_llm_lora.py"}
+#: The shared-data path of each file of the bundled sample.
+SAMPLE_LAYOUT = {
+    "sts/stsbenchmark/sts-train.csv": "stsb-train.tsv",
+    "sts/stsbenchmark/sts-dev.csv": "eval/stsb-dev.tsv",
+    "sts/sick2014/SICK_train.txt": "sick-train.txt",
+    "sts/sick2014/SICK_trial.txt": "eval/sick-trial.txt",
+    "ir/wikiqa/train.tsv": "wikiqa-train.tsv",
+    "ir/trecqa/train.csv": "trecqa-train.csv",
+    "ir/trecqa/dev.csv": "eval/trecqa-test.csv",
+    "ir/trecqa/test.csv": "eval/trecqa-test.csv",
+    "ir/msmarco-dl-subset": "msmarco-dl-sample",
+    "pair/msrp/msr-para-train.tsv": "msrp-train.tsv",
+    "pair/msrp/msr-para-test.tsv": "eval/msrp-test.tsv",
+}
+
+
+def _exists(*relative: str) -> Callable[[Path], None]:
+    def check(output: Path) -> None:
+        for name in relative:
+            assert (output / name).exists(), f"{output / name} was not written"
+
+    return check
+
+
+def _demo_outputs(output: Path) -> None:
+    _exists("results.json", "merged/README.md", "ir-leaning/README.md", "logs")(output)
+    card = (output / "data" / "README.md").read_text(encoding="utf-8")
+    # The sample recipe's provenance reaches the card through the Python API (build_unified + save_unified).
+    assert "CC-BY-NC-SA-3.0" in card and "source: unknown" not in card and "license: unknown" not in card
+
+
+#: Per script: its own options for a smoke run, and what it must have written.
+SMOKE_RUNS: dict[str, tuple[list[str], Callable[[Path], None]]] = {
+    "train_llm_lora.py": (
+        ["--batch-size", "4", "--lora-r", "4"],
+        _exists("adapter/adapter_model.safetensors", "adapter/README.md", "merged/model.safetensors"),
+    ),
+    "curriculum_datacube.py": (
+        ["--iterations", "2000", "--max-rows-per-task", "64", "--batch-size", "8"],
+        _exists("curriculum/curriculum_plan.json", "model/model.safetensors"),
+    ),
+    "demo.py": ([], _demo_outputs),
+    "gur_pretrain.py": (["--batch-size", "8", "--save-mlm-head"], _exists("final/mlm_head.safetensors")),
+    "merge_and_publish.py": ([], _exists("merged-hierarchical/README.md", "ir-leaning/model.safetensors")),
+    "merge_hierarchical.py": ([], _exists("merged/model.safetensors", "deltas.png")),
+    "train_angle_stsb.py": (["--batch-size", "8"], _exists("model/evaluation.json")),
+    "train_instructor.py": (["--batch-size", "8"], _exists("model/model.safetensors")),
+    "train_ir_sts.py": (["--batch-size", "8", "--max-rows", "64"], _exists("final/model.safetensors")),
+}
+
+
+@pytest.fixture(scope="session")
+def sample_data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled sample laid out like ../shared/data."""
+    root = tmp_path_factory.mktemp("sample-data")
+    for shared, bundled in SAMPLE_LAYOUT.items():
+        (root / shared).parent.mkdir(parents=True, exist_ok=True)
+        (root / shared).symlink_to(SAMPLE / bundled, target_is_directory=(SAMPLE / bundled).is_dir())
+    return root
+
+
+def _load(script: str):
+    spec = importlib.util.spec_from_file_location(f"example_{Path(script).stem}", EXAMPLES / script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_example_has_a_smoke_run() -> None:
+    assert sorted(SMOKE_RUNS) == SCRIPTS, "add the new example to SMOKE_RUNS in tests/test_examples.py"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_example_takes_the_shared_options(script: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from hf_unified_embed.example_cli import example_parser
+
+    with pytest.raises(SystemExit) as stop:
+        _load(script).main(["--help"])
+    assert stop.value.code == 0
+    text = _without_defaults(capsys.readouterr().out)
+    shared = _without_defaults(example_parser(EXAMPLES / script).format_help())
+    group = shared[shared.index("options every example takes") :]
+    # The same option lines, help texts and defaults as the shared parser's (not copies that drift);
+    # only the defaults of --data-root and --base-model may differ (the demo reads the bundled sample).
+    assert group in text
+    for option in SHARED_OPTIONS:
+        assert option in group
+
+
+def _without_defaults(text: str) -> str:
+    """Help text, whitespace normalised (column widths depend on the other options), without the two defaults."""
+    text = re.sub(r"read from \(default:[^)]*\)", "read from (default: DATA_ROOT)", " ".join(text.split()))
+    return re.sub(r"Hub id \(default:[^)]*\)", "Hub id (default: BASE)", text)
+
+
+@pytest.mark.examples
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_example_smoke_run(script: str, tiny_model_path: str, sample_data_root: Path, tmp_path: Path) -> None:
+    extra, check = SMOKE_RUNS[script]
+    output = tmp_path / "out"
+    data_root = [] if script in OWN_SAMPLE_LAYOUT else ["--data-root", str(sample_data_root)]
+    base = [] if script in OWN_BASE_MODEL else ["--base-model", tiny_model_path]
+    teacher = ["--teacher", tiny_model_path] if script == "curriculum_datacube.py" else []
+    command = [sys.executable, str(EXAMPLES / script), *base, *data_root, *teacher]
+    command += ["--output-dir", str(output), "--max-steps", "2", *extra]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-4000:]
+    assert "smoke run: 2 step(s)" in done.stdout
+    assert "pin_memory" not in log, "a dataloader pinned memory without an accelerator"
+    check(output)
+
+
+@pytest.mark.examples
+def test_example_reports_missing_data_as_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "train_ir_sts.py"), "--data-root", str(tmp_path), "--max-steps", "1"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path}: missing sts/stsbenchmark/sts-train.csv")
+    )
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,97 @@
+"""bench/quality.py: the many-task split of the shared sources, equal steps, and the report it writes."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def quality():
+    spec = importlib.util.spec_from_file_location("bench_quality", REPO / "bench" / "quality.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_many_task_setting_splits_the_shared_train_files_into_at_least_20_tasks(
+    quality, shared_data: Path, tmp_path: Path
+) -> None:
+    from hf_unified_embed.data import build_unified
+    from hf_unified_embed.data.provenance import notes_of
+
+    recipe = quality.many_task_sources(shared_data, tmp_path, None)
+    # Training never reads the SemEval test files: they are the suite's STS12–15.
+    assert not any(".test." in source["data_files"] for source in recipe["sources"])
+    tasks = build_unified(recipe)
+    assert len(tasks) >= 20
+    sizes = {name: len(dataset) for name, dataset in tasks.items()}
+    prefixes = {"stsb": 5_749, "sick": 4_500, "semeval12": 1_484, "msrp": 3_576, "wikiqa": 872, "trecqa": 83}
+    for prefix, rows in prefixes.items():
+        # Every row (answered question) of each source lands in exactly one bucket.
+        assert sum(size for name, size in sizes.items() if name.split("-")[0] == prefix) == rows, prefix
+    assert {name for name in tasks if name.startswith("stsb-")} == {
+        "stsb-msrpar",
+        "stsb-msrvid",
+        "stsb-deft-forum",
+        "stsb-deft-news",
+        "stsb-headlines",
+        "stsb-images",
+    }
+    assert {name for name in tasks if name.startswith("sick-")} == {
+        "sick-contradiction",
+        "sick-entailment",
+        "sick-neutral",
+    }
+    assert {"wikiqa-what", "wikiqa-who", "trecqa-what", "trecqa-other"} <= set(tasks)
+    assert notes_of(tasks["wikiqa-who"])["source"] == "WikiQA train, 'who' questions"
+    # Same data, one pass: shuffled and curriculum rows train these steps.
+    assert quality.epoch_steps(tasks, 32) == sum(-(-size // 32) for size in sizes.values())
+
+
+def test_question_buckets_fold_rare_words_into_other(quality) -> None:
+    rows = [[f"what is {i}?"] for i in range(15)] + [[f"who is {i}?"] for i in range(14)] + [["Name a fruit"]]
+    key = quality._question_buckets(rows, 0)
+    assert {key(row) for row in rows} == {"what", "other"}
+
+
+def test_report_tables_step_ratios_and_markdown_blocks(quality, tmp_path: Path) -> None:
+    metrics = {
+        **{name: {"metrics": {"spearman_cosine": 0.5}} for name in quality.STS_MEAN},
+        "stsb-dev": {"metrics": {"spearman_cosine": 0.8}},
+        "sick-trial": {"metrics": {"spearman_cosine": 0.7}},
+        "msmarco-dl": {"metrics": {"cosine_ndcg@10": 0.6}},
+        "trecqa-test": {"metrics": {"cosine_map": 0.75}},
+        "msrp-test": {"metrics": {"cosine_ap": 0.85}},
+    }
+    results = {
+        "base": {"results": metrics},
+        "st-baseline": {"results": metrics, "training": {"steps": 11, "timed_steps": 10, "seconds": 20.0}},
+        "codiemb": {"results": metrics, "training": {"steps": 11, "timed_steps": 10, "seconds": 25.0}},
+        "one-step": {"results": metrics, "training": {"steps": 1, "timed_steps": 0, "seconds": 0.0}},
+    }
+    ratios = quality.step_ratios(results)
+    assert ratios == {"base": None, "st-baseline": 1.0, "codiemb": 1.25, "one-step": None}
+    del results["one-step"]
+    table = quality.markdown_table({row: quality.summarize(result) for row, result in results.items()}, ratios)
+    assert table.splitlines()[0].endswith("| step time (× ST) |")
+    assert (
+        table.splitlines()[-1]
+        == "| codiemb | **0.5000** | **0.8000** | **0.7000** | **0.6000** | **0.7500** | **0.8500** | 1.25 |"
+    )
+
+    doc = tmp_path / "quality.md"
+    doc.write_text("intro\n<!-- quality-main:begin -->\nold\n<!-- quality-main:end -->\nkept\n", encoding="utf-8")
+    report = {"command": "c", "machine": "m", "seconds": 60.0, "settings": {"output_dir": "out"}}
+    quality.write_report(doc, "quality-main", table, report)
+    text = doc.read_text(encoding="utf-8")
+    assert "old" not in text and table in text and text.startswith("intro\n") and text.endswith("kept\n")
+    with pytest.raises(ValueError, match="quality-many"):
+        quality.write_report(doc, "quality-many", table, report)
