@@ -21,14 +21,16 @@ Run::
 
 from __future__ import annotations
 
-import argparse
-import os
+from collections.abc import Sequence
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-REPO = Path(__file__).resolve().parent.parent
+from hf_unified_embed.example_cli import (
+    example_parser,
+    parse_example_args,
+    recipe_training_args,
+    require_files,
+    run_example,
+)
 
 
 def write_hub_copy(data_root: Path, folder: Path, max_rows: int, corpus_size: int) -> tuple[Path, Path]:
@@ -63,28 +65,32 @@ def write_hub_copy(data_root: Path, folder: Path, max_rows: int, corpus_size: in
     return folder, corpus
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
-    parser.add_argument("--base-model", help="the student; default: the packaged all-MiniLM-L6-v2")
-    parser.add_argument("--teacher", help="the mining teacher; default: the base model")
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = example_parser(__file__, __doc__)
+    parser.add_argument("--teacher", help="the mining teacher (default: the base model, the student)")
     parser.add_argument("--hub-dataset", help="a Hub id or folder with anchor/positive columns (config 'pair')")
-    parser.add_argument("--output-dir", type=Path, default=Path("outputs/distill-mined"))
-    parser.add_argument("--max-steps", type=int, default=200, help="optimizer steps")
-    parser.add_argument("--max-rows", type=int, default=872, help="questions taken from WikiQA train")
-    parser.add_argument("--corpus-size", type=int, default=3_000, help="wrong WikiQA candidates added as documents")
-    parser.add_argument("--seed", type=int, default=42)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--max-rows", type=int, default=872, help="questions taken from WikiQA train (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--corpus-size",
+        type=int,
+        default=3_000,
+        help="wrong WikiQA candidates added as documents (default: %(default)s)",
+    )
+    parser.add_argument("--batch-size", type=int, default=16, help="rows per step (default: %(default)s)")
+    args = parse_example_args(parser, argv, full_steps=200)
 
     from hf_unified_embed.data import build_unified_with_report, save_unified
     from hf_unified_embed.negatives import HardNegativeConfig, mine_negatives_folder
-    from hf_unified_embed.recipe import packaged_minilm_path, recipe_from_dict
+    from hf_unified_embed.recipe import recipe_from_dict
     from hf_unified_embed.train import train_from_recipe
 
-    base = args.base_model or packaged_minilm_path()
+    base = args.base_model
     corpus = None
     dataset = args.hub_dataset
     if dataset is None:
+        require_files(args.data_root, "ir/wikiqa/train.tsv")
         hub_copy, corpus = write_hub_copy(
             args.data_root, args.output_dir / "hub-copy", args.max_rows, args.corpus_size
         )
@@ -128,13 +134,13 @@ def main() -> None:
             "losses": {"retrieval": {"name": "DistillKLLoss"}},
             "negatives_per_query": 4,
             "instructions": False,
-            "training_args": {
-                "max_steps": args.max_steps,
-                "per_device_train_batch_size": 16,
-                "learning_rate": 2e-5,
-                "warmup_steps": 0.1,
-                "logging_steps": 10,
-            },
+            "training_args": recipe_training_args(
+                args,
+                per_device_train_batch_size=args.batch_size,
+                learning_rate=2e-5,
+                warmup_steps=0.1,
+                logging_steps=10,
+            ),
             "output_dir": str(args.output_dir / "model"),
             "seed": args.seed,
         },
@@ -145,4 +151,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_example(main)

@@ -70,6 +70,10 @@ SMOKE_RUNS: dict[str, tuple[list[str], Callable[[Path], None]]] = {
         _exists("curriculum/curriculum_plan.json", "model/model.safetensors"),
     ),
     "demo.py": ([], _demo_outputs),
+    "distill_mined_negatives.py": (
+        ["--batch-size", "4", "--max-rows", "32", "--corpus-size", "64"],
+        _exists("mined/README.md", "model/model.safetensors"),
+    ),
     "gur_pretrain.py": (["--batch-size", "8", "--save-mlm-head"], _exists("final/mlm_head.safetensors")),
     "merge_and_publish.py": ([], _exists("merged-hierarchical/README.md", "ir-leaning/model.safetensors")),
     "merge_hierarchical.py": ([], _exists("merged/model.safetensors", "deltas.png")),
