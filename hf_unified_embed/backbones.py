@@ -17,7 +17,9 @@ a trained folder loads with a plain ``SentenceTransformer(path)``. What an LLM e
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +113,31 @@ class ModelConfig:
                 f"{origin}: model.quantization {self.quantization!r} (QLoRA) needs the bitsandbytes package and a "
                 "CUDA device; install bitsandbytes on a GPU machine or remove model.quantization"
             )
+
+
+@contextlib.contextmanager
+def without_cudnn_attention() -> Iterator[None]:
+    """Keep PyTorch's cuDNN attention kernel out of a training run on CUDA; restore the setting afterwards.
+
+    Since torch 2.11, the cuDNN backend of ``scaled_dot_product_attention`` (the default for bf16/fp16
+    on Hopper GPUs) can return NaN query gradients when an attention mask is passed — which every padded
+    batch does (pytorch/pytorch#196678, huggingface/trl#7181). Measured on an H100 with torch 2.11: a
+    Qwen2 embedder trained in bf16 with left padding had a NaN gradient norm within its first ten steps
+    and saved an all-NaN model, under plain ``train`` and under FSDP alike, while the same runs in
+    float32 were clean. With the cuDNN kernel off, PyTorch picks its memory-efficient kernel, which is
+    correct for these masks and about as fast at embedding-model shapes.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        yield
+        return
+    enabled = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(enabled)
 
 
 def is_sentence_transformers_folder(path: str) -> bool:

@@ -32,7 +32,7 @@ import yaml
 from datasets import DatasetDict
 from torch import nn
 
-from hf_unified_embed.backbones import merge_adapter
+from hf_unified_embed.backbones import merge_adapter, without_cudnn_attention
 from hf_unified_embed.errors import AfterTrainingError, HfUnifiedEmbedError, InputError, RecipeError
 from hf_unified_embed.model_card import UnifiedModelCardData
 from hf_unified_embed.outputs import StagedOutput
@@ -291,7 +291,8 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
             data_collator=run.collator,
             callbacks=[run.collator.epoch_callback()],
         )
-        result = trainer.train(resume_from_checkpoint=recipe.training_args.get("resume_from_checkpoint"))
+        with without_cudnn_attention():
+            result = trainer.train(resume_from_checkpoint=recipe.training_args.get("resume_from_checkpoint"))
         model = _trained_model(trainer, run)
         if output is None or model is None:
             return TrainingOutcome(model_dir, result.training_loss, None)

@@ -276,3 +276,19 @@ def test_push_of_an_adapter_names_the_hub_base(tmp_path: Path, monkeypatch: pyte
     assert sent["files"] == ["README.md", "adapter_config.json"]
     local = json.loads((folder / "adapter_config.json").read_text())
     assert local["base_model_name_or_path"] == str(tmp_path / "base"), "the local folder keeps its loadable base path"
+
+
+def test_training_keeps_cudnn_attention_off_and_restores_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cuDNN SDPA kernel (NaN gradients with padding masks, pytorch#196678) is off only while training."""
+    import torch
+
+    from hf_unified_embed.backbones import without_cudnn_attention
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    with without_cudnn_attention():
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
+    with pytest.raises(RuntimeError), without_cudnn_attention():
+        raise RuntimeError("a failed run restores the setting too")
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
