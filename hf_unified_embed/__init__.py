@@ -57,6 +57,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "recipe_from_dict",
     ),
     "train": ("train_from_recipe",),
+    "backbones": ("ModelConfig", "build_model", "merge_adapter", "without_cudnn_attention"),
     "losses": (
         "AnglEJointLoss",
         "CoDiEmbSTSLoss",
@@ -147,6 +148,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 }
 
 if TYPE_CHECKING:
+    from hf_unified_embed.backbones import ModelConfig, build_model, merge_adapter, without_cudnn_attention
     from hf_unified_embed.cards import (
         render_template,
         template_path,

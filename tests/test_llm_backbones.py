@@ -239,6 +239,18 @@ def test_lora_on_a_decoder_saves_an_adapter_or_a_merged_model(
         atol=1e-5,
     )
 
+    # The merge tool takes the adapter as any input, the first (the reference layout) included.
+    from hf_unified_embed.merge import merge_models
+
+    souped = merge_models([adapter_dir, merged_dir], "soup", tmp_path / "soup", show_progress=False)
+    assert (souped / "1_Pooling" / "config.json").is_file() and (souped / "model.safetensors").is_file()
+    torch.testing.assert_close(
+        SentenceTransformer(str(souped)).encode(TEXTS, convert_to_tensor=True),
+        adapter_model.encode(TEXTS, convert_to_tensor=True),
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
 
 def test_lora_on_an_encoder(unified_dir: Path, tiny_model_path: str, tmp_path: Path) -> None:
     from hf_unified_embed.recipe import recipe_from_dict
