@@ -58,6 +58,7 @@ def codiemb_run(options: argparse.Namespace) -> Path:
 
     settings = argparse.Namespace(
         base_model=options.base_model,
+        device=options.device,
         output_dir=options.run.parent,
         max_steps=options.max_steps,
         batch_size=32,
@@ -66,10 +67,10 @@ def codiemb_run(options: argparse.Namespace) -> Path:
         negatives=1,
         seed=42,
     )
-    tasks = build_unified(quality.training_sources(options.data_root))
+    tasks = build_unified(quality.training_sources(options.data_root, None))
     losses = {"retrieval": MultiPositiveInfoNCELoss, "sts": CoDiEmbSTSLoss}
     sampler = CurriculumBatchSampler.configure(interleave="shuffled")
-    return quality.train(options.run.name, tasks, losses, sampler, options.max_steps, settings)
+    return quality.train(options.run.name, tasks, losses, sampler, options.max_steps, settings).path
 
 
 def summary(results: Any) -> dict[str, float]:
@@ -89,11 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-model", help="default: the packaged all-MiniLM-L6-v2")
     parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--max-steps", type=int, default=200, help="when the run has to be trained")
+    parser.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)")
     parser.add_argument("--steps", type=int, default=6, help="λ values tried, evenly spaced in [0, 1]")
     parser.add_argument("--output-dir", type=Path, default=Path("outputs/merge-search"))
     parser.add_argument("--resume", action="store_true", help="reuse a finished search and saved test results")
     options = parser.parse_args(argv)
 
+    import torch
     from sentence_transformers import SentenceTransformer
 
     from hf_unified_embed.evaluation import run_suite
@@ -102,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     options.base_model = options.base_model or packaged_minilm_path()
+    options.device = options.device or ("cuda" if torch.cuda.is_available() else "cpu")
     run = codiemb_run(options)
     merged = options.output_dir / "interpolated"
     if options.resume and (merged / SEARCH_FILE).is_file():
@@ -121,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             if options.base_model == packaged_minilm_path()
             else None,
             model_name="codiemb-interpolated-with-base",
+            device=options.device,
             overwrite=True,
         )
     print("\nλ      " + "  ".join(f"{key:>10}" for key in OBJECTIVE) + "       score")
@@ -135,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         ("codiemb", run),
         ("codiemb ⊕ base (merge search)", result.output_dir),
     ):
-        model = SentenceTransformer(str(path))
+        model = SentenceTransformer(str(path), device=options.device)
         rows[name] = summary(run_suite(model, TEST_SUITE, data_root=options.data_root, diagnostics=False))
     base, tuned, merged = rows["base"], rows["codiemb"], rows["codiemb ⊕ base (merge search)"]
     columns = list(base)
