@@ -236,7 +236,7 @@ def quality(args: argparse.Namespace, scratch: Path) -> None:
     from hf_unified_embed.negatives import HardNegativeConfig, mine_hard_negatives
     from hf_unified_embed.sampling import CurriculumBatchSampler
 
-    recipe = training_sources(args.data_root)
+    recipe = training_sources(args.data_root, None)
     recipe["sources"] = [source for source in recipe["sources"] if source["task_type"] == "retrieval"]
     own = build_unified(recipe)
     teacher = load_model(args.model, scratch)
