@@ -114,6 +114,61 @@ def _padded_positives(pair_query: torch.Tensor, pair_doc: torch.Tensor, count: i
     return padded
 
 
+def _positions(values: pa.Array, haystack: pa.Array) -> np.ndarray:
+    """Index in ``haystack`` (distinct texts) of each of ``values``, -1 where absent.
+
+    The hash table is built over ``values`` (one task's texts) and ``haystack`` is only scanned, so a
+    large shared corpus is never hashed or copied again.
+    """
+    positions = np.full(len(values), -1, dtype=np.int64)
+    hits = np.asarray(pc.index_in(haystack, value_set=values).fill_null(-1), dtype=np.int64)
+    present = np.flatnonzero(hits >= 0)
+    positions[hits[present]] = present
+    return positions
+
+
+@dataclass
+class _Documents:
+    """One task's candidate documents: the shared corpus (ids ``0..len(shared)-1``), then the task's own
+    distinct documents that are not in it (``own``), in order of first appearance.
+
+    The shared corpus is referenced, not concatenated with the task's texts: at a million passages
+    each copy of the texts is about as large as everything else the miner holds.
+    """
+
+    shared: pa.Array
+    own: pa.Array
+    #: Document id of every text of the task's ``positives + negatives``, in that order.
+    task_codes: np.ndarray
+
+    @classmethod
+    def of_task(cls, shared: pa.Array, task_texts: pa.Array) -> _Documents:
+        encoded = task_texts.dictionary_encode()
+        distinct = encoded.dictionary
+        in_shared = _positions(distinct, shared)
+        new = in_shared < 0
+        ids = np.where(new, len(shared) + np.cumsum(new) - 1, in_shared)
+        codes = ids[np.asarray(encoded.indices, dtype=np.int64)]
+        return cls(shared, distinct.filter(pa.array(new)), codes)
+
+    def __len__(self) -> int:
+        return len(self.shared) + len(self.own)
+
+    def ids_of(self, texts: pa.Array) -> np.ndarray:
+        """Document id of each of ``texts``, -1 where it is no document."""
+        in_own = np.asarray(pc.index_in(texts, value_set=self.own).fill_null(-1), dtype=np.int64)
+        in_shared = _positions(texts, self.shared)
+        return np.where(in_shared >= 0, in_shared, np.where(in_own >= 0, in_own + len(self.shared), -1))
+
+    def texts(self, ids: np.ndarray) -> list[str]:
+        ids = np.asarray(ids, dtype=np.int64)
+        result = np.empty(len(ids), dtype=object)
+        from_shared = ids < len(self.shared)
+        result[from_shared] = self.shared.take(pa.array(ids[from_shared])).to_pylist()
+        result[~from_shared] = self.own.take(pa.array(ids[~from_shared] - len(self.shared))).to_pylist()
+        return result.tolist()
+
+
 class _TaskMiner:
     """The state of mining one task: its distinct texts, embeddings, pairs and the per-query results."""
 
@@ -140,15 +195,12 @@ class _TaskMiner:
         self.positive_offsets, positives = _list_parts(table.column("positives"))
         _, negatives = _list_parts(table.column("negatives"))
         shared = external.texts if external is not None else pa.array([], type=pa.string())
-        documents = pa.concat_arrays([shared, positives.cast(pa.string()), negatives.cast(pa.string())])
-        encoded_documents = documents.dictionary_encode()
-        # The shared corpus is distinct and comes first, so its documents keep ids 0..len(shared)-1.
-        self.document_texts: pa.Array = encoded_documents.dictionary
-        codes = np.asarray(encoded_documents.indices, dtype=np.int64)
-        self.pair_doc = codes[len(shared) : len(shared) + len(positives)]
+        self.documents = _Documents.of_task(
+            shared, pa.concat_arrays([positives.cast(pa.string()), negatives.cast(pa.string())])
+        )
+        self.pair_doc = self.documents.task_codes[: len(positives)]
         self.pair_query = np.repeat(self.row_query, np.diff(self.positive_offsets))
-        found = pc.index_in(self.query_texts, value_set=self.document_texts)
-        self.query_doc = np.asarray(found.fill_null(-1), dtype=np.int64)
+        self.query_doc = self.documents.ids_of(self.query_texts)
 
         self.queries = EmbeddingFile.encode(
             scratch / f"{task}.queries",
@@ -164,11 +216,10 @@ class _TaskMiner:
             segments.append(
                 external.embedded(self.document_prompt, encode_documents, scratch, config.dtype, show_progress_bar)
             )
-        own = self.document_texts.slice(len(shared))
         segments.append(
             EmbeddingFile.encode(
                 scratch / f"{task}.documents",
-                own,
+                self.documents.own,
                 encode_documents,
                 dtype=config.dtype,
                 description="Encoding documents",
@@ -177,8 +228,8 @@ class _TaskMiner:
         )
         self.corpus = Corpus(segments)
 
-        unique_pairs = np.unique(self.pair_query * len(self.document_texts) + self.pair_doc)
-        most_positives = int(np.bincount(unique_pairs // len(self.document_texts)).max()) if len(unique_pairs) else 0
+        unique_pairs = np.unique(self.pair_query * len(self.documents) + self.pair_doc)
+        most_positives = int(np.bincount(unique_pairs // len(self.documents)).max()) if len(unique_pairs) else 0
         self.range_max = config.candidate_range(most_positives)
         self.k = self.range_max + most_positives
         count = len(self.query_texts)
@@ -224,7 +275,7 @@ class _TaskMiner:
             if not len(doc_ids):
                 return torch.zeros(0, device=self.device)
             queries = self.query_texts.take(pa.array(query_rows + start)).to_pylist()
-            documents = self.document_texts.take(pa.array(doc_ids)).to_pylist()
+            documents = self.documents.texts(doc_ids)
             scores = cross_encoder.predict(
                 list(zip(queries, documents)),
                 batch_size=self.config.batch_size,
@@ -294,7 +345,7 @@ class _TaskMiner:
             queries = self.row_query[indices]
             keep = found[queries]
             ids = self.negative_ids[queries][keep]
-            texts = self.document_texts.take(pa.array(ids, type=pa.int64())).to_pylist()
+            texts = self.documents.texts(ids)
             counts = keep.sum(axis=1)
             bounds = np.concatenate([[0], np.cumsum(counts)])
             scores = unit_negative[queries][keep]
