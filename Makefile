@@ -3,22 +3,64 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The tested lock: every package of the dev install at the version CI passed with (`make lock` writes it).
+LOCK   := constraints.txt
+OLDEST := constraints-oldest.txt
+DEPS   := .ci/deps.py
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast lint format bench clean
+.PHONY: setup demo test test-fast lint format bench clean lock test-oldest test-latest
 
 setup: $(STAMP)
 
 # torch 2.13.0 must come first: it is the CPU build on local disk; any other request pulls CUDA wheels.
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[dev]"
+# PIP_CONSTRAINT (not only -c) so that the isolated build of the editable install uses the locked hatchling.
+# install_env VENV CONSTRAINTS: a virtualenv with the project installed under a constraints file.
+define install_env
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	PIP_CONSTRAINT=$(CURDIR)/$(2) $(1)/bin/python -m pip install -q pip
+	$(1)/bin/python -m pip install -q torch==2.13.0
+	PIP_CONSTRAINT=$(CURDIR)/$(2) $(1)/bin/python -m pip install -q -e ".[dev]"
+endef
+
+$(STAMP): pyproject.toml $(LOCK)
+	$(call install_env,$(VENV),$(LOCK))
 	touch $(STAMP)
+
+# A fresh resolve of pyproject.toml's ranges; the lock is rewritten only after the whole suite passed there.
+lock:
+	rm -rf .venv-lock
+	$(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install -q --upgrade pip
+	.venv-lock/bin/python -m pip install -q torch==2.13.0
+	.venv-lock/bin/python -m pip install -q -e ".[dev]"
+	.venv-lock/bin/python -m pytest -q -p no:cacheprovider --junitxml=.venv-lock/junit.xml
+	.venv-lock/bin/python $(DEPS) freeze $(LOCK) --by "make lock" --junit .venv-lock/junit.xml \
+		--title "Tested lock for make setup and CI: the dev install at the versions the whole suite passed with."
+	rm -rf .venv-lock
+	@echo "$(LOCK) rewritten: run 'make setup' to install it"
+
+# The declared lower bounds: every direct requirement at its oldest allowed release (constraints-oldest.txt).
+test-oldest:
+	$(PYTHON) $(DEPS) bounds $(OLDEST) --extra dev
+	$(call install_env,.venv-oldest,$(OLDEST))
+	.venv-oldest/bin/python -m pytest -q
+
+# The drift check: the newest release of every requirement (upper bounds ignored; torch stays 2.13.0),
+# the suite, and one screen of what moved and what broke. Not part of CI, which runs the lock.
+test-latest:
+	rm -rf .venv-latest
+	$(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/python -m pip install -q --upgrade pip
+	.venv-latest/bin/python -m pip install -q torch==2.13.0
+	.venv-latest/bin/python -m pip install -q --no-deps -e .
+	.venv-latest/bin/python -m pip install -q --upgrade $$($(PYTHON) $(DEPS) latest --extra dev)
+	-.venv-latest/bin/python -m pytest -q -p no:cacheprovider --junitxml=.venv-latest/junit.xml
+	.venv-latest/bin/python $(DEPS) drift $(LOCK) .venv-latest/junit.xml >.venv-latest/drift.txt; \
+		status=$$?; cat .venv-latest/drift.txt; exit $$status
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py --output-dir outputs/demo
@@ -42,4 +84,4 @@ bench: $(STAMP)
 	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done
 
 clean:
-	rm -rf outputs build dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf outputs build dist .pytest_cache .mypy_cache .ruff_cache .venv-lock .venv-latest .venv-oldest

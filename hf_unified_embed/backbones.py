@@ -104,14 +104,15 @@ class ModelConfig:
         """Refuse options whose backend is missing, before anything loads."""
         if self.quantization is None:
             return
-        import importlib.util
-
         import torch
 
-        if importlib.util.find_spec("bitsandbytes") is None or not torch.cuda.is_available():
+        from hf_unified_embed import stack
+
+        stack.check(f"model.quantization {self.quantization!r} (QLoRA)", stack.quantization_needs(), origin=origin)
+        if not torch.cuda.is_available():
             raise RecipeError(
-                f"{origin}: model.quantization {self.quantization!r} (QLoRA) needs the bitsandbytes package and a "
-                "CUDA device; install bitsandbytes on a GPU machine or remove model.quantization"
+                f"{origin}: model.quantization {self.quantization!r} (QLoRA) needs a CUDA device; run it on a GPU "
+                "machine or remove model.quantization"
             )
 
 

@@ -21,6 +21,7 @@ class                      meaning                                              
 ``OutputExistsError``      the output exists and ``overwrite`` was not given             ``FileExistsError``
 ``SecretLeakError``        a file about to be written or uploaded holds a secret        —
 ``AfterTrainingError``     training finished and the model was saved; a later step failed  —
+``IncompatibleStackError`` an installed package is too old, too new or missing for a path  —
 =========================  ===========================================================  ==============
 """
 
@@ -145,3 +146,11 @@ class AfterTrainingError(HfUnifiedEmbedError):
     def __init__(self, message: str, *, model_dir: Path, step: str) -> None:
         self.model_dir, self.step = model_dir, step
         super().__init__(f"the trained model is saved in {model_dir}, but {step} failed: {message}")
+
+
+class IncompatibleStackError(HfUnifiedEmbedError):
+    """An installed package is missing, too old or too new for what was asked (LoRA, FSDP, a mergekit method).
+
+    The message names the package, the installed and the required versions, who requires them, and the
+    ``pip install`` command that fixes it (:mod:`hf_unified_embed.stack`).
+    """

@@ -7,7 +7,9 @@ without loading the data or the model:
   class named ``package.module:Class`` — and its keyword arguments bind to the class's signature;
 * every ``training_args`` key is a ``SentenceTransformerTrainingArguments`` field (an unknown key is
   reported with the closest valid name) and the arguments build;
-* the ``accelerate launch`` engine can run here (FSDP and DeepSpeed need GPUs);
+* the ``accelerate launch`` engine can run here (FSDP and DeepSpeed need GPUs) with the installed packages;
+* LoRA/QLoRA (``peft:``) can run with the installed packages: PEFT at least at the release the installed
+  transformers accepts (:mod:`hf_unified_embed.stack`);
 * the sampler fits the run: sentence-transformers' stock samplers mix tasks across processes in one
   step (measured: a gloo collective mismatch after a few steps), so with several processes they are
   refused unless ``sampler.allow_multi_device: true``;
@@ -32,6 +34,7 @@ from typing import Any
 
 from torch import nn
 
+from hf_unified_embed import stack
 from hf_unified_embed.errors import (
     HfUnifiedEmbedError,
     InputError,
@@ -153,20 +156,18 @@ def check_engine() -> None:
     accelerate turns FSDP on only for GPUs (on CPU it trains with plain DDP and says nothing), and
     DeepSpeed needs its package and GPUs.
     """
-    import importlib.util
-
     import torch
 
-    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and not torch.cuda.is_available():
-        raise UsageError(
-            "the accelerate config asks for FSDP, which accelerate runs on GPUs only; on this machine it would "
-            "train with plain DDP. Use a MULTI_CPU config on CPU (examples/accelerate/multi_cpu.yaml)"
-        )
-    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
-        if importlib.util.find_spec("deepspeed") is None:
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        fsdp_version = int(os.environ.get("FSDP_VERSION", "1"))
+        stack.check(f"the accelerate config's FSDP (fsdp_version {fsdp_version})", stack.fsdp_needs(fsdp_version))
+        if not torch.cuda.is_available():
             raise UsageError(
-                "the accelerate config asks for DeepSpeed, which is not installed (pip install deepspeed)"
+                "the accelerate config asks for FSDP, which accelerate runs on GPUs only; on this machine it would "
+                "train with plain DDP. Use a MULTI_CPU config on CPU (examples/accelerate/multi_cpu.yaml)"
             )
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        stack.check("the accelerate config's DeepSpeed", stack.deepspeed_needs())
         if not torch.cuda.is_available():
             raise UsageError("the accelerate config asks for DeepSpeed, which needs GPUs")
 
@@ -257,6 +258,7 @@ def preflight(recipe: TrainRecipe, *, overwrite: bool = False) -> ResolvedRecipe
             raise InputError(f"{origin}: curriculum.plan: {error}") from None
     peft_config, merge_adapter = None, False
     if recipe.peft:
+        stack.check("peft: (LoRA)", stack.peft_needs(), origin=origin)
         from peft import LoraConfig
 
         settings = dict(recipe.peft)

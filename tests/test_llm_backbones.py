@@ -13,7 +13,7 @@ from huggingface_hub import ModelCard
 from sentence_transformers import SentenceTransformer
 
 from hf_unified_embed.backbones import ModelConfig, append_eos_token, build_model, merge_adapter
-from hf_unified_embed.errors import RecipeError
+from hf_unified_embed.errors import IncompatibleStackError, RecipeError
 from hf_unified_embed.training import exclude_instructions_from_pooling
 from hf_unified_embed.training.prompts import ends_on_token_boundary, prompts_from_unified
 
@@ -166,9 +166,15 @@ def test_merge_adapter_equals_the_adapter_model(tiny_qwen2_path: str) -> None:
     torch.testing.assert_close(model.encode(TEXTS, convert_to_tensor=True), with_adapter, rtol=1e-5, atol=1e-6)
 
 
-def test_quantization_without_its_backend_is_a_recipe_error() -> None:
+def test_quantization_without_its_backend_is_a_recipe_error(monkeypatch: pytest.MonkeyPatch) -> None:
     config = ModelConfig(quantization="4bit")
-    with pytest.raises(RecipeError, match="bitsandbytes package and a CUDA device"):
+    # Here: no bitsandbytes (and no CUDA device), so the package is named first, with the command that fixes it.
+    with pytest.raises(
+        IncompatibleStackError, match=r"r\.yaml: model.quantization '4bit' \(QLoRA\) needs bitsandbytes"
+    ):
+        config.check_environment("r.yaml")
+    monkeypatch.setattr("hf_unified_embed.stack.quantization_needs", list)  # as if bitsandbytes were installed
+    with pytest.raises(RecipeError, match=r"r\.yaml: model.quantization '4bit' \(QLoRA\) needs a CUDA device"):
         config.check_environment("r.yaml")
     with pytest.raises(ValueError, match="pooling must be one of"):
         ModelConfig(pooling="first")

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from hf_unified_embed import stack
 from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.layers import layer_positions
 from hf_unified_embed.merge.methods.base import (
@@ -50,6 +51,7 @@ from hf_unified_embed.merge.methods.base import (
     TensorMergeMethod,
     TensorReader,
 )
+from hf_unified_embed.plugins import is_import_path
 
 if TYPE_CHECKING:
     from mergekit.merge_methods import MergeMethod as MergekitKernel
@@ -244,9 +246,14 @@ def mergekit_method_names() -> list[str]:
 def mergekit_method(name: str) -> type[MergekitMethod] | None:
     """The :class:`MergekitMethod` subclass for mergekit's method ``name``; ``None`` if mergekit has none.
 
-    Built on first use, so that mergekit is imported only by merges that use it.
+    Built on first use, so that mergekit is imported only by merges that use it. An installed mergekit
+    outside the declared range is an :class:`~hf_unified_embed.errors.IncompatibleStackError`.
     """
-    if name in MERGE_METHODS or name not in mergekit_method_names():
+    if name in MERGE_METHODS or is_import_path(name):
+        return None
+    if stack.installed_version("mergekit") is not None:
+        stack.check(f"merge method {name!r} (one of mergekit's)", stack.mergekit_needs())
+    if name not in mergekit_method_names():
         return None
     from mergekit import merge_methods
 
