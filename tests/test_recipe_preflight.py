@@ -16,6 +16,7 @@ from huggingface_hub import ModelCard
 
 from hf_unified_embed.errors import AfterTrainingError, InputNotFoundError, OutputExistsError, RecipeError, SuiteError
 from hf_unified_embed.recipe import recipe_from_dict
+from tests import _processes as processes
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_RECIPE = REPO / "examples" / "recipes" / "sample.yaml"
@@ -255,10 +256,8 @@ def test_input_error_is_one_line_and_exit_2_in_every_launch_form(
     recipe.write_text(
         yaml.safe_dump(_raw(unified_dir, tiny_model_path, tmp_path / "out", training_args={"learning_rat": 1}))
     )
-    completed = subprocess.run(
-        [*LAUNCH_FORMS[form], "train", str(recipe)], capture_output=True, text=True, timeout=300
-    )
-    assert completed.returncode == 2, completed.stderr[-2000:]
+    completed = processes.run([*LAUNCH_FORMS[form], "train", str(recipe)], expected=processes.Expected())
+    assert completed.returncode == 2, processes.failure(completed)
     lines = completed.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {recipe}: training_args.learning_rat"), completed.stderr
     assert "did you mean 'learning_rate'" in lines[0]
@@ -276,8 +275,8 @@ def test_a_bug_keeps_its_traceback_and_exit_1(
         losses={"retrieval": "userlosses:BuggyLoss", "sts": "CoDiEmbSTSLoss"},
     )
     recipe.write_text(yaml.safe_dump(raw))
-    completed = subprocess.run([CONSOLE_SCRIPT, "train", str(recipe)], capture_output=True, text=True, timeout=300)
-    assert completed.returncode == 1
+    completed = processes.run([CONSOLE_SCRIPT, "train", str(recipe)], expected=processes.Expected(steps=1))
+    assert completed.returncode == 1, processes.failure(completed)
     assert (
         "Traceback (most recent call last)" in completed.stderr
         and "RuntimeError: a bug inside the loss" in completed.stderr
@@ -318,7 +317,7 @@ def test_kill_9_during_training_then_rerun_leaves_no_staging(
     )
     recipe.write_text(yaml.safe_dump(raw))
     process = subprocess.Popen([CONSOLE_SCRIPT, "train", str(recipe)], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + processes.time_limit(processes.Expected())
     while not list(tmp_path.glob(".out.staging-*")) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(3)  # well inside training: data, model and trainer are up
@@ -329,7 +328,7 @@ def test_kill_9_during_training_then_rerun_leaves_no_staging(
 
     raw["training_args"]["max_steps"] = 1
     recipe.write_text(yaml.safe_dump(raw))
-    completed = subprocess.run([CONSOLE_SCRIPT, "train", str(recipe)], capture_output=True, text=True, timeout=300)
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    completed = processes.run([CONSOLE_SCRIPT, "train", str(recipe)], expected=processes.Expected(steps=1))
+    assert completed.returncode == 0, processes.failure(completed)
     assert (out / "model.safetensors").is_file()
     assert not list(tmp_path.glob(".out.staging-*")), "the rerun removed the killed run's staging folder"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from huggingface_hub import ModelCard
 
 from hf_unified_embed.errors import RecipeError
 from hf_unified_embed.recipe import load_train_recipe, recipe_from_dict
+from tests import _processes as processes
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_RECIPE = REPO / "examples" / "recipes" / "sample.yaml"
@@ -205,12 +205,13 @@ def test_train_cli_under_torchrun_two_processes(unified_dir: Path, tiny_model_pa
     out = tmp_path / "model"
     recipe_path.write_text(yaml.safe_dump(_recipe(unified_dir, tiny_model_path, out)))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    # --standalone: a free port, so that two suites on one machine do not collide.
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29561",
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
         "-m", "hf_unified_embed.cli.main", "train", str(recipe_path),
     ]  # fmt: skip
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert completed.returncode == 0, completed.stderr[-4000:]
+    completed = processes.run(command, expected=processes.Expected(processes=2, steps=4), env=env)
+    assert completed.returncode == 0, processes.failure(completed)
     assert (out / "model.safetensors").is_file()
     card = (out / "README.md").read_text()
     assert "| world_size | `2` |" in card
