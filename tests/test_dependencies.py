@@ -137,3 +137,31 @@ def test_fsdp_minimums_come_from_accelerate_and_the_installed_torch_meets_them(f
     (need,) = stack.fsdp_needs(fsdp_version)  # FSDP1's minimum has a local label accelerate writes as "2.1.0.a0+…"
     assert need.package == "torch" and need.source.startswith("accelerate ")
     stack.check(f"FSDP (fsdp_version {fsdp_version})", [need])
+
+
+def test_a_lora_recipe_under_an_incompatible_peft_stops_in_preflight_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_model_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    from hf_unified_embed.cli.main import main
+
+    monkeypatch.setattr("transformers.integrations.peft.MIN_PEFT_VERSION", "99.0")
+    monkeypatch.setattr("hf_unified_embed.train.prepare_run", lambda *a, **k: pytest.fail("data loaded"))
+    recipe = tmp_path / "lora.yaml"
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "base_model": tiny_model_path,
+                "data": {"path": str(tmp_path)},
+                "losses": {"sts": "CoDiEmbSTSLoss"},
+                "peft": {"r": 4, "target_modules": ["query", "value"]},
+                "output_dir": str(tmp_path / "out"),
+            }
+        )
+    )
+    assert main(["train", str(recipe)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {recipe}: peft: (LoRA) needs peft>=99.0 (transformers ")
+    assert f"but peft {stack.installed_version('peft')} is installed; fix: pip install 'peft>=99.0'" in line
+    assert not (tmp_path / "out").exists()
