@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -139,6 +140,44 @@ class KeepBaseLoss(EmbeddingLoss):
         if gather_across_devices is None:
             gather_across_devices = bool(getattr(loss, "gather_across_devices", False))
         self.gather_across_devices = gather_across_devices
+
+    @classmethod
+    def for_tasks(
+        cls,
+        task_losses: Mapping[str, nn.Module],
+        weight: float = 1.0,
+        distillation: Callable[[nn.Module], TeacherScoreLoss] | None = None,
+        base: nn.Module | str | None = None,
+    ) -> dict[str, nn.Module]:
+        """Wrap every loss of ``{task: loss}`` (as ``losses_for_tasks`` returns) with one shared frozen base.
+
+        Args:
+            task_losses: the task losses; all must train the same model.
+            weight: the distillation weight of every task.
+            distillation: ``f(model)`` building each task's distillation loss (e.g. ``DistillMarginMSELoss``);
+                default as in :class:`KeepBaseLoss`.
+            base: the frozen base (default: one copy of the model as it is now, shared by all tasks).
+        """
+        models = {id(loss.model) for loss in task_losses.values() if isinstance(loss, EmbeddingLoss)}
+        if len(models) != 1 or not all(isinstance(loss, EmbeddingLoss) for loss in task_losses.values()):
+            raise ValueError("KeepBaseLoss.for_tasks needs this package's losses, all on one model.")
+        first = next(iter(task_losses.values()))
+        assert isinstance(first, EmbeddingLoss)
+        if base is None:
+            base = copy.deepcopy(first.model)
+        elif isinstance(base, str):
+            from sentence_transformers import SentenceTransformer
+
+            base = SentenceTransformer(base, device=str(next(first.model.parameters()).device))
+        return {
+            task: cls(
+                loss,  # type: ignore[arg-type]  # checked above
+                weight=weight,
+                distillation=distillation(first.model) if distillation is not None else None,
+                base=base,
+            )
+            for task, loss in task_losses.items()
+        }
 
     def train(self, mode: bool = True) -> KeepBaseLoss:
         super().train(mode)
