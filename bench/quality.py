@@ -433,6 +433,11 @@ def main(argv: list[str] | None = None) -> int:
         "--eval-max-seq-length", type=int, help="evaluate every model (the base too) at this length (default: its own)"
     )
     parser.add_argument(
+        "--msmarco-queries",
+        type=int,
+        help="evaluate MS MARCO on its first N queries and only their judged passages (the CPU setting)",
+    )
+    parser.add_argument(
         "--report-name", default="quality", help="Markdown blocks <name>-main / <name>-many (default: quality)"
     )
     options = parse_example_args(parser, argv, full_steps=-1)
@@ -456,6 +461,15 @@ def main(argv: list[str] | None = None) -> int:
     options.output_dir.mkdir(parents=True, exist_ok=True)
     suite = evaluation_suite(options, SUITE, data_root=options.data_root)
     suite["evaluations"] = [*suite["evaluations"], forgetting_entry(options)]
+    if options.msmarco_queries:
+        folder = reduced_beir(
+            options.data_root / "ir" / "msmarco-dl-subset",
+            options.output_dir / "msmarco-reduced",
+            options.msmarco_queries,
+        )
+        for entry in suite["evaluations"]:
+            if entry["name"] in ("msmarco-dl", FORGETTING):
+                entry["data_files"] = str(folder)
     codiemb_losses = {
         "retrieval": MultiPositiveInfoNCELoss,
         "sts": CoDiEmbSTSLoss,
@@ -706,6 +720,31 @@ def step_ratios(results: Mapping[str, Any]) -> dict[str, float | None]:
     baseline = means.get("st-baseline")
     rows = dict.fromkeys(row_of(key) for key in results)
     return {row: (means[row] / baseline if baseline and row in means else None) for row in rows}
+
+
+def reduced_beir(source: Path, target: Path, queries: int) -> Path:
+    """A BEIR folder with the first ``queries`` queries of ``source`` and only the passages judged for them.
+
+    The CPU setting's MS MARCO: every query keeps all its judged passages (graded nDCG@10 is computed
+    over the same judgements), the corpus loses the other queries' pools (so it is smaller and the
+    task easier: values are comparable between rows, not with the full corpus).
+    """
+
+    def lines(path: Path) -> list[str]:  # not splitlines(): passages hold U+2028 inside their JSON strings
+        return [line for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+
+    kept = [json.loads(line) for line in lines(source / "queries.jsonl")][:queries]
+    ids = {query["_id"] for query in kept}
+    judgements = [line.split("\t") for line in lines(source / "qrels" / "test.tsv") if line.split("\t")[0] in ids]
+    judged = {fields[1] for fields in judgements}
+    (target / "qrels").mkdir(parents=True, exist_ok=True)
+    with open(target / "corpus.jsonl", "w", encoding="utf-8") as corpus:
+        for line in lines(source / "corpus.jsonl"):
+            if json.loads(line)["_id"] in judged:
+                corpus.write(line + "\n")
+    (target / "queries.jsonl").write_text("".join(json.dumps(query) + "\n" for query in kept), encoding="utf-8")
+    (target / "qrels" / "test.tsv").write_text("".join("\t".join(f) + "\n" for f in judgements), encoding="utf-8")
+    return target
 
 
 def forgetting_entry(options: argparse.Namespace) -> dict[str, Any]:
