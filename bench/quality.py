@@ -503,12 +503,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def mined_main() -> Any:
         """The main setting with its retrieval tasks' negatives mined by the base (once per output folder)."""
-        from datasets import load_from_disk
+        from hf_unified_embed.data import load_unified, save_unified
 
         folder = options.output_dir / "mined-main"
         if "main" not in mined:
-            if folder.is_dir():
-                mined["main"] = load_from_disk(str(folder))
+            if (folder / "README.md").is_file():  # written whole by save_unified (staged)
+                mined["main"] = load_unified(folder)
             else:
                 tasks = setting("main")[0]
                 began = time.perf_counter()
@@ -521,8 +521,8 @@ def main(argv: list[str] | None = None) -> int:
                     scratch_dir=scratch,
                 )
                 shutil.rmtree(scratch, ignore_errors=True)
-                result.tasks.save_to_disk(str(folder))
-                mined["main"] = result.tasks
+                save_unified(result.tasks, folder, overwrite=True)
+                mined["main"] = load_unified(folder)
                 print(
                     f"[mining] retrieval negatives mined by the base in {time.perf_counter() - began:.0f} s",
                     flush=True,
@@ -655,8 +655,9 @@ def main(argv: list[str] | None = None) -> int:
         return curriculum_run(name, "many", "annealing")  # many-curriculum
 
     def key_of(row: str, seed: int) -> str:
-        """A row's name in the results, the output folder and ``evaluations/``: ``row@seed`` with several seeds."""
-        return row if row == "base" or len(seeds) == 1 else f"{row}@{seed}"
+        """A row's name in the results, the output folder and ``evaluations/``: ``row@seed`` under ``--seeds``
+        (so runs of one seed each, ``--resume``-d together, aggregate)."""
+        return row if row == "base" or options.seeds is None else f"{row}@{seed}"
 
     results: dict[str, Any] = {}
     reported = False

@@ -26,14 +26,12 @@ SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "data"
 
 def slow_overlap(reference: np.ndarray, trained: np.ndarray, k: int) -> float:
     """Per text: the k most cosine-similar other texts under each model (a loop), the shared share."""
-    shares = []
-    for i in range(len(reference)):
 
-        def top(embeddings: np.ndarray) -> set[int]:
-            scores = [(float(embeddings[i] @ embeddings[j]), j) for j in range(len(embeddings)) if j != i]
-            return {j for _, j in sorted(scores, key=lambda item: -item[0])[:k]}
+    def top(embeddings: np.ndarray, i: int) -> set[int]:
+        scores = [(float(embeddings[i] @ embeddings[j]), j) for j in range(len(embeddings)) if j != i]
+        return {j for _, j in sorted(scores, key=lambda item: -item[0])[:k]}
 
-        shares.append(len(top(reference) & top(trained)) / k)
+    shares = [len(top(reference, i) & top(trained, i)) / k for i in range(len(reference))]
     return sum(shares) / len(shares)
 
 

@@ -222,7 +222,9 @@ def test_constraint_keeps_the_base_and_forgetting_joins_the_search(
     assert result.candidates[0].admissible
     assert result.candidates[2].metrics["forgetting"] < 1.0 and not result.candidates[2].admissible
     for candidate in result.candidates:
-        expected = max(constraint["base"][m] - constraint["epsilon"][m] - candidate.metrics[m] for m in constraint["base"])
+        expected = max(
+            constraint["base"][m] - constraint["epsilon"][m] - candidate.metrics[m] for m in constraint["base"]
+        )
         assert candidate.violation == pytest.approx(expected)
     assert result.best.admissible
     assert result.best.score == max(c.score for c in result.candidates if c.admissible)
@@ -240,11 +242,26 @@ def test_constraint_keeps_the_base_and_forgetting_joins_the_search(
     assert choose_best([candidate(0.9, 0.02), candidate(0.5, 0.01)]) == 1
     with pytest.raises(MergeError, match="epsilon"):
         search_merge(
-            [run], "task_arithmetic", tmp_path / "x", base=base, suite=SUITE, search={"weights": [1.0]},
-            objective=OBJECTIVE, constraint={"epsilon": -1}, device="cpu", show_progress=False,
+            [run],
+            "task_arithmetic",
+            tmp_path / "x",
+            base=base,
+            suite=SUITE,
+            search={"weights": [1.0]},
+            objective=OBJECTIVE,
+            constraint={"epsilon": -1},
+            device="cpu",
+            show_progress=False,
         )
     with pytest.raises(MergeError, match="no base"):
         search_merge(
-            [run, base], "soup", tmp_path / "y", suite=SUITE, search={"weights": [[0.5, 0.5]]},
-            objective=OBJECTIVE, constraint={"epsilon": 0.01}, device="cpu", show_progress=False,
+            [run, base],
+            "soup",
+            tmp_path / "y",
+            suite=SUITE,
+            search={"weights": [[0.5, 0.5]]},
+            objective=OBJECTIVE,
+            constraint={"epsilon": 0.01},
+            device="cpu",
+            show_progress=False,
         )

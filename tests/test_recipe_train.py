@@ -154,6 +154,7 @@ def test_keep_base_recipe_distils_from_the_base_and_the_card_reports_forgetting(
     text = ModelCard.load(out / "README.md").text
     assert "`KeepBaseLoss`" in text and '"keep_base_weight": 0.5' in text and "DistillMarginMSELoss" in text
     assert "| forgetting-sample | forgetting | neighbour_overlap@5 |" in text
+    assert "Rows of kind `forgetting` say how much of the base model's behaviour" in text
     results = json.loads((out / EVALUATION_FILENAME).read_text())["results"]["forgetting-sample"]["metrics"]
     assert 0 < results["neighbour_overlap@5"] < 1  # trained: moved away from its base, but not unrelated
 

@@ -171,7 +171,9 @@ class SearchConfig:
 def _constraint(spec: Any) -> dict[str, Any]:
     """``search.constraint`` checked: ``epsilon`` (a number ≥ 0, or ``{metric: ε, default: ε}``) and optional ``metrics``."""
     if not isinstance(spec, Mapping) or "epsilon" not in spec or set(spec) - {"epsilon", "metrics"}:
-        raise MergeError(f"search.constraint: expected {{epsilon: ε, metrics: [...]}} (metrics optional), got {spec!r}")
+        raise MergeError(
+            f"search.constraint: expected {{epsilon: ε, metrics: [...]}} (metrics optional), got {spec!r}"
+        )
 
     def number(value: Any, where: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
@@ -186,7 +188,9 @@ def _constraint(spec: Any) -> dict[str, Any]:
     else:
         epsilon = number(epsilon, "epsilon")
     metrics = spec.get("metrics")
-    if metrics is not None and (not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics)):
+    if metrics is not None and (
+        not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics)
+    ):
         raise MergeError(f"search.constraint.metrics: expected a non-empty list of metric names, got {metrics!r}")
     return {"epsilon": epsilon, "metrics": metrics}
 
