@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         for entry in suite["evaluations"]:
             if entry["name"] in ("msmarco-dl", FORGETTING):
-                entry["data_files"] = str(folder)
+                entry["data_files"] = str(folder.resolve())  # not relative to the suite's data root
     codiemb_losses = {
         "retrieval": MultiPositiveInfoNCELoss,
         "sts": CoDiEmbSTSLoss,
