@@ -421,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
     parser.add_argument("--diagnostics", action="store_true", help="also compute CoDiEmb §4 diagnostics")
     parser.add_argument("--resume", action="store_true", help="reuse rows already evaluated in --output-dir")
+    parser.add_argument(
+        "--report-only", action="store_true", help="only tabulate the rows already evaluated in --output-dir"
+    )
     parser.add_argument("--markdown", type=Path, help="also write the tables into this Markdown file")
     parser.add_argument(
         "--seeds", type=int, nargs="+", help="train every trained row once per seed (default: --seed); mean ± s.d."
@@ -668,7 +671,9 @@ def main(argv: list[str] | None = None) -> int:
             if key in results:
                 continue  # the base: once for all seeds
             saved = options.output_dir / "evaluations" / f"{key}.json"
-            if options.resume and saved.is_file():
+            if options.report_only and not saved.is_file():
+                continue
+            if (options.resume or options.report_only) and saved.is_file():
                 results[key] = json.loads(saved.read_text(encoding="utf-8"))
                 print(f"[{key}] reusing {saved}", flush=True)
                 reported = False
@@ -736,7 +741,9 @@ def reduced_beir(source: Path, target: Path, queries: int) -> Path:
 
     kept = [json.loads(line) for line in lines(source / "queries.jsonl")][:queries]
     ids = {query["_id"] for query in kept}
-    judgements = [line.split("\t") for line in lines(source / "qrels" / "test.tsv") if line.split("\t")[0] in ids]
+    qrels = lines(source / "qrels" / "test.tsv")
+    header = [qrels.pop(0).split("\t")] if qrels and qrels[0].startswith("query-id") else []
+    judgements = [line.split("\t") for line in qrels if line.split("\t")[0] in ids]
     judged = {fields[1] for fields in judgements}
     (target / "qrels").mkdir(parents=True, exist_ok=True)
     with open(target / "corpus.jsonl", "w", encoding="utf-8") as corpus:
@@ -744,7 +751,9 @@ def reduced_beir(source: Path, target: Path, queries: int) -> Path:
             if json.loads(line)["_id"] in judged:
                 corpus.write(line + "\n")
     (target / "queries.jsonl").write_text("".join(json.dumps(query) + "\n" for query in kept), encoding="utf-8")
-    (target / "qrels" / "test.tsv").write_text("".join("\t".join(f) + "\n" for f in judgements), encoding="utf-8")
+    (target / "qrels" / "test.tsv").write_text(
+        "".join("\t".join(f) + "\n" for f in header + judgements), encoding="utf-8"
+    )
     return target
 
 

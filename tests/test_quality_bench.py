@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -138,3 +139,28 @@ def test_seeds_aggregate_to_mean_and_spread_with_the_forgetting_column(quality) 
     assert lines[4].startswith("| codiemb | **0.8000 ± 0.1000** |")
     # The six-column mean leaves the forgetting column out.
     assert lines[4].split(" | ")[-2] == f"**{(0.8 + 0.8 + 0.7 + 0.6 + 0.75 + 0.85) / 6:.4f}**"
+
+
+def test_reduced_beir_keeps_the_first_queries_and_their_judged_passages(quality, tmp_path: Path) -> None:
+    from hf_unified_embed.data import build_unified
+    from hf_unified_embed.evaluation.inputs import retrieval_inputs
+
+    source = REPO / "examples" / "data" / "msmarco-dl-sample"
+    folder = quality.reduced_beir(source, tmp_path / "reduced", 2)
+
+    def inputs(path: Path):
+        source_spec = {"name": "m", "format": "beir", "task_type": "retrieval", "data_files": str(path)}
+        recipe = {"sources": [{**source_spec, "options": {"qrels_split": "test"}}]}
+        return retrieval_inputs(build_unified(recipe)["m"], "m")
+
+    full, reduced = inputs(source), inputs(folder)
+    kept = list(reduced.queries)
+    assert kept == list(full.queries)[:2]
+    # The kept queries keep every judgement; the corpus holds only passages judged for them.
+    assert reduced.relevance == {query: full.relevance[query] for query in kept}
+    judged = {document for query in kept for document in full.relevance[query]}
+    assert set(reduced.corpus) == judged
+    assert len(reduced.corpus) < len(full.corpus)
+    header = (folder / "qrels" / "test.tsv").read_text(encoding="utf-8").split("\n")[0]
+    assert header == "query-id\tcorpus-id\tscore"  # the source's header is kept
+    assert json.loads((folder / "queries.jsonl").read_text(encoding="utf-8").split("\n")[0])["_id"]
