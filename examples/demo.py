@@ -1,4 +1,4 @@
-"""The main job: build data → mine negatives → two training runs → hierarchical merge → evaluate → card.
+"""The main job: build data → two training runs → hierarchical merge → evaluate → card.
 
 Runs on the bundled sample (``examples/data``) with the packaged all-MiniLM-L6-v2, on CPU, in a
 few minutes::
@@ -7,10 +7,8 @@ few minutes::
 
 Both runs use the configuration that measured best in docs/quality.md: CoDiEmb's losses with
 ``CurriculumBatchSampler(interleave="shuffled", instance_order="random")`` (one task per optimizer
-step, tasks in random order), retrieval negatives mined by the base model, and self-distillation
-from the frozen base (``keep_base``, so the runs keep what the base could do). ``--curriculum`` adds
-Data-CUBE's curriculum instead — a task order planned with the base model as teacher and easy→hard
-rows — which is meant to pay with many tasks.
+step, tasks in random order). ``--curriculum`` adds Data-CUBE's curriculum instead — a task order
+planned with the base model as teacher and easy→hard rows — which is meant to pay with many tasks.
 
 Every stage prints one summary line; its full output goes to ``OUTPUT/logs/``. Everything lands under
 ``--output-dir``; the last lines print the results table and where each artefact is. Nothing is
@@ -103,23 +101,6 @@ def build_data(output: Path, data_root: Path) -> tuple[Path, str]:
     return data_dir, f"{len(tasks)} tasks, {rows:,} rows (with licenses and sources in the card) → {data_dir}"
 
 
-def mine(data_dir: Path, output: Path, args: argparse.Namespace) -> tuple[Path, str]:
-    """The retrieval tasks' negatives mined by the base model (4 per query, positive-aware margin)."""
-    from hf_unified_embed.negatives import HardNegativeConfig, mine_negatives_folder
-
-    mined_dir, result = mine_negatives_folder(
-        data_dir,
-        output / "mined",
-        args.base_model,
-        HardNegativeConfig(num_negatives=4),
-        tasks=["wikiqa", "trecqa"],  # the retrieval tasks the runs train on
-        device=args.device,
-        show_progress_bar=False,
-    )
-    counts = ", ".join(f"{task} {report.negatives}" for task, report in result.reports.items())
-    return mined_dir, f"negatives mined by the base: {counts} → {mined_dir}"
-
-
 def plan(data_dir: Path, output: Path, args: argparse.Namespace) -> tuple[Path, Any]:
     from sentence_transformers import SentenceTransformer
 
@@ -163,8 +144,6 @@ def train(name: str, data_dir: Path, output: Path, args: argparse.Namespace, cur
                 "pair_classification": {"name": "AnglEJointLoss"},
             },
             "negatives_per_query": 2,
-            # Self-distillation from the frozen base: keeps what the base could do (docs/quality.md).
-            "keep_base": {"weight": 1.0},
             **({"curriculum": {"plan": str(data_dir / "curriculum_plan.json")}} if curriculum else {}),
             "sampler": {**sampler, "batch_sizes": BATCH_SIZES[name]},
             "training_args": recipe_training_args(
@@ -224,16 +203,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     output.mkdir(parents=True)
     base = args.base_model
     suite = evaluation_suite(args, SAMPLE_SUITE, data_root=args.data_root)
-    stages = Stages(output, total=8 if args.curriculum else 7)
+    stages = Stages(output, total=7 if args.curriculum else 6)
 
     with stages.run("build the unified dataset") as stage:
         data_dir, stage["summary"] = build_data(output, args.data_root)
-    with stages.run("mine hard negatives with the base model") as stage:
-        mined_dir, stage["summary"] = mine(data_dir, output, args)
-    train_dir = mined_dir
+    train_dir = data_dir
     if args.curriculum:
         with stages.run("plan the Data-CUBE curriculum") as stage:
-            train_dir, curriculum_plan = plan(mined_dir, output, args)
+            train_dir, curriculum_plan = plan(data_dir, output, args)
             stage["summary"] = f"task order {' → '.join(curriculum_plan.order)} → {train_dir}"
     order = "curriculum order, easy→hard rows" if args.curriculum else "shuffled task order"
     runs: dict[str, Path] = {}
@@ -282,7 +259,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"\nfinished in {time.perf_counter() - started:.0f} s; outputs in {output}/:")
     for path, what in [
         (data_dir, "unified dataset (Hub layout: README.md card with sources and licenses + parquet per task)"),
-        (mined_dir, "the same with the retrieval negatives mined by the base (card: hard-negative settings)"),
         *([(train_dir, "dataset with difficulty, curriculum_plan.json and plots")] if args.curriculum else []),
         (ir_run, "IR-leaning model with its card (README.md) and recipe"),
         (sts_run, "STS-leaning model with its card and recipe"),

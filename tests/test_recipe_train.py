@@ -183,9 +183,6 @@ def test_example_training_recipe_is_valid() -> None:
     assert recipe.curriculum is None
     assert (recipe.sampler.interleave, recipe.sampler.instance_order) == ("shuffled", "random")
     assert set(recipe.losses) == {"retrieval", "sts", "pair_classification"}
-    # ... with the base kept: negatives mined by the base, self-distillation from it.
-    assert recipe.data.path == "outputs/demo/mined"
-    assert recipe.keep_base is not None and recipe.keep_base.weight == 1.0
 
 
 def test_train_cli_with_curriculum_plan_and_evaluation(
