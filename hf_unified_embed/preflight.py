@@ -211,13 +211,15 @@ def _check_path(value: str | None, key: str, origin: str) -> None:
 def _check_suite(recipe: TrainRecipe, origin: str) -> Any | None:
     if not recipe.evaluation:
         return None
-    from hf_unified_embed.evaluation import load_suite
+    from hf_unified_embed.evaluation import load_suite, set_reference_model
     from hf_unified_embed.evaluation.inputs import entry_files
 
     try:
         suite = load_suite(recipe.evaluation, data_root=recipe.evaluation_data_root)
     except SuiteError as error:
         raise SuiteError(f"{origin}: evaluation: {error}") from None
+    # A 'forgetting' entry that names no reference compares the trained model with this run's base.
+    set_reference_model(suite, recipe.resolved_base_model())
     for entry in suite.entries:
         if entry.source is not None and entry.data_files:
             entry_files(entry.data_files, suite.data_root, evaluation=entry.name, field="data_files")

@@ -23,6 +23,8 @@ Example (``examples/recipes/train.yaml`` is a complete one)::
                                           # (the configuration that measured best, docs/quality.md)
                                           # or {kind: proportional}: sentence-transformers' stock sampler
                                           # (refused with several processes unless allow_multi_device: true)
+    keep_base: {weight: 1.0}              # self-distillation from the frozen base (KeepBaseLoss) on every
+                                          # task; {distillation: DistillMarginMSELoss, options: {...}} too
     training_args: {num_train_epochs: 1, per_device_train_batch_size: 16, learning_rate: 2.0e-5}
     peft: null                            # or a peft.LoraConfig as a mapping, plus merge_adapter: true
                                           # to save a full model instead of the adapter
@@ -157,6 +159,40 @@ class SamplerConfig:
                 )
 
 
+#: ``keep_base.distillation`` values: the teacher-score losses that compare the student's scores with the base's.
+KEEP_BASE_DISTILLATIONS = ("DistillKLLoss", "DistillMarginMSELoss")
+
+
+@dataclass
+class KeepBaseConfig:
+    """Wrap every task loss in :class:`~hf_unified_embed.losses.KeepBaseLoss` (one frozen copy of the base):
+    ``weight`` of the distillation term, the ``distillation`` loss by name and its ``options``."""
+
+    weight: float = 1.0
+    distillation: str = "DistillKLLoss"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not self.weight >= 0:
+            raise ValueError(f"weight must be a number >= 0, got {self.weight!r}")
+        if self.distillation not in KEEP_BASE_DISTILLATIONS:
+            raise ValueError(f"distillation must be one of {list(KEEP_BASE_DISTILLATIONS)}, got {self.distillation!r}")
+        if not isinstance(self.options, Mapping):
+            raise ValueError(f"options must be a mapping of the distillation loss's arguments, got {self.options!r}")
+
+    def wrap(self, task_losses: Mapping[str, Any]) -> dict[str, Any]:
+        """``{task: KeepBaseLoss(loss, ...)}`` sharing one frozen base; the default KL is unscaled (see KeepBaseLoss)."""
+        from hf_unified_embed import losses
+
+        distillation_class = getattr(losses, self.distillation)
+        options = dict(self.options)
+        if self.distillation == "DistillKLLoss":
+            options.setdefault("scale_by_student_temperature", False)
+        return losses.KeepBaseLoss.for_tasks(
+            task_losses, weight=float(self.weight), distillation=lambda model: distillation_class(model, **options)
+        )
+
+
 @dataclass
 class HubConfig:
     repo_id: str
@@ -179,6 +215,7 @@ class TrainRecipe:
     curriculum: CurriculumConfig | None = None
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     training_args: dict[str, Any] = field(default_factory=dict)
+    keep_base: KeepBaseConfig | None = None
     peft: dict[str, Any] | None = None
     evaluation: str | dict[str, Any] | None = None
     evaluation_data_root: str | None = None
@@ -202,6 +239,7 @@ _SECTIONS: dict[str, type] = {
     "curriculum": CurriculumConfig,
     "sampler": SamplerConfig,
     "hub": HubConfig,
+    "keep_base": KeepBaseConfig,
 }
 
 
@@ -248,7 +286,7 @@ def recipe_from_dict(raw: Mapping[str, Any], origin: str = "<recipe>") -> TrainR
     data = values["data"]
     values["data"] = _section(DataConfig, {"path": data} if isinstance(data, str) else data, "data", origin)
     values["losses"] = _losses(values["losses"], origin)
-    for key in ("model", "curriculum", "sampler", "hub"):
+    for key in ("model", "curriculum", "sampler", "hub", "keep_base"):
         if values.get(key) is not None:
             values[key] = _section(_SECTIONS[key], values[key], key, origin)
     if values.get("sampler") is None:

@@ -216,6 +216,8 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
     model = _model(resolved, _card_data(recipe, tasks))
     try:
         losses = losses_for_tasks(model, tasks, resolved.losses)
+        if recipe.keep_base is not None:
+            losses = recipe.keep_base.wrap(losses)  # after the losses, before the trainer: the base is untrained
     except (TypeError, ValueError) as error:
         raise RecipeError(f"{recipe.source}: losses: {error}") from None
     collator = UnifiedDataCollator.for_losses(

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
+from hf_unified_embed.losses import CoDiEmbSTSLoss, KeepBaseLoss, MultiPositiveInfoNCELoss
 from hf_unified_embed.losses.parts import total_loss
 
 LOCAL_BATCH = 4
@@ -128,6 +128,18 @@ def run_cached_case(
     return result
 
 
+def perturbed_base(model_path: str) -> nn.Module:
+    """The same tiny BERT with seeded noise on every weight: a base that differs from the student (on every rank)."""
+    from sentence_transformers import SentenceTransformer
+
+    base = SentenceTransformer(model_path, device="cpu")
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in base.parameters():
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    return base
+
+
 def run_cached_cases(model_path: str) -> dict[str, float]:
     results = run_cached_case(
         "cached_multi_positive",
@@ -145,6 +157,17 @@ def run_cached_cases(model_path: str) -> dict[str, float]:
         CACHED_LABELS,
         lambda model, gather, mini_batch_size: CoDiEmbSTSLoss(
             model, infonce_weight=1.0, gather_across_devices=gather, mini_batch_size=mini_batch_size
+        ),
+    )
+    # Self-distillation from a frozen base: the base's and the student's documents gathered alike.
+    results |= run_cached_case(
+        "cached_keep_base",
+        model_path,
+        [CACHED_QUERIES, CACHED_POSITIVES, CACHED_NEGATIVES],
+        None,
+        lambda model, gather, mini_batch_size: KeepBaseLoss(
+            MultiPositiveInfoNCELoss(model, gather_across_devices=gather, mini_batch_size=mini_batch_size),
+            base=perturbed_base(model_path),
         ),
     )
     return results

@@ -36,7 +36,7 @@ def torchrun_results(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: 
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("name", ["cached_multi_positive", "cached_codiemb_sts"])
+@pytest.mark.parametrize("name", ["cached_multi_positive", "cached_codiemb_sts", "cached_keep_base"])
 def test_cached_gathered_loss_equals_single_process_loss(torchrun_results: dict[str, float], name: str) -> None:
     # Gradient caching (mini-batches of 3 of each process's 4 rows) + gathering + false negatives across
     # processes, on a DDP-wrapped tiny BERT: float32, so equal to rounding.

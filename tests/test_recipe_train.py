@@ -52,6 +52,9 @@ def _recipe(unified_dir: Path, base: str, output: Path, **extra: object) -> dict
         ({"sampler": {"kind": "mixed"}}, "'sampler': kind must be one of"),
         ({"sampler": {"kind": "proportional", "instance_order": "easy_to_hard"}}, "['instance_order'] only apply"),
         ({"max_seq_length": 0}, "'max_seq_length' must be a positive integer"),
+        ({"keep_base": {"weight": -1}}, "'keep_base': weight must be a number >= 0"),
+        ({"keep_base": {"distillation": "MSELoss"}}, "'keep_base': distillation must be one of"),
+        ({"keep_base": {"wieght": 1}}, "unknown key(s) ['wieght'] in 'keep_base'"),
     ],
 )
 def test_recipe_errors_name_the_key(change: dict, message: str) -> None:
@@ -115,6 +118,45 @@ def test_train_from_recipe_writes_model_card_and_recipe(
 
     with pytest.raises(FileExistsError, match="not empty"):
         train_from_recipe(recipe)
+
+
+def test_keep_base_recipe_distils_from_the_base_and_the_card_reports_forgetting(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path
+) -> None:
+    """``keep_base`` wraps every task loss in KeepBaseLoss; a forgetting entry compares with the recipe's base."""
+    import json
+
+    from hf_unified_embed.train import EVALUATION_FILENAME, train_from_recipe
+
+    out = tmp_path / "model"
+    suite = {
+        "data_root": str(REPO / "examples" / "data"),
+        "diagnostics": False,
+        "evaluations": [
+            {
+                "name": "forgetting-sample",
+                "kind": "forgetting",
+                "source": "beir",
+                "data_files": "msmarco-dl-sample",
+                "evaluator": {"k": 5, "max_texts": 100},
+            }
+        ],
+    }
+    raw = _recipe(
+        unified_dir,
+        tiny_model_path,
+        out,
+        keep_base={"weight": 0.5, "distillation": "DistillMarginMSELoss"},
+        evaluation=suite,
+    )
+    raw["training_args"]["learning_rate"] = 1e-3
+    train_from_recipe(recipe_from_dict(raw))
+    text = ModelCard.load(out / "README.md").text
+    assert "`KeepBaseLoss`" in text and '"keep_base_weight": 0.5' in text and "DistillMarginMSELoss" in text
+    assert "| forgetting-sample | forgetting | neighbour_overlap@5 |" in text
+    assert "Rows of kind `forgetting` say how much of the base model's behaviour" in text
+    results = json.loads((out / EVALUATION_FILENAME).read_text())["results"]["forgetting-sample"]["metrics"]
+    assert 0 < results["neighbour_overlap@5"] < 1  # trained: moved away from its base, but not unrelated
 
 
 def test_stock_sampler_max_seq_length_and_a_loss_for_an_absent_task_type(

@@ -37,6 +37,7 @@ kind                          evaluator                                         
 ``retrieval``                 :class:`GradedInformationRetrievalEvaluator`           nDCG@10*, MRR@10, Recall@10/100
 ``reranking``                 :class:`AnswerRerankingEvaluator` (``RerankingEvaluator``) MAP*, MRR@10, nDCG@10
 ``pair_classification``       :class:`PairClassificationEvaluator` (``BinaryClassificationEvaluator``) AP*, F1, accuracy
+``forgetting``                :class:`~hf_unified_embed.evaluation.kinds.forgetting.ForgettingEvaluator`  neighbour overlap@10*, pair-similarity Spearman vs a reference model (no labels)
 ============================  ====================================================  ======================
 
 (* the primary metric.) Rows are read through the unified data adapters, so STS files, BEIR folders,
@@ -286,6 +287,19 @@ def load_suite(
     if data_root is not None:
         loaded.data_root = Path(data_root).expanduser()
     return loaded
+
+
+def set_reference_model(suite: EvaluationSuite, reference: str | Path) -> EvaluationSuite:
+    """Fill ``reference`` into the entries whose kind compares with a reference model and that leave it out.
+
+    A training run or merge search knows its base model; a suite written for many runs (a
+    ``forgetting`` entry without ``evaluator: {reference: ...}``) takes it from here. Entries that
+    name their own reference keep it. Returns ``suite`` (changed in place).
+    """
+    for entry in suite.entries:
+        if entry.evaluation_kind.uses_reference_model and entry.evaluator.get("reference") is None:
+            entry.evaluator["reference"] = str(reference)
+    return suite
 
 
 def load_entry_rows(suite: EvaluationSuite) -> dict[str, Dataset]:

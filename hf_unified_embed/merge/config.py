@@ -114,6 +114,13 @@ class SearchConfig:
         in_memory: merge candidates in memory (``True``), via scratch files (``False``) or by size (``"auto"``).
         data_root: overrides the suite's ``data_root``.
         device: where candidates are evaluated (default: CUDA when available).
+        constraint: keep the base: ``{epsilon: ε, metrics: [...]}``. The merge's ``base`` is evaluated
+            on the suite too, and a candidate is admissible only when none of ``metrics`` (default: the
+            objective's keys plus every entry of a kind that compares with a reference model, e.g.
+            ``forgetting``) is below the base's value by more than ``ε``; the best admissible candidate
+            wins ("best mean subject to no column worse than the base by more than ε"). ``epsilon``
+            is one number or ``{metric: ε, default: ε}``. The base scores 1 on a ``forgetting`` entry,
+            so its ε there is the largest drop of neighbour overlap allowed.
     """
 
     suite: str | Path | dict[str, Any]
@@ -122,6 +129,7 @@ class SearchConfig:
     in_memory: bool | str = "auto"
     data_root: str | None = None
     device: str | None = None
+    constraint: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.parameters, Mapping) or not self.parameters:
@@ -134,6 +142,14 @@ class SearchConfig:
                 raise MergeError(f"search.objective: the weight of {key!r} must be a number, got {weight!r}")
         if self.in_memory not in (True, False, "auto"):
             raise MergeError(f"search.in_memory: expected true, false or auto, got {self.in_memory!r}")
+        if self.constraint is not None:
+            self.constraint = _constraint(self.constraint)
+
+    def epsilon(self, metric: str) -> float:
+        """The constraint's allowed drop below the base for ``metric``."""
+        assert self.constraint is not None
+        epsilon = self.constraint["epsilon"]
+        return float(epsilon.get(metric, epsilon["default"]) if isinstance(epsilon, Mapping) else epsilon)
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "search") -> SearchConfig:
@@ -150,6 +166,33 @@ class SearchConfig:
         """Every combination of the searched values, over the config's other parameters."""
         names = list(self.parameters)
         return [{**base, **dict(zip(names, values))} for values in itertools.product(*self.parameters.values())]
+
+
+def _constraint(spec: Any) -> dict[str, Any]:
+    """``search.constraint`` checked: ``epsilon`` (a number ≥ 0, or ``{metric: ε, default: ε}``) and optional ``metrics``."""
+    if not isinstance(spec, Mapping) or "epsilon" not in spec or set(spec) - {"epsilon", "metrics"}:
+        raise MergeError(
+            f"search.constraint: expected {{epsilon: ε, metrics: [...]}} (metrics optional), got {spec!r}"
+        )
+
+    def number(value: Any, where: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+            raise MergeError(f"search.constraint.{where}: expected a number >= 0, got {value!r}")
+        return float(value)
+
+    epsilon = spec["epsilon"]
+    if isinstance(epsilon, Mapping):
+        if "default" not in epsilon:
+            raise MergeError("search.constraint.epsilon: a mapping needs a 'default' for the metrics it does not name")
+        epsilon = {str(key): number(value, f"epsilon.{key}") for key, value in epsilon.items()}
+    else:
+        epsilon = number(epsilon, "epsilon")
+    metrics = spec.get("metrics")
+    if metrics is not None and (
+        not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics)
+    ):
+        raise MergeError(f"search.constraint.metrics: expected a non-empty list of metric names, got {metrics!r}")
+    return {"epsilon": epsilon, "metrics": metrics}
 
 
 def _values(name: str, spec: Any) -> list[Any]:

@@ -68,6 +68,9 @@ class EvaluationKind(ABC):
         set_by_kind: constructor arguments with a default that the kind always sets (``name`` and the
             similarity); arguments without a default are the inputs and are set by the kind too.
         takes_corpus_files: whether entries may add ``corpus_files`` (extra documents).
+        uses_reference_model: whether the evaluator compares with a reference model (its ``reference``
+            option), which :func:`~hf_unified_embed.evaluation.suite.set_reference_model` fills in
+            where the entry leaves it out (e.g. with the base model of a training run or merge search).
     """
 
     name: ClassVar[str]
@@ -79,6 +82,7 @@ class EvaluationKind(ABC):
     kind_options: ClassVar[Mapping[str, Any]] = {}
     set_by_kind: ClassVar[tuple[str, ...]] = ("name",)
     takes_corpus_files: ClassVar[bool] = False
+    uses_reference_model: ClassVar[bool] = False
 
     @abstractmethod
     def build_evaluator(
