@@ -20,6 +20,7 @@ class                      meaning                                              
 ``OutputError``            the output cannot be written where asked                      ``OSError``
 ``OutputExistsError``      the output exists and ``overwrite`` was not given             ``FileExistsError``
 ``SecretLeakError``        a file about to be written or uploaded holds a secret        —
+``HubError``               the Hub cannot be reached or refused a request (repo, why)   ``OSError``
 ``AfterTrainingError``     training finished and the model was saved; a later step failed  —
 ``IncompatibleStackError`` an installed package is too old, too new or missing for a path  —
 =========================  ===========================================================  ==============
@@ -28,6 +29,12 @@ class                      meaning                                              
 from __future__ import annotations
 
 from pathlib import Path
+
+
+def one_line(text: object, limit: int | None = None) -> str:
+    """``text`` on one line (a library's multi-line message inside ours), cut after ``limit`` characters."""
+    line = " ".join(str(text).split())
+    return line if limit is None or len(line) <= limit else line[: limit - 1] + "…"
 
 
 class HfUnifiedEmbedError(Exception):
@@ -135,6 +142,11 @@ class OutputExistsError(OutputError, FileExistsError):
 
 class SecretLeakError(HfUnifiedEmbedError):
     """A file about to be kept or uploaded still holds a token or password."""
+
+
+class HubError(HfUnifiedEmbedError, OSError):
+    """The Hugging Face Hub cannot be reached (offline mode, no connection) or refused a request
+    (no token, no permission, a bad revision); the message names the repository and the cause."""
 
 
 class AfterTrainingError(HfUnifiedEmbedError):

@@ -33,7 +33,7 @@ from datasets import DatasetDict
 from torch import nn
 
 from hf_unified_embed.backbones import merge_adapter, without_cudnn_attention
-from hf_unified_embed.errors import AfterTrainingError, HfUnifiedEmbedError, InputError, RecipeError
+from hf_unified_embed.errors import AfterTrainingError, HfUnifiedEmbedError, HubError, InputError, RecipeError
 from hf_unified_embed.model_card import UnifiedModelCardData
 from hf_unified_embed.outputs import StagedOutput
 from hf_unified_embed.preflight import ResolvedRecipe, preflight
@@ -430,9 +430,12 @@ def _after_training(step: str, model_dir: Path, action: Callable[[], T]) -> T:
 def _push(folder: Path, repo_id: str, private: bool, revision: str | None, create_pr: bool, token: str | None) -> Any:
     from hf_unified_embed.publishing import push_folder
 
-    return push_folder(
-        folder, repo_id, repo_type="model", private=private, revision=revision, create_pr=create_pr, token=token
-    )
+    try:
+        return push_folder(
+            folder, repo_id, repo_type="model", private=private, revision=revision, create_pr=create_pr, token=token
+        )
+    except HubError as error:
+        raise HubError(f"{error}; push it later with `hf-unified-embed push {folder} {repo_id}`") from error
 
 
 def _write_yaml(path: Path, data: Any) -> None:

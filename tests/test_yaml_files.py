@@ -13,6 +13,10 @@ from hf_unified_embed.recipe import RecipeError
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
 
+#: The one-line message of ``a: [unclosed``: file, line and column, what PyYAML expected and from where.
+UNCLOSED = r"bad\.yaml:2:1: not valid YAML: expected ',' or '\]', but got '<stream end>' \(while parsing a flow sequence from line 1\)"
+
+
 class ConfigError(ValueError):
     pass
 
@@ -26,7 +30,7 @@ def test_read_yaml_mapping(tmp_path: Path) -> None:
     assert read_yaml_mapping(tmp_path / "empty.yaml", ConfigError) == {}
     for name, message in [
         ("missing.yaml", r"missing\.yaml: file does not exist"),
-        ("bad.yaml", r"bad\.yaml: not valid YAML"),
+        ("bad.yaml", UNCLOSED),
         ("list.yaml", r"list\.yaml: expected a mapping at the top level, got list"),
     ]:
         with pytest.raises(ConfigError, match=message):
@@ -36,10 +40,10 @@ def test_read_yaml_mapping(tmp_path: Path) -> None:
 def test_each_config_reports_its_own_error_type(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("a: [unclosed\n")
-    with pytest.raises(ValueError, match=r"bad\.yaml: not valid YAML"):
+    with pytest.raises(ValueError, match=UNCLOSED):
         load_build_recipe(bad)
-    with pytest.raises(ValueError, match=r"bad\.yaml: not valid YAML"):
+    with pytest.raises(ValueError, match=UNCLOSED):
         EvaluationSuite.from_yaml(bad)
-    with pytest.raises(MergeError, match=r"bad\.yaml: not valid YAML"):
+    with pytest.raises(MergeError, match=UNCLOSED):
         MergeConfig.from_yaml(bad)
     assert issubclass(RecipeError, ValueError)

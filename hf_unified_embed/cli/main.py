@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 
 from hf_unified_embed import __version__
-from hf_unified_embed.errors import HfUnifiedEmbedError
+from hf_unified_embed.errors import HfUnifiedEmbedError, one_line
 from hf_unified_embed.processes import is_main_process
 from hf_unified_embed.redaction import RedactingFilter
 
@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except HfUnifiedEmbedError as error:
         if is_main_process():
-            print(f"error: {error}", file=sys.stderr)
+            print(f"error: {one_line(error)}", file=sys.stderr)
         else:
             # Every process hits the same input error; the launcher stops the whole group as soon as
             # one exits, so the others wait a moment for rank 0 to report it.
