@@ -40,6 +40,13 @@ def one_line(text: object, limit: int | None = None) -> str:
 class HfUnifiedEmbedError(Exception):
     """Base of every error caused by an input, recipe, data file or output location; never by a bug."""
 
+    def within(self, where: str) -> HfUnifiedEmbedError:
+        """This error with ``where`` (the file and key that led to it) in front of its message; the class
+        and attributes stay. A message that already starts with ``where`` is left as it is."""
+        if not str(self).startswith(where):
+            self.args = (f"{where}: {self}", *self.args[1:])
+        return self
+
 
 class UsageError(HfUnifiedEmbedError):
     """Command-line options that do not fit together."""

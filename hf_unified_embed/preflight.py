@@ -257,6 +257,16 @@ def check_training_args_fit_the_run(args: Any, recipe: TrainRecipe, origin: str)
         )
 
 
+def check_sampler_tasks(recipe: TrainRecipe, tasks: list[str] | None, origin: str) -> None:
+    """``sampler.batch_sizes`` names only tasks the run trains (a misspelt task would otherwise be found by
+    the sampler, once training starts); ``tasks=None``: not known yet."""
+    unknown = sorted(set(recipe.sampler.batch_sizes) - set(tasks)) if tasks is not None else []
+    if unknown:
+        raise RecipeError(
+            f"{origin}: sampler.batch_sizes names task(s) {unknown} that the run does not train: {tasks}"
+        )
+
+
 def check_sampler_processes(recipe: TrainRecipe, processes: int) -> None:
     """Refuse sentence-transformers' stock samplers with several processes unless explicitly allowed."""
     sampler = recipe.sampler
@@ -404,6 +414,7 @@ def preflight(recipe: TrainRecipe, *, overwrite: bool = False) -> ResolvedRecipe
         _bind_loss_kwargs(cls, kwargs, where)
         losses[key] = (cls, kwargs)
     check_sampler_processes(recipe, world_size())
+    check_sampler_tasks(recipe, recipe.data.tasks, origin)
     check_engine()
     args, hub_token = _training_arguments(recipe, origin)
 

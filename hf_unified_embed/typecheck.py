@@ -4,9 +4,11 @@ Recipes, suites and configs hand their values to classes that never check them: 
 ``temperature: "hot"`` or a trainer's ``learning_rate: fast`` would be accepted and fail much later,
 inside a comparison, with no key named. The annotations those classes already declare say what fits,
 so each value is checked against its annotation (pydantic's strict mode: no string is read as a
-number, no ``1`` as ``true``) before anything is built, and the caller names the file and key.
+number, no ``1`` as ``true``; a YAML list stands for a tuple) before anything is built, and the caller
+names the file and key.
 
 * :func:`constructor_parameters`: what ``cls(...)`` takes, following ``**kwargs`` to the base classes;
+* :func:`function_parameters`: what a function takes (a source format's options);
 * :func:`field_annotations`: the annotations of a dataclass's fields;
 * :func:`type_problem`: why a value does not fit an annotation, or ``None``.
 
@@ -23,26 +25,57 @@ import types
 import typing
 from collections.abc import Hashable, Mapping
 from functools import cache
+from pathlib import Path
 from typing import Any, cast
 
 
 def type_problem(annotation: Any, value: Any) -> str | None:
-    """Why ``value`` does not fit ``annotation`` (pydantic's strict check), or ``None``."""
-    from pydantic import ValidationError
+    """Why ``value`` does not fit ``annotation`` (pydantic's strict check), or ``None``.
 
+    YAML has no tuples and no paths: a list where a tuple is annotated (``score_range: [0, 5]``) and
+    a string where a ``Path`` is annotated stand for one.
+    """
     adapter = _adapter(annotation)
     if adapter is None:
         return None
+    errors = _errors(adapter, value)
+    if not errors:
+        return None
+    tuples = any(error["type"] == "tuple_type" for error in errors)
+    paths = any(error["type"] == "is_instance_of" and isinstance(error["input"], str) for error in errors)
+    if tuples or paths:
+        as_yaml_means = _yaml_meaning(value, tuples=tuples, paths=paths)
+        if as_yaml_means != value:
+            errors = _errors(adapter, as_yaml_means)
+            if not errors:
+                return None
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        # pydantic reports every member's failure; the annotation itself says it in a few words.
+        return f"input should be {inspect.formatannotation(annotation).replace('typing.', '')}"
+    location = "".join(f"[{part!r}]" for part in errors[0]["loc"])
+    return f"{location} {errors[0]['msg'][0].lower()}{errors[0]['msg'][1:]}".strip()
+
+
+def _errors(adapter: Any, value: Any) -> list[Any]:
+    from pydantic import ValidationError
+
     try:
         adapter.validate_python(value, strict=True)
     except ValidationError as error:
-        if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-            # pydantic reports every member's failure; the annotation itself says it in a few words.
-            return f"input should be {inspect.formatannotation(annotation).replace('typing.', '')}"
-        first = error.errors()[0]
-        location = "".join(f"[{part!r}]" for part in first["loc"])
-        return f"{location} {first['msg'][0].lower()}{first['msg'][1:]}".strip()
-    return None
+        return list(error.errors())
+    return []
+
+
+def _yaml_meaning(value: Any, *, tuples: bool, paths: bool) -> Any:
+    """``value`` with its lists as tuples and its strings as paths (at any depth), as asked."""
+    if isinstance(value, (list, tuple)):
+        items = [_yaml_meaning(item, tuples=tuples, paths=paths) for item in value]
+        return tuple(items) if tuples else items
+    if isinstance(value, dict):
+        return {key: _yaml_meaning(item, tuples=tuples, paths=paths) for key, item in value.items()}
+    if paths and isinstance(value, str):
+        return Path(value)
+    return value
 
 
 @cache
@@ -66,21 +99,35 @@ def constructor_parameters(cls: Hashable) -> dict[str, tuple[Any, bool]]:
     for klass in cast(type, cls).__mro__:
         if "__init__" not in vars(klass):
             continue
-        module = getattr(sys.modules.get(klass.__module__), "__dict__", {})
-        takes_more = False
-        for name, parameter in inspect.signature(vars(klass)["__init__"]).parameters.items():
-            if name == "self":
-                continue
-            if parameter.kind is inspect.Parameter.VAR_KEYWORD:
-                takes_more = True
-            elif parameter.kind is not inspect.Parameter.VAR_POSITIONAL and name not in parameters:
-                parameters[name] = (
-                    _resolve(parameter.annotation, module),
-                    parameter.default is not inspect.Parameter.empty,
-                )
+        own, takes_more = _signature(vars(klass)["__init__"], klass.__module__)
+        parameters.update({name: value for name, value in own.items() if name not in parameters})
         if not takes_more:
             break
     return parameters
+
+
+@cache
+def function_parameters(function: Hashable) -> dict[str, tuple[Any, bool]]:
+    """``{name: (annotation, has_default)}`` of a function's parameters (e.g. a source format's options)."""
+    return _signature(function, cast(Any, function).__module__)[0]
+
+
+def _signature(function: Any, module_name: str) -> tuple[dict[str, tuple[Any, bool]], bool]:
+    """The parameters of ``function`` but ``self``, and whether it takes ``**kwargs``."""
+    module = getattr(sys.modules.get(module_name), "__dict__", {})
+    parameters: dict[str, tuple[Any, bool]] = {}
+    takes_more = False
+    for name, parameter in inspect.signature(function).parameters.items():
+        if name == "self":
+            continue
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            takes_more = True
+        elif parameter.kind is not inspect.Parameter.VAR_POSITIONAL:
+            parameters[name] = (
+                _resolve(parameter.annotation, module),
+                parameter.default is not inspect.Parameter.empty,
+            )
+    return parameters, takes_more
 
 
 @cache

@@ -27,7 +27,7 @@ from hf_unified_embed.data.registry import get_source_format, source_format_name
 from hf_unified_embed.errors import NameRuleError, RecipeError, SourceFormatError
 from hf_unified_embed.naming import check_distinct_names, split_name_problem, task_name_problem
 from hf_unified_embed.schema import TASK_TYPES
-from hf_unified_embed.typecheck import mismatched_field
+from hf_unified_embed.typecheck import function_parameters, mismatched_field, type_problem
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
 #: Task types whose two sides are the same kind of text, so they share one instruction.
@@ -79,6 +79,11 @@ class SourceSpec:
                 else "it takes none"
             )
             raise fail("options", f"unknown option(s) {unknown} for format {self.format!r}; {takes}")
+        parameters = function_parameters(source_format.read)
+        for key, value in self.options.items():
+            problem = type_problem(parameters[key][0], value)
+            if problem:
+                raise fail("options", f"option {key!r} of format {self.format!r}: {problem}, got {value!r}")
         if self.task_type is not None and self.task_type not in TASK_TYPES:
             raise fail("task_type", f"got {self.task_type!r}; expected one of {list(TASK_TYPES)}")
         if self.max_rows is not None and self.max_rows < 1:
