@@ -39,10 +39,10 @@ import inspect
 import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from pydantic import Field
 from torch import nn
@@ -130,7 +130,7 @@ def _bind_loss_kwargs(cls: type[nn.Module], kwargs: Mapping[str, Any], where: st
     except TypeError as error:
         names = [p for p in list(signature.parameters)[1:] if p not in ("args", "kwargs")]
         raise RecipeError(f"{where}: {cls.__name__}: {error}; its parameters: {names}") from None
-    parameters = constructor_parameters(cls)
+    parameters = constructor_parameters(cast(Hashable, cls))
     for key, value in kwargs.items():
         problem = type_problem(parameters[key][0], value) if key in parameters else None
         if problem:

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 import yaml
-from _processes import Expected, failure, run
+from _processes import Expected, failure, free_port, run
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -498,7 +498,13 @@ def test_broken_recipes_under_torchrun_exit_2(inputs: dict[str, Path]) -> None:
             path = work / config.name
             path.write_bytes(content)
             before = snapshot(work, *read_only(inputs))
-            command = [sys.executable, "-m", "hf_unified_embed.launch", "--nproc_per_node=2", "--master_port=29575"]
+            command = [
+                sys.executable,
+                "-m",
+                "hf_unified_embed.launch",
+                "--nproc_per_node=2",
+                f"--master_port={free_port()}",
+            ]
             completed = run(
                 [*command, *config.command(path, work)], expected=Expected(startup_s=15, processes=2), env=env
             )

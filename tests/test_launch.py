@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from _processes import Expected, failure, run
+from _processes import Expected, failure, free_port, run
 
 from hf_unified_embed.launch import worker_command
 
@@ -78,15 +78,15 @@ def _recipe(folder: Path, unified_dir: Path, model: str, **changes: Any) -> Path
     return path
 
 
-def _launch(*arguments: str, port: int, **env: str) -> Any:
-    command = [sys.executable, "-m", "hf_unified_embed.launch", "--nproc_per_node=2", f"--master_port={port}"]
+def _launch(*arguments: str, **env: str) -> Any:
+    command = [sys.executable, "-m", "hf_unified_embed.launch", "--nproc_per_node=2", f"--master_port={free_port()}"]
     return run([*command, *arguments], expected=LAUNCH, env={**os.environ, "OMP_NUM_THREADS": "1", **env})
 
 
 @pytest.mark.multiprocess
 def test_an_input_error_exits_2_with_one_line(unified_dir: Path, tiny_model_path: str, tmp_path: Path) -> None:
     recipe = _recipe(tmp_path, unified_dir, tiny_model_path, training_args={"learning_rate": "fast"})
-    completed = _launch("train", str(recipe), port=29573)
+    completed = _launch("train", str(recipe))
     assert completed.returncode == 2, failure(completed)
     assert completed.stderr.strip() == (
         f"error: {recipe}: training_args.learning_rate: input should be a valid number, got 'fast'"
@@ -101,9 +101,7 @@ def test_a_bug_keeps_torchruns_report_and_exit_1(unified_dir: Path, tiny_model_p
     (tmp_path / "userpkg" / "buggy.py").write_text(BUGGY_LOSS)
     losses = {"retrieval": "buggy:BuggyLoss", "sts": "CoDiEmbSTSLoss"}
     recipe = _recipe(tmp_path, unified_dir, tiny_model_path, losses=losses)
-    completed = _launch(
-        "-m", "hf_unified_embed", "train", str(recipe), port=29574, PYTHONPATH=str(tmp_path / "userpkg")
-    )
+    completed = _launch("-m", "hf_unified_embed", "train", str(recipe), PYTHONPATH=str(tmp_path / "userpkg"))
     assert completed.returncode == 1, failure(completed)
     assert "RuntimeError: a bug inside the loss" in completed.stderr
     assert "ChildFailedError" in completed.stderr and "Root Cause" in completed.stderr, failure(completed)

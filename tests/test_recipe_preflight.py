@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from _processes import free_port
 from huggingface_hub import ModelCard
 
 from hf_unified_embed.errors import AfterTrainingError, InputNotFoundError, OutputExistsError, RecipeError, SuiteError
@@ -435,7 +436,7 @@ def test_under_torchrun_rank_0_prints_once_and_exits_2(
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29571",
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
         "-m", "hf_unified_embed.cli.main", "train", str(recipe),
     ]  # fmt: skip
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
