@@ -49,6 +49,7 @@ from hf_unified_embed.backbones import ModelConfig
 from hf_unified_embed.errors import RecipeError
 from hf_unified_embed.naming import check_split_name, check_task_name
 from hf_unified_embed.schema import TASK_TYPES
+from hf_unified_embed.typecheck import mismatched_field
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
 DEFAULT_BASE_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -250,6 +251,9 @@ def _section(cls: type, value: Any, key: str, origin: str) -> Any:
     unknown = sorted(set(value) - names)
     if unknown:
         raise RecipeError(f"{origin}: unknown key(s) {unknown} in '{key}'; allowed: {sorted(names)}")
+    mismatch = mismatched_field(cls, value)
+    if mismatch:
+        raise RecipeError(f"{origin}: '{key}.{mismatch[0]}': {mismatch[1]}")
     try:
         return cls(**value)
     except (TypeError, ValueError) as error:
@@ -283,6 +287,11 @@ def recipe_from_dict(raw: Mapping[str, Any], origin: str = "<recipe>") -> TrainR
         if raw.get(required) in (None, "", {}):
             raise RecipeError(f"{origin}: '{required}' is required")
     values = dict(raw)
+    mismatch = mismatched_field(
+        TrainRecipe, {k: v for k, v in values.items() if k not in {"data", "losses", *_SECTIONS}}
+    )
+    if mismatch:
+        raise RecipeError(f"{origin}: '{mismatch[0]}': {mismatch[1]}")
     data = values["data"]
     values["data"] = _section(DataConfig, {"path": data} if isinstance(data, str) else data, "data", origin)
     values["losses"] = _losses(values["losses"], origin)
@@ -291,13 +300,12 @@ def recipe_from_dict(raw: Mapping[str, Any], origin: str = "<recipe>") -> TrainR
             values[key] = _section(_SECTIONS[key], values[key], key, origin)
     if values.get("sampler") is None:
         values.pop("sampler", None)
-    for key in ("training_args", "peft"):
-        if values.get(key) is not None and not isinstance(values[key], Mapping):
-            raise RecipeError(f"{origin}: '{key}' must be a mapping")
     for key in ("negatives_per_query", "max_seq_length"):
         value = values.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        if value is not None and value < 1:
             raise RecipeError(f"{origin}: '{key}' must be a positive integer, got {value!r}")
+    if not 0 <= values.get("seed", 0) < 2**32:
+        raise RecipeError(f"{origin}: 'seed' must be in [0, 2**32), got {values['seed']!r}")
     curriculum = values.get("curriculum")
     if curriculum is not None and bool(curriculum.plan) == bool(curriculum.teacher):
         raise RecipeError(f"{origin}: curriculum needs exactly one of 'plan' or 'teacher'")

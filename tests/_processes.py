@@ -112,3 +112,13 @@ def run(command: Sequence[str], *, expected: Expected, **kwargs: Any) -> subproc
 def failure(completed: subprocess.CompletedProcess[str]) -> str:
     """An assertion message for a child that ended badly: its exit code and the tail of its output."""
     return f"exit code {completed.returncode}\n{output_tail(completed.stdout, completed.stderr)}"
+
+
+def free_port() -> int:
+    """A TCP port free right now, for a launcher's ``--master_port``: a fixed port collides with another
+    launch on the same machine (another test run beside this one), and torchrun's agent then fails."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

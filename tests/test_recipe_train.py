@@ -48,7 +48,7 @@ def _recipe(unified_dir: Path, base: str, output: Path, **extra: object) -> dict
         ({"data": {"path": "x", "taskz": []}}, "unknown key(s) ['taskz'] in 'data'"),
         ({"losses": {"sts": {"temperature": 1}}}, "losses.sts"),
         ({"curriculum": {"plan": "p.json", "teacher": "t"}}, "exactly one"),
-        ({"training_args": [1]}, "'training_args' must be a mapping"),
+        ({"training_args": [1]}, "'training_args': input should be a valid dictionary, got [1]"),
         ({"sampler": {"kind": "mixed"}}, "'sampler': kind must be one of"),
         ({"sampler": {"kind": "proportional", "instance_order": "easy_to_hard"}}, "['instance_order'] only apply"),
         ({"max_seq_length": 0}, "'max_seq_length' must be a positive integer"),
@@ -66,7 +66,7 @@ def test_recipe_errors_name_the_key(change: dict, message: str) -> None:
 def test_load_recipe_reports_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("data: [unclosed\n")
-    with pytest.raises(RecipeError, match=r"bad\.yaml: not valid YAML"):
+    with pytest.raises(RecipeError, match=r"bad\.yaml:2:1: not valid YAML"):
         load_train_recipe(bad)
     with pytest.raises(RecipeError, match="does not exist"):
         load_train_recipe(tmp_path / "missing.yaml")

@@ -43,6 +43,7 @@ from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.methods import get_merge_method
 from hf_unified_embed.merge.model_ids import check_hub_id
 from hf_unified_embed.merge.writer import parse_size
+from hf_unified_embed.typecheck import mismatched_field
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
 DEFAULT_MAX_SHARD_SIZE = "2GB"
@@ -289,6 +290,8 @@ class MergeConfig:
             card_keys = {field.name for field in dataclasses.fields(CardConfig)}
             if unknown := sorted(set(self.card) - card_keys):
                 raise MergeError(f"unknown key card.{unknown[0]}; known: {', '.join(sorted(card_keys))}")
+            if mismatch := mismatched_field(CardConfig, self.card):
+                raise MergeError(f"card.{mismatch[0]}: {mismatch[1]}")
             self.card = CardConfig(**self.card)
         elif not isinstance(self.card, CardConfig):
             raise MergeError(f"card: expected a mapping of card options, got {self.card!r}")
@@ -314,7 +317,11 @@ class MergeConfig:
         values = dict(data)
         values.setdefault("models", [])
         try:
-            return cls(**values)
+            config = cls(**values)
+            if config.search is None:
+                # The method's parameters are part of the file: a wrong one is reported with its name.
+                get_merge_method(config.method).from_params([spec.path for spec in config.models], config.parameters)
+            return config
         except MergeError as error:
             raise MergeError(f"{source}: {error}") from error
 
