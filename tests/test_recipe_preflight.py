@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import yaml
-from _processes import free_port
 from huggingface_hub import ModelCard
 
 from hf_unified_embed.errors import AfterTrainingError, InputNotFoundError, OutputExistsError, RecipeError, SuiteError
@@ -435,13 +434,13 @@ def test_under_torchrun_rank_0_prints_once_and_exits_2(
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={processes.free_port()}",
         "-m", "hf_unified_embed.cli.main", "train", str(recipe),
     ]  # fmt: skip
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    completed = processes.run(command, expected=processes.Expected(processes=2), env=env)
     assert completed.returncode != 0
     errors = [line for line in completed.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "kind 'proportional' with 2 processes" in errors[0], completed.stderr[-3000:]
+    assert len(errors) == 1 and "kind 'proportional' with 2 processes" in errors[0], processes.failure(completed)
     root_cause = completed.stderr.split("Root Cause")[1]
     assert "rank      : 0" in root_cause and "exitcode  : 2" in root_cause, "rank 0 reports and exits 2 first"
     assert "/hf_unified_embed/" not in completed.stderr, "no worker printed a traceback"
