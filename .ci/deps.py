@@ -64,7 +64,8 @@ def read_lock(path: Path) -> dict[str, str]:
 
 
 def installed() -> dict[str, str]:
-    return {canonical(dist.metadata["Name"]): dist.version for dist in metadata.distributions()}
+    """Installed versions without local labels (torch's ``+cpu``), as the locks write them."""
+    return {canonical(dist.metadata["Name"]): dist.version.split("+", 1)[0] for dist in metadata.distributions()}
 
 
 #: torch's CUDA runtime packages: a resolver that reads the registry's metadata lists them, but the CPU
@@ -157,7 +158,11 @@ def suite_summary(tree: ElementTree.Element) -> str:
 
 
 def _origin(text: str, packages: dict[str, list[str]]) -> str | None:
-    """The distribution whose file is the innermost ``site-packages`` frame of a traceback."""
+    """The package to blame: the one the project's stack check names, else the innermost ``site-packages`` frame's."""
+    # hf_unified_embed.stack refuses a path before the neighbour fails: "... (transformers 5.24.0 requires it)".
+    blamed = re.search(r"IncompatibleStackError: .*?\(([A-Za-z0-9._-]+) [0-9][^ ]* requires it\)", text)
+    if blamed is not None and canonical(blamed.group(1)) != PROJECT:
+        return canonical(blamed.group(1))
     frames = re.findall(r"site-packages/([A-Za-z0-9_]+)", text)
     for module in reversed(frames):
         for distribution in packages.get(module, []):
