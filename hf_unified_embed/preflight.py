@@ -235,6 +235,14 @@ def check_training_args_fit_the_run(args: Any, recipe: TrainRecipe, origin: str)
                 f"{origin}: training_args.fsdp: FSDP needs several processes; launch with "
                 "`python -m hf_unified_embed.launch --nproc_per_node=N train ...` or `accelerate launch`"
             )
+    from huggingface_hub.constants import HF_HUB_OFFLINE
+
+    if args.push_to_hub and HF_HUB_OFFLINE:
+        # The trainer creates the Hub repository in its constructor, after the data and model load.
+        raise RecipeError(
+            f"{origin}: training_args.push_to_hub: true, but the Hub is offline (HF_HUB_OFFLINE=1); remove it, "
+            "or unset HF_HUB_OFFLINE (the recipe's 'hub' key pushes the final model and card after training)"
+        )
     if args.eval_strategy != IntervalStrategy.NO:
         raise RecipeError(
             f"{origin}: training_args.eval_strategy {args.eval_strategy.value!r}: the run has no eval_dataset; "

@@ -173,6 +173,11 @@ def no_data_load(monkeypatch: pytest.MonkeyPatch) -> None:
         ),
         ({"training_args": {"report_to": "nosuch"}}, RecipeError, r"training_args\.report_to \['nosuch'\]: "),
         (
+            {"training_args": {"push_to_hub": True}},
+            RecipeError,
+            r"training_args\.push_to_hub: true, but the Hub is offline \(HF_HUB_OFFLINE=1\)",
+        ),
+        (
             {"training_args": {"resume_from_checkpoint": "./no/checkpoint-9"}},
             InputNotFoundError,
             r"resume_from_checkpoint: \./no/checkpoint-9 does not exist",
