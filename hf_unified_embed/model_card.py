@@ -148,7 +148,9 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
                 texts += [text for text in dict.fromkeys(spare) if text not in texts][: WIDGET_TEXTS - len(texts)]
                 if len(texts) < 2:
                     continue
-                self.widget.append({"source_sentence": texts[0], "sentences": random.sample(texts[1:], len(texts) - 1)})
+                self.widget.append(
+                    {"source_sentence": texts[0], "sentences": random.sample(texts[1:], len(texts) - 1)}
+                )
                 self.usage_examples = texts
 
     def set_base_model(self, model_id: str, revision: str | None = None) -> bool:

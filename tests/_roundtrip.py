@@ -46,45 +46,55 @@ _LEAVING = re.compile(rb"(?:^|[\s\"'`(=:\[,])\.\.[/\\]")
 _SAFETENSORS = ".safetensors"
 
 
-def _main(argv: list[str]) -> None:
-    kind, target, out = argv
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    result: Any
+def _read(kind: str, target: str) -> Any:
     if kind == "embeddings":
         from sentence_transformers import SentenceTransformer
 
         model = SentenceTransformer(target, device="cpu")
-        result = model.encode(TEXTS, convert_to_numpy=True).astype("float64").tolist()
-    elif kind == "rows":
+        return model.encode(TEXTS, convert_to_numpy=True).astype("float64").tolist()
+    if kind == "rows":
         from datasets import get_dataset_config_names, load_dataset
 
-        result = {}
+        rows = {}
         for config in get_dataset_config_names(target):
             splits = load_dataset(target, config)
-            result[config] = {split: splits[split].to_list() for split in splits}
-    elif kind == "card":
+            rows[config] = {split: splits[split].to_list() for split in splits}
+        return rows
+    if kind == "card":
         from huggingface_hub import DatasetCard, ModelCard
 
         path = Path(target)
         card_type = DatasetCard if "configs:" in path.read_text(encoding="utf-8").split("\n---", 1)[0] else ModelCard
         card = card_type.load(path)
-        result = {"data": card.data.to_dict(), "text": card.text, "type": card_type.__name__}
-    else:
-        raise SystemExit(f"unknown kind {kind!r}")
-    Path(out).write_text(json.dumps(result), encoding="utf-8")
+        return {"data": card.data.to_dict(), "text": card.text, "type": card_type.__name__}
+    raise SystemExit(f"unknown kind {kind!r}")
+
+
+def _main(argv: list[str]) -> None:
+    kind, out, *targets = argv
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    Path(out).write_text(json.dumps([_read(kind, target) for target in targets]), encoding="utf-8")
+
+
+def reload_all(kind: str, targets: Iterable[str | Path]) -> list[Any]:
+    """What one fresh process reads from each of ``targets`` (see the module docs for ``kind``)."""
+    from _processes import Expected, failure, run
+
+    targets = [str(target) for target in targets]
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "reloaded.json"
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
+        # Measured on the quiet 2-core machine: ~8 s to start and import sentence-transformers, ~0.5 s a model.
+        expected = Expected(10, steps=len(targets), step_s=1)
+        completed = run([sys.executable, __file__, kind, str(out), *targets], expected=expected, env=env)
+        assert completed.returncode == 0, failure(completed)
+        result: list[Any] = json.loads(out.read_text(encoding="utf-8"))
+        return result
 
 
 def reload(kind: str, target: str | Path) -> Any:
     """What a fresh process reads from ``target`` (see the module docs for ``kind``)."""
-    from _processes import Expected, failure, run
-
-    with tempfile.TemporaryDirectory() as scratch:
-        out = Path(scratch) / "reloaded.json"
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
-        # Measured on the quiet 2-core machine: ~8 s to import sentence-transformers and encode five texts.
-        completed = run([sys.executable, __file__, kind, str(target), str(out)], expected=Expected(10), env=env)
-        assert completed.returncode == 0, failure(completed)
-        return json.loads(out.read_text(encoding="utf-8"))
+    return reload_all(kind, [target])[0]
 
 
 def encode(model: Any) -> Any:
@@ -95,12 +105,13 @@ def encode(model: Any) -> Any:
         return model.encode(TEXTS, convert_to_numpy=True).astype("float64")
 
 
-def assert_same_embeddings(folder: str | Path, in_memory: Any) -> None:
-    """``folder`` reloaded in a fresh process encodes :data:`TEXTS` as ``in_memory`` did (embeddings or a model)."""
+def assert_same_embeddings(folder: str | Path, in_memory: Any, reloaded: Any = None) -> None:
+    """``folder`` reloaded in a fresh process encodes :data:`TEXTS` as ``in_memory`` did (embeddings or a
+    model). ``reloaded``: the fresh process's embeddings when :func:`reload_all` already read them."""
     import numpy as np
 
     expected = in_memory if isinstance(in_memory, np.ndarray) else encode(in_memory)
-    reloaded = np.asarray(reload("embeddings", folder))
+    reloaded = np.asarray(reload("embeddings", folder) if reloaded is None else reloaded)
     assert reloaded.shape == expected.shape
     difference = float(np.abs(reloaded - expected).max())
     assert difference <= EMBEDDING_ATOL, f"{folder} reloads {difference:.3g} away from the model that wrote it"
@@ -166,7 +177,7 @@ def assert_no_machine_paths(folder: str | Path, *roots: str | Path, allow: Itera
         for needle in needles:
             assert needle not in data, f"{relative} holds the machine path {needle.decode()!r}"
         match = _LEAVING.search(data)
-        assert match is None, f"{relative} holds a relative path out of the folder: {data[match.start():][:80]!r}"
+        assert match is None, f"{relative} holds a relative path out of the folder: {data[match.start() :][:80]!r}"
 
 
 if __name__ == "__main__":

@@ -16,9 +16,9 @@ from _roundtrip import (
     assert_hub_metadata,
     assert_no_machine_paths,
     assert_same_embeddings,
-    assert_same_rows,
     encode,
     reload,
+    reload_all,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -167,3 +167,140 @@ def test_written_files_name_local_paths_by_hub_id_or_folder_name(minilm_path: st
         "hub_model_id": "org/model",
         "url": "https://huggingface.co/org/model",
     }
+
+
+# --- merges ---------------------------------------------------------------------------------------------
+
+#: The native methods and mergekit's passthrough: ``method → (number of fine-tunes, base given, parameters)``;
+#: mergekit's other methods are ``MERGEKIT_CASES``. ``hierarchical`` takes fine-tunes 0 and 1 as specialists.
+OTHER_CASES: dict[str, tuple[int, bool, dict[str, Any]]] = {
+    "soup": (3, False, {"weights": [0.2, 0.3, 0.5]}),
+    "task_arithmetic": (2, True, {"weights": [0.6, 0.4]}),
+    "hierarchical": (2, True, {"ir_models": [0], "sts_models": [1]}),
+    "passthrough": (1, False, {}),
+}
+BASE_ID = "org/tiny-base"
+
+
+@pytest.fixture(scope="module")
+def merge_family(tiny_model_path: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
+    """A tiny random BERT with a Dense head (the base) and three noisy fine-tunes of it, carded as such."""
+    import torch
+    from _merge_helpers import noisy_copy, read_weights
+    from safetensors.torch import save_file
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Dense
+
+    root = tmp_path_factory.mktemp("merge-family")
+    torch.manual_seed(0)
+    model = SentenceTransformer(tiny_model_path, device="cpu")
+    model.append(Dense(32, 16))
+    base = root / "base"
+    model.save(str(base))
+    (base / "README.md").write_text(f"---\nbase_model: {BASE_ID}\n---\n# a tiny base\n", encoding="utf-8")
+    tuned = []
+    for seed in range(3):
+        path = noisy_copy(base, root / f"tuned-{seed}", seed)
+        generator = torch.Generator().manual_seed(100 + seed)
+        head = {
+            k: v + 0.01 * torch.randn(v.shape, generator=generator) for k, v in read_weights(path / "2_Dense").items()
+        }
+        save_file(head, str(path / "2_Dense" / "model.safetensors"), metadata={"format": "pt"})
+        tuned.append(path)
+    return base, tuned
+
+
+def _merge_cases() -> dict[str, tuple[int, bool, dict[str, Any]]]:
+    from _merge_helpers import MERGEKIT_CASES
+
+    return {**OTHER_CASES, **MERGEKIT_CASES}
+
+
+def _merge_config(method: str, family: tuple[Path, list[Path]], output: Path) -> Any:
+    from hf_unified_embed.merge.config import MergeConfig
+
+    base, tuned = family
+    count, with_base, parameters = _merge_cases()[method]
+    parameters = {**parameters, **({"base": base} if with_base else {})}
+    if method == "hierarchical":
+        parameters.update(ir_specialist=tuned[0], sts_specialist=tuned[1])
+    return MergeConfig(models=list(tuned[:count]), method=method, output_dir=output, parameters=parameters)
+
+
+def _merged_in_memory(config: Any, scratch: Path) -> Any:
+    """The merged model without a file: the method's tensors (``MemorySink``) loaded into the reference model."""
+    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.merge.api import build_method, open_inputs, reference_input
+    from hf_unified_embed.merge.engine import MemorySink
+    from hf_unified_embed.merge.search import load_weights
+
+    method = build_method(config)
+    reference = reference_input(config, method)
+    with open_inputs(method.input_paths(), reference, scratch) as opened:
+        method.prepare(opened.checkpoints, opened.groups)
+        sink = MemorySink(opened.reference)
+        opened.stream(method, sink, precise=config.precise, show_progress=False)
+        model = SentenceTransformer(str(reference), device="cpu")
+        load_weights(model, sink.tensors, opened.reference.module_paths())
+    return encode(model)
+
+
+@pytest.fixture(scope="module")
+def merged(merge_family: tuple[Path, list[Path]], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every method's output: its folder, the embeddings in memory, and what one fresh process reloaded."""
+    from hf_unified_embed.merge.api import run_merge
+
+    root = tmp_path_factory.mktemp("merged")
+    outputs = {}
+    for method in _merge_cases():
+        config = _merge_config(method, merge_family, root / method)
+        in_memory = _merged_in_memory(config, root / f"scratch-{method}")
+        outputs[method] = (run_merge(config, show_progress=False), in_memory)
+    folders = [folder for folder, _ in outputs.values()]
+    embeddings = reload_all("embeddings", folders)
+    cards = reload_all("card", [folder / "README.md" for folder in folders])
+    return {
+        method: {"folder": folder, "in_memory": in_memory, "reloaded": reloaded, "card": card}
+        for (method, (folder, in_memory)), reloaded, card in zip(outputs.items(), embeddings, cards)
+    }
+
+
+def test_every_merge_method_is_round_tripped() -> None:
+    from hf_unified_embed.merge import available_merge_methods
+
+    assert set(_merge_cases()) == set(available_merge_methods())
+
+
+@pytest.mark.parametrize("method", sorted(_merge_cases()))
+def test_merge_output(method: str, merged: dict[str, Any], merge_family: tuple[Path, list[Path]]) -> None:
+    output = merged[method]
+    assert_same_embeddings(output["folder"], output["in_memory"], output["reloaded"])
+    metadata = output["card"]["data"]
+    assert metadata["base_model"] == [BASE_ID] and metadata["base_model_relation"] == "merge"
+    assert_hub_metadata(metadata)
+    assert_no_machine_paths(output["folder"], merge_family[0].parent)
+
+
+@pytest.mark.real_model
+def test_merge_on_the_packaged_minilm_names_it_by_its_hub_id(minilm_path: str, tmp_path: Path) -> None:
+    """A task-vector merge whose base is the packaged all-MiniLM-L6-v2: that model's Hub id, not its base's,
+    and no path into the virtualenv in the recipe."""
+    from _merge_helpers import noisy_copy
+
+    from hf_unified_embed.merge import merge_models
+    from hf_unified_embed.recipe import DEFAULT_BASE_MODEL_ID
+
+    tuned = []
+    for seed in range(2):
+        path = noisy_copy(minilm_path, tmp_path / f"tuned-{seed}", seed, scale=0.001)
+        # As a fine-tune's own card says: its base is all-MiniLM-L6-v2.
+        (path / "README.md").write_text(f"---\nbase_model: {DEFAULT_BASE_MODEL_ID}\n---\n# fine-tune\n")
+        tuned.append(path)
+    out = merge_models(tuned, "task_arithmetic", tmp_path / "merged", base=minilm_path, show_progress=False)
+    card = reload("card", out / "README.md")
+    assert card["data"]["base_model"] == [DEFAULT_BASE_MODEL_ID]
+    assert "nreimers" not in card["text"]
+    assert f"base: {DEFAULT_BASE_MODEL_ID}" in card["text"]  # the recipe in the card body
+    assert_hub_metadata(card["data"])
+    assert_no_machine_paths(out, tmp_path, minilm_path)
