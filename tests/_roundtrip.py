@@ -117,12 +117,15 @@ def assert_same_embeddings(folder: str | Path, in_memory: Any, reloaded: Any = N
     assert difference <= EMBEDDING_ATOL, f"{folder} reloads {difference:.3g} away from the model that wrote it"
 
 
-def assert_same_rows(folder: str | Path, in_memory: Mapping[str, Any], split: str = "train") -> None:
-    """Every task of ``folder`` loads through ``datasets.load_dataset`` with exactly the rows of ``in_memory``."""
+def assert_same_rows(folder: str | Path, in_memory: Mapping[str, Mapping[str, Any]]) -> None:
+    """Every task and split of ``folder`` loads through ``datasets.load_dataset`` with exactly the rows of
+    ``in_memory`` (``{split: {task: Dataset}}``), and there is no other."""
     reloaded = reload("rows", folder)
-    assert set(reloaded) - {"all"} == set(in_memory)
-    for task, dataset in in_memory.items():
-        assert reloaded[task][split] == dataset.to_list(), f"{folder}: task {task!r} does not reload as written"
+    written = {(task, split) for task, splits in reloaded.items() if task != "all" for split in splits}
+    assert written == {(task, split) for split, tasks in in_memory.items() for task in tasks}
+    for split, tasks in in_memory.items():
+        for task, dataset in tasks.items():
+            assert reloaded[task][split] == dataset.to_list(), f"{folder}: {task}/{split} does not reload as written"
 
 
 def assert_hub_metadata(metadata: Mapping[str, Any]) -> None:
@@ -136,16 +139,26 @@ def assert_hub_metadata(metadata: Mapping[str, Any]) -> None:
             validate_repo_id(repo_id)
 
 
-def _text_of(path: Path) -> bytes:
-    """The bytes of ``path`` that can hold a path: the file, a safetensors header, an adapter config less its base."""
+def _text_of(path: Path) -> bytes | None:
+    """The text of ``path`` a writer puts paths in: a text file (an adapter config less its base), the JSON
+    header of a safetensors file, the key-value metadata of a Parquet file; ``None`` for other binaries."""
     data = path.read_bytes()
     if path.suffix == _SAFETENSORS:
         size = int.from_bytes(data[:8], "little")
         return data[8 : 8 + size]
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        metadata = pq.read_metadata(path).metadata or {}
+        return b"\n".join(key + b"=" + value for key, value in metadata.items())
     kept = LOADER_PATHS.get(path.name)
     if kept:
         config = json.loads(data)
         return json.dumps({key: value for key, value in config.items() if key not in kept}).encode()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
     return data
 
 
@@ -160,8 +173,9 @@ def assert_no_machine_paths(folder: str | Path, *roots: str | Path, allow: Itera
     """No file under ``folder`` names a place on this machine: no absolute path under ``roots`` (or
     :func:`machine_roots`), no ``site-packages``, no relative path leaving the folder (``../``).
 
-    Weights are checked in their safetensors header (the metadata); other binary files (Parquet, PNG) in
-    full. ``allow``: file names (relative to ``folder``) not checked at all.
+    Every byte of every file is searched for the machine's folders; text — text files, the safetensors
+    header, Parquet metadata — also for ``../`` (compressed data may hold those bytes by chance).
+    ``allow``: file names (relative to ``folder``) not checked at all.
     """
     needles: set[bytes] = {b"site-packages"}
     for root in machine_roots(*roots):
@@ -173,11 +187,12 @@ def assert_no_machine_paths(folder: str | Path, *roots: str | Path, allow: Itera
         relative = path.relative_to(folder).as_posix()
         if not path.is_file() or relative in skipped:
             continue
-        data = _text_of(path)
+        text = _text_of(path) or b""
+        data = text if path.name in LOADER_PATHS else path.read_bytes()
         for needle in needles:
             assert needle not in data, f"{relative} holds the machine path {needle.decode()!r}"
-        match = _LEAVING.search(data)
-        assert match is None, f"{relative} holds a relative path out of the folder: {data[match.start() :][:80]!r}"
+        match = _LEAVING.search(text)
+        assert match is None, f"{relative} holds a relative path out of the folder: {text[match.start() :][:80]!r}"
 
 
 if __name__ == "__main__":

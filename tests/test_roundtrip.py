@@ -8,6 +8,7 @@ the machine in any file written.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from _roundtrip import (
     assert_hub_metadata,
     assert_no_machine_paths,
     assert_same_embeddings,
+    assert_same_rows,
     encode,
     reload,
     reload_all,
@@ -304,3 +306,62 @@ def test_merge_on_the_packaged_minilm_names_it_by_its_hub_id(minilm_path: str, t
     assert f"base: {DEFAULT_BASE_MODEL_ID}" in card["text"]  # the recipe in the card body
     assert_hub_metadata(card["data"])
     assert_no_machine_paths(out, tmp_path, minilm_path)
+
+
+# --- datasets -------------------------------------------------------------------------------------------
+
+
+def test_built_dataset_and_its_card(tmp_path: Path) -> None:
+    from hf_unified_embed.cli.main import main
+    from hf_unified_embed.data import build_unified
+
+    out = tmp_path / "built"
+    assert main(["build", str(SAMPLE_RECIPE), "-o", str(out)]) == 0
+    in_memory = {split: build_unified(SAMPLE_RECIPE, split=split) for split in ("train", "test")}
+    assert_same_rows(out, in_memory)
+    card = reload("card", out / "README.md")
+    assert card["type"] == "DatasetCard"
+    assert [config["config_name"] for config in card["data"]["configs"]][-1] == "all"
+    assert card["data"]["source_notes"]["stsb"]["files"] == ["stsb-train.tsv"]
+    assert_hub_metadata(card["data"])
+    assert_no_machine_paths(out, tmp_path)
+
+
+def test_mined_dataset_and_its_card(unified_dir: Path, tiny_model_path: str, tmp_path: Path) -> None:
+    from hf_unified_embed.negatives import HardNegativeConfig, mine_negatives_folder
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"extra passage number {i} about nothing in particular" for i in range(40)))
+    # The tiny random teacher scores positives barely above the rest: a small margin keeps some negatives.
+    config = HardNegativeConfig(num_negatives=2, relative_margin=0.001, query_block=8, corpus_block=32)
+    out, result = mine_negatives_folder(
+        unified_dir, tmp_path / "mined", tiny_model_path, config, corpus=corpus, tasks=["wikiqa"]
+    )
+    assert sum(map(len, result.tasks["wikiqa"]["negatives"])) > 0
+    assert_same_rows(out, {"train": result.tasks})
+    card = reload("card", out / "README.md")
+    notes = card["data"]["source_notes"]["wikiqa"]["hard_negatives"]
+    assert notes["teacher"] == Path(tiny_model_path).name and notes["settings"]["corpus"] == "corpus.txt"
+    assert_hub_metadata(card["data"])
+    assert_no_machine_paths(out, tmp_path, unified_dir, tiny_model_path)
+
+
+def test_curriculum_dataset_and_its_plan(unified_dir: Path, tiny_model_path: str, tmp_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.cli.main import main
+    from hf_unified_embed.curriculum import plan_curriculum
+    from hf_unified_embed.data import load_unified
+
+    out = tmp_path / "curriculum"
+    options = ["--iterations", "2000", "--n-samples", "8", "--batch-size", "16", "--seed", "3"]
+    assert main(["curriculum", str(unified_dir), "--teacher", tiny_model_path, "-o", str(out), *options]) == 0
+    # The same plan in memory, with the command's settings.
+    teacher = SentenceTransformer(tiny_model_path, device="cpu")
+    expected = plan_curriculum(teacher, load_unified(unified_dir), n_samples=8, iterations=2000, seed=3, batch_size=16)
+    assert_same_rows(out, {"train": expected.tasks})
+    plan = json.loads((out / "curriculum_plan.json").read_text(encoding="utf-8"))
+    assert plan["order"] == expected.plan.order and plan["representation"]["teacher"] == Path(tiny_model_path).name
+    card = reload("card", out / "README.md")
+    assert_hub_metadata(card["data"])
+    assert_no_machine_paths(out, tmp_path, unified_dir, tiny_model_path)
