@@ -68,11 +68,19 @@ def test_trained_model_and_its_card(unified_dir: Path, tiny_model_path: str, tmp
     raw["data"]["tasks"] = ["stsb", "wikiqa", "trecqa"]
     # A per-task override: wikiqa scores each query against its own hard negatives only.
     raw["losses"]["wikiqa"] = {"name": "MultiPositiveInfoNCELoss", "in_batch_negatives": False}
+    stsb = {
+        "name": "stsb",
+        "kind": "sts",
+        "source": "stsb",
+        "data_files": str(REPO / "examples/data/eval/stsb-dev.tsv"),
+    }
+    raw["evaluation"] = {"evaluations": [stsb], "max_rows": 32, "diagnostics": False}
     outcome = _train(raw)
     assert_same_embeddings(outcome.model_dir, outcome.model)
     card = reload("card", outcome.model_dir / "README.md")
     assert card["type"] == "ModelCard" and card["data"]["base_model"] == "org/tiny-base"
     assert "base_model_relation" not in card["data"]
+    assert card["data"]["model-index"][0]["results"][0]["dataset"]["name"] == "stsb"
     assert_hub_metadata(card["data"])
 
     # Widget examples are texts of the training rows: a query, then its positive and negatives.

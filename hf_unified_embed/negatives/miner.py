@@ -28,12 +28,12 @@ from datasets import Dataset, DatasetDict
 from datasets.fingerprint import get_temporary_cache_files_directory
 from tqdm.auto import tqdm
 
-from hf_unified_embed.curriculum.texts import task_instruction
 from hf_unified_embed.errors import UsageError
 from hf_unified_embed.locations import public_name
 from hf_unified_embed.negatives.config import HardNegativeConfig, MiningReport
 from hf_unified_embed.negatives.search import Corpus, search
 from hf_unified_embed.negatives.store import EmbeddingDtype, EmbeddingFile, Encoder
+from hf_unified_embed.schema import task_instruction
 
 if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder, SentenceTransformer
