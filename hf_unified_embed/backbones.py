@@ -260,7 +260,7 @@ def merge_adapter(model: Any) -> Any:
 
 def _card_without_adapter(model: Any) -> None:
     """The model's card, minus ``base_model_relation: adapter``: a merged model is a full fine-tune."""
-    card_data = getattr(model, "model_card_data", None)
+    card_data: Any = getattr(model, "model_card_data", None)
     if getattr(card_data, "base_model_relation", None) == "adapter":
         card_data.base_model_relation = None
     text = getattr(model, "_model_card_text", None)
@@ -268,6 +268,7 @@ def _card_without_adapter(model: Any) -> None:
         from huggingface_hub import ModelCard
 
         card = ModelCard(text)
-        if getattr(card.data, "base_model_relation", None) == "adapter":
-            card.data.base_model_relation = None
+        metadata: Any = card.data
+        if getattr(metadata, "base_model_relation", None) == "adapter":
+            metadata.base_model_relation = None
             model._model_card_text = str(card)

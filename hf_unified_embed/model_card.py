@@ -148,9 +148,12 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
                 texts += [text for text in dict.fromkeys(spare) if text not in texts][: WIDGET_TEXTS - len(texts)]
                 if len(texts) < 2:
                     continue
-                self.widget.append(
-                    {"source_sentence": texts[0], "sentences": random.sample(texts[1:], len(texts) - 1)}
-                )
+                # sentence-transformers' own widget examples have this shape (its annotation says str values).
+                example: dict[str, Any] = {
+                    "source_sentence": texts[0],
+                    "sentences": random.sample(texts[1:], len(texts) - 1),
+                }
+                self.widget.append(example)
                 self.usage_examples = texts
 
     def set_base_model(self, model_id: str, revision: str | None = None) -> bool:
