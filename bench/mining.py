@@ -235,8 +235,9 @@ def crossover(args: argparse.Namespace, scratch: Path) -> None:
             f"{ours['peak_rss_mb'] / theirs['peak_rss_mb']:>10.2f} {ours['seconds'] / theirs['seconds']:>11.2f} "
             f"{shared:>8.4f}"
         )
-    below = [size for size, _, ours, theirs, _ in rows if ours["peak_rss_mb"] < theirs["peak_rss_mb"]]
-    print(f"peak RSS below sentence-transformers' from {min(below):,} documents" if below else "never below")
+    # A difference within 5 % is run-to-run noise of the same imports, not an advantage.
+    below = [size for size, _, ours, theirs, _ in rows if ours["peak_rss_mb"] < 0.95 * theirs["peak_rss_mb"]]
+    print(f"peak RSS more than 5 % below sentence-transformers' from {min(below):,} documents" if below else "never")
 
 
 def scale(args: argparse.Namespace, scratch: Path) -> None:
