@@ -11,13 +11,16 @@ the start of mining (embedding included) to the mined rows in memory; peak RSS i
    same data, model, ``num_negatives``, exact search (no faiss) and filters (``relative_margin``),
    back to back. Reported: time and peak RSS ratios (ours / theirs) and the overlap of the chosen
    negatives (the share of their (query, negative) pairs that ours chose too).
-2. ``scale``: this miner alone at several corpus sizes with ``Q`` fixed: time and peak RSS; memory
+2. ``crossover``: ``compare`` at several corpus sizes (``Q`` capped at the corpus size): the size from
+   which this miner's peak RSS is below sentence-transformers'.
+3. ``scale``: this miner alone at several corpus sizes with ``Q`` fixed: time and peak RSS; memory
    should stay flat once the corpus is larger than the search blocks.
-3. ``quality`` (optional, slow: MiniLM trained twice): WikiQA + TrecQA from ``--data-root`` with the
+4. ``quality`` (optional, slow: MiniLM trained twice): WikiQA + TrecQA from ``--data-root`` with the
    sources' own negatives vs negatives mined by MiniLM, the same steps of ``MultiPositiveInfoNCELoss``
    (4 negatives per query), evaluated on ``examples/suites/shared.yaml``.
 
     flock /tmp/hfue-bench.lock .venv/bin/python bench/mining.py compare --corpus 100000 --queries 10000
+    flock /tmp/hfue-bench.lock .venv/bin/python bench/mining.py crossover --sizes 2000 5000 10000 20000 50000 100000 --queries 2000
     flock /tmp/hfue-bench.lock .venv/bin/python bench/mining.py scale --sizes 10000 100000 1000000
     .venv/bin/python bench/mining.py quality --data-root ../shared/data --max-steps 200   # GPU if present
 """
@@ -176,12 +179,13 @@ def overlap(ours: dict[str, list[str]], theirs: dict[str, list[str]]) -> float:
     return sum(pair in chosen for pair in pairs) / max(len(pairs), 1)
 
 
-def compare(args: argparse.Namespace, scratch: Path) -> None:
+def compare_at(args: argparse.Namespace, scratch: Path, corpus: int, queries: int) -> tuple[dict[str, Any], float]:
+    """Both miners on one corpus size: each one's fastest run, and the overlap of their negatives."""
     common = {
         "scratch": str(scratch),
         "model": args.model,
-        "queries": args.queries,
-        "corpus": args.corpus,
+        "queries": queries,
+        "corpus": corpus,
         "negatives": args.negatives,
         "relative_margin": args.relative_margin,
         "batch_size": args.batch_size,
@@ -198,13 +202,42 @@ def compare(args: argparse.Namespace, scratch: Path) -> None:
                 flush=True,
             )
     ours, theirs = (json.loads((scratch / f"{mode}.json").read_text()) for mode in ("ours", "theirs"))
+    return runs, overlap(ours, theirs)
+
+
+def compare(args: argparse.Namespace, scratch: Path) -> None:
+    runs, shared = compare_at(args, scratch, args.corpus, args.queries)
     print(
         f"corpus {args.corpus:,}, queries {args.queries:,}, model {args.model}, device {device()}: "
         f"time ratio ours/theirs {runs['ours']['seconds'] / runs['theirs']['seconds']:.2f}, "
         f"peak RSS ratio {runs['ours']['peak_rss_mb'] / runs['theirs']['peak_rss_mb']:.2f}, "
-        f"overlap of their negatives {overlap(ours, theirs):.4f} "
+        f"overlap of their negatives {shared:.4f} "
         f"(negatives: ours {runs['ours']['negatives']:,}, theirs {runs['theirs']['negatives']:,})"
     )
+
+
+def crossover(args: argparse.Namespace, scratch: Path) -> None:
+    """``compare`` at each of ``--sizes`` (queries: ``--queries`` or the corpus size if smaller): where the
+    memory advantage starts. Below it both peaks are mostly the interpreter, torch and the model."""
+    rows = []
+    for size in args.sizes:
+        queries = min(args.queries, size)
+        runs, shared = compare_at(args, scratch, size, queries)
+        ours, theirs = runs["ours"], runs["theirs"]
+        rows.append((size, queries, ours, theirs, shared))
+    print(f"model {args.model}, device {device()}")
+    print(
+        f"{'corpus':>10} {'queries':>8} {'ours MB':>8} {'theirs MB':>10} {'RSS ratio':>10} {'time ratio':>11} {'overlap':>8}"
+    )
+    for size, queries, ours, theirs, shared in rows:
+        print(
+            f"{size:>10,} {queries:>8,} {ours['peak_rss_mb']:>8.0f} {theirs['peak_rss_mb']:>10.0f} "
+            f"{ours['peak_rss_mb'] / theirs['peak_rss_mb']:>10.2f} {ours['seconds'] / theirs['seconds']:>11.2f} "
+            f"{shared:>8.4f}"
+        )
+    # A difference within 5 % is run-to-run noise of the same imports, not an advantage.
+    below = [size for size, _, ours, theirs, _ in rows if ours["peak_rss_mb"] < 0.95 * theirs["peak_rss_mb"]]
+    print(f"peak RSS more than 5 % below sentence-transformers' from {min(below):,} documents" if below else "never")
 
 
 def scale(args: argparse.Namespace, scratch: Path) -> None:
@@ -293,14 +326,14 @@ def main() -> None:
         print(json.dumps(worker(sys.argv[2], json.loads(sys.argv[3]))))
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("compare", "scale", "quality"))
+    parser.add_argument("mode", choices=("compare", "crossover", "scale", "quality"))
     parser.add_argument(
         "--model", help="static, minilm or a model path (default: static; quality: minilm, teacher and student)"
     )
     parser.add_argument("--corpus", type=int, default=100_000, help="compare: corpus passages")
     parser.add_argument("--queries", type=int, default=10_000)
     parser.add_argument(
-        "--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="scale: corpus sizes"
+        "--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="scale, crossover: corpus sizes"
     )
     parser.add_argument("--negatives", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=2, help="compare: runs of each miner (the fastest counts)")
@@ -312,7 +345,7 @@ def main() -> None:
     args = parser.parse_args()
     args.model = args.model or ("minilm" if args.mode == "quality" else "static")
     with tempfile.TemporaryDirectory(prefix="bench-mining-") as folder:
-        {"compare": compare, "scale": scale, "quality": quality}[args.mode](args, Path(folder))
+        {"compare": compare, "crossover": crossover, "scale": scale, "quality": quality}[args.mode](args, Path(folder))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ What Qwen3-Embedding, NV-Embed or AnglE-LLaMA do, as one training recipe:
    a token boundary (``hf_unified_embed.training.prompts``);
 4. ``peft:`` trains a LoRA adapter on the attention projections; ``CurriculumBatchSampler`` keeps every
    step on one task; the output folder is the adapter with its card (``base_model_relation: adapter``);
-5. the adapter is merged into the base weights (``hf_unified_embed.backbones.merge_adapter``) and saved
-   as an ordinary sentence-transformers folder, whose embeddings equal the adapter model's.
+5. the adapter folder is loaded, merged into the base weights (``hf_unified_embed.backbones.merge_adapter``)
+   and saved as an ordinary sentence-transformers folder; reloaded from disk, it encodes as the adapter
+   model does.
 
 Run::
 
@@ -128,12 +129,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     model = SentenceTransformer(str(adapter_dir))
     texts = ["what is the capital of france", "Paris is the capital of France."]
     with torch.no_grad():
-        before = model.encode(texts, convert_to_tensor=True)
-        merged = merge_adapter(model)
-        after = merged.encode(texts, convert_to_tensor=True)
+        with_adapter = model.encode(texts, convert_to_tensor=True)
     merged_dir = out / "merged"
-    merged.save(str(merged_dir))
-    print(f"merged: {merged_dir} (max |adapter - merged| = {(before - after).abs().max().item():.2e})")
+    merge_adapter(model).save(str(merged_dir))
+    # What a user gets is the folder, so compare the merged model as it loads from disk.
+    reloaded = SentenceTransformer(str(merged_dir))
+    with torch.no_grad():
+        merged = reloaded.encode(texts, convert_to_tensor=True)
+    card = ModelCard.load(merged_dir / "README.md")
+    print(
+        f"merged: {merged_dir} (reloaded from disk: max |adapter - merged| = "
+        f"{(with_adapter - merged).abs().max().item():.2e}; card base_model {card.data.base_model}, a full model)"
+    )
 
 
 if __name__ == "__main__":

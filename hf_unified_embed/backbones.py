@@ -269,8 +269,8 @@ def merge_adapter(model: Any) -> Any:
     """Fold the trained LoRA weights of ``model`` into its base weights and remove the adapter (in place).
 
     What ``peft``'s ``merge_and_unload`` does for a ``PeftModel``, for the adapter sentence-transformers
-    injects with ``model.add_adapter`` (transformers' PEFT integration has no unload). The result saves
-    and loads as an ordinary full model. Returns ``model``.
+    injects with ``model.add_adapter`` or loads from an adapter folder. The result saves and loads as an
+    ordinary full model, with a card that no longer calls it an adapter. Returns ``model``.
     """
     from peft.tuners.tuners_utils import BaseTunerLayer
 
@@ -285,4 +285,27 @@ def merge_adapter(model: Any) -> Any:
     if hasattr(auto_model, "peft_config"):
         del auto_model.peft_config
     auto_model._hf_peft_config_loaded = False
+    # transformers 5 keeps the key renamings it used for the last checkpoint it loaded, and reverses them
+    # when saving. After ``load_adapter`` those are PEFT's (``base_model.model.`` dropped, ``lora_A`` →
+    # ``lora_A.default``): every merged weight would be written as ``base_model.model.*``, which no loader
+    # maps back (the model reloads with random weights). Without the adapter the model saves as
+    # transformers saves one it did not load: with its architecture's own mapping.
+    auto_model._weight_conversions = None
+    _card_without_adapter(model)
     return model
+
+
+def _card_without_adapter(model: Any) -> None:
+    """The model's card, minus ``base_model_relation: adapter``: a merged model is a full fine-tune."""
+    card_data: Any = getattr(model, "model_card_data", None)
+    if getattr(card_data, "base_model_relation", None) == "adapter":
+        card_data.base_model_relation = None
+    text = getattr(model, "_model_card_text", None)
+    if text:  # the README of the adapter folder the model was loaded from, which saving would copy
+        from huggingface_hub import ModelCard
+
+        card = ModelCard(text)
+        metadata: Any = card.data
+        if getattr(metadata, "base_model_relation", None) == "adapter":
+            metadata.base_model_relation = None
+            model._model_card_text = str(card)

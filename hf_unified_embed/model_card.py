@@ -6,17 +6,20 @@ top it renders ``cards/model_card.md.j2`` — the unified training data, the cur
 plots, the loss per task type, the sampler and the evaluation suite (also as ``model-index``)
 — inserted before sentence-transformers' "Training Details" section.
 
-Two behaviours differ from the stock card on purpose:
+Three behaviours differ from the stock card on purpose:
 
 * dataset and base-model ids are kept when the Hub cannot be reached (``HF_HUB_OFFLINE=1`` or
   ``local_files_only``); the stock card silently drops ids it cannot look up;
 * evaluation results from :mod:`hf_unified_embed.evaluation` join the ``model-index`` metadata
-  (one entry per evaluation set), and every metric there is rounded to 4 digits.
+  (one entry per evaluation set), and every metric there is rounded to 4 digits;
+* the widget and usage examples are texts of the unified rows — a query with its positive and hard
+  negatives — where the stock card would take every string column (task names, instructions).
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +30,14 @@ from sentence_transformers.sentence_transformer.model_card import SentenceTransf
 
 from hf_unified_embed.cards import template_path
 from hf_unified_embed.evaluation.results import CARD_DIGITS
+from hf_unified_embed.schema import UNIFIED_COLUMNS
 
 _SECTIONS_TEMPLATE = "model_card.md.j2"
 _INSERT_BEFORE = "## Training Details"
+#: As in sentence-transformers' card: examples, texts per example, and rows sampled per task to pick from.
+WIDGET_EXAMPLES = 5
+WIDGET_TEXTS = 4
+WIDGET_SAMPLE_ROWS = 1_000
 
 
 def composed_template_path() -> Path:
@@ -62,7 +70,8 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
         unified_dataset_id: Hub id (or local path) of the unified dataset the tasks come from.
         curriculum: the curriculum plan summary: ``task_order``, ``score``, ``method`` and ``plots``
             (paths relative to the model folder).
-        task_losses: per task type, the loss class name and its ``get_config_dict()``.
+        task_losses: per task type, the loss class name, its ``get_config_dict()`` and the ``tasks`` it
+            trains; a type whose tasks have different settings has one entry per setting.
         sampler: the batch sampler's settings.
         evaluation: rows ``{"name", "kind", "metric", "value", "split"}`` from the evaluation suite.
         model_index_results: ``model-index`` ``results`` entries for the YAML metadata.
@@ -111,6 +120,41 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
                 dataset.setdefault("name", dataset["id"])
                 self._keep_dataset_id(dataset["id"])
         return dataset_list
+
+    def set_widget_examples(self, dataset: Any) -> None:
+        """Widget and usage examples from the texts of unified rows (other datasets: the stock way).
+
+        As sentence-transformers does: :data:`WIDGET_EXAMPLES` examples over randomly chosen tasks, each
+        from one of the shortest of up to :data:`WIDGET_SAMPLE_ROWS` sampled rows — its query, then its
+        positive and hard negatives (other rows' positives when it has fewer) in random order.
+        """
+        from datasets import Dataset, DatasetDict
+
+        tasks = {"dataset": dataset} if isinstance(dataset, Dataset) else dataset
+        if not isinstance(tasks, (dict, DatasetDict)) or not all(
+            isinstance(task, Dataset) and set(UNIFIED_COLUMNS) <= set(task.column_names) for task in tasks.values()
+        ):
+            super().set_widget_examples(dataset)
+            return
+        self.widget = []
+        chosen = [name for name in random.choices(list(tasks), k=WIDGET_EXAMPLES) if len(tasks[name])]
+        for name in dict.fromkeys(chosen):
+            task = tasks[name].select_columns(["query", "positives", "negatives"])
+            rows = task.select(random.sample(range(len(task)), k=min(WIDGET_SAMPLE_ROWS, len(task)))).to_list()
+            rows.sort(key=lambda row: len(row["query"]) + sum(map(len, row["positives"][:1] + row["negatives"][:2])))
+            spare = [text for row in rows for text in row["positives"][:1]]
+            for row in rows[: chosen.count(name)]:
+                texts = list(dict.fromkeys([row["query"], *row["positives"], *row["negatives"]]))[:WIDGET_TEXTS]
+                texts += [text for text in dict.fromkeys(spare) if text not in texts][: WIDGET_TEXTS - len(texts)]
+                if len(texts) < 2:
+                    continue
+                # sentence-transformers' own widget examples have this shape (its annotation says str values).
+                example: dict[str, Any] = {
+                    "source_sentence": texts[0],
+                    "sentences": random.sample(texts[1:], len(texts) - 1),
+                }
+                self.widget.append(example)
+                self.usage_examples = texts
 
     def set_base_model(self, model_id: str, revision: str | None = None) -> bool:
         if self.base_model_id:

@@ -10,6 +10,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict, Features, List, Value
 
 from hf_unified_embed.errors import UnifiedSchemaError
@@ -159,6 +161,18 @@ class InstructionTracker:
                     field=field,
                     source=source,
                 )
+
+
+def task_instruction(table: pa.Table, column: str, task: str) -> str:
+    """The one instruction of ``column`` in a task's Arrow ``table`` (``""`` for an empty table)."""
+    values = pc.unique(table.column(column)).to_pylist()
+    if len(values) > 1:
+        raise UnifiedSchemaError(
+            f"differs within the task ({values[:3]!r}); instructions must be uniform per task",
+            task=task,
+            field=column,
+        )
+    return values[0] if values else ""
 
 
 def _iter_rows(dataset: Dataset, batch_size: int = 1_000) -> Iterable[dict[str, Any]]:

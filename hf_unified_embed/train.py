@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,8 @@ class TrainingOutcome:
     model_dir: Path
     train_loss: float | None
     evaluation: Any | None  # hf_unified_embed.evaluation.SuiteResults
+    #: The trained model as saved (adapter merged when asked); ``None`` on processes other than the main one.
+    model: Any | None = None  # SentenceTransformer
 
 
 @dataclass
@@ -156,8 +157,6 @@ def _card_data(recipe: TrainRecipe, tasks: DatasetDict) -> UnifiedModelCardData:
         unified_tasks=unified_tasks,
         train_datasets=[{"name": name, **({"id": dataset_id} if dataset_id else {})} for name in tasks],
         local_files_only=True,
-        # Widget examples would be drawn from the unified columns (task names, instructions), not texts.
-        generate_widget_examples=False,
     )
 
 
@@ -291,23 +290,29 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
     The model folder is assembled in a staged sibling and renamed into place as soon as training ends,
     before evaluation and push (see the module docstring). Trainer checkpoints go to
     ``training_args.output_dir`` (default ``<output_dir>-checkpoints``), where
-    ``resume_from_checkpoint`` finds them.
+    ``resume_from_checkpoint`` finds them; each is scrubbed of secrets as it is saved, and the folder
+    does not outlive a run (finished, failed or interrupted) that saved no checkpoint into it.
     """
     from sentence_transformers import SentenceTransformerTrainer
+
+    from hf_unified_embed.training.checkpoints import RedactCheckpointsCallback, no_empty_folder
 
     resolved = preflight(recipe, overwrite=overwrite)
     output = resolved.output
     model_dir = Path(recipe.output_dir)
-    with output if output is not None else contextlib.nullcontext():
+    args = resolved.training_args
+    with (
+        output if output is not None else contextlib.nullcontext(),
+        no_empty_folder(args.output_dir),  # the trainer creates it even when it saves no checkpoint
+    ):
         run = prepare_run(resolved, output.path if output is not None else None)
-        args = resolved.training_args
         trainer = SentenceTransformerTrainer(
             model=run.model,
             args=args,
             train_dataset=run.tasks,
             loss=run.losses,
             data_collator=run.collator,
-            callbacks=[run.collator.epoch_callback()],
+            callbacks=[run.collator.epoch_callback(), RedactCheckpointsCallback()],
         )
         with without_cudnn_attention():
             result = trainer.train(resume_from_checkpoint=recipe.training_args.get("resume_from_checkpoint"))
@@ -324,9 +329,10 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
             else:
                 card.base_model_relation = "adapter"
         model.save(str(output.path))
-        _write_yaml(output.path / RECIPE_FILENAME, portable_paths(recipe.to_dict(), model_dir))
+        _write_yaml(output.path / RECIPE_FILENAME, portable_paths(recipe.to_dict()))
         _write_text(
-            output.path / TRAINER_ARGS_FILENAME, json.dumps(redact(json.loads(args.to_json_string())), indent=2)
+            output.path / TRAINER_ARGS_FILENAME,
+            json.dumps(redact(portable_paths(json.loads(args.to_json_string()))), indent=2),
         )
 
     evaluation = None
@@ -339,7 +345,7 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
             model_dir,
             lambda: _push(model_dir, hub.repo_id, hub.private, hub.revision, hub.create_pr, resolved.hub_token),
         )
-    return TrainingOutcome(model_dir, result.training_loss, evaluation)
+    return TrainingOutcome(model_dir, result.training_loss, evaluation, model)
 
 
 def check_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> str:
@@ -406,31 +412,17 @@ def _steps_per_task(recipe: TrainRecipe, args: Any, sizes: list[int], batch_size
     return [-(-count // group_size) for count in batches]
 
 
-#: Recipe keys (dotted) that hold local paths; the recipe copy stores them relative to the model folder.
-_PATH_KEYS = (
-    "base_model",
-    "data.path",
-    "curriculum.plan",
-    "curriculum.teacher",
-    "evaluation",
-    "evaluation_data_root",
-    "output_dir",
-)
+def portable_paths(data: dict[str, Any]) -> dict[str, Any]:
+    """The recipe (or trainer arguments) mapping as the model folder keeps it: no path of this machine.
 
+    A local path — absolute, or relative to the working folder the run started in — means nothing on
+    another machine and shows this one's layout, so it is written as a name
+    (:func:`~hf_unified_embed.locations.public_name`): the Hub id of the model it is a copy of (the
+    packaged all-MiniLM-L6-v2 is ``sentence-transformers/all-MiniLM-L6-v2``), else its folder name.
+    """
+    from hf_unified_embed.locations import without_local_paths
 
-def portable_paths(data: dict[str, Any], model_dir: Path) -> dict[str, Any]:
-    """The recipe mapping with absolute local paths made relative to ``model_dir`` (no machine path is published)."""
-    from hf_unified_embed.locations import looks_local
-
-    result = json.loads(json.dumps(data, default=str))
-    for key in _PATH_KEYS:
-        *parents, leaf = key.split(".")
-        section = result
-        for parent in parents:
-            section = section.get(parent) or {}
-        value = section.get(leaf)
-        if isinstance(value, str) and looks_local(value) and Path(value).expanduser().is_absolute():
-            section[leaf] = os.path.relpath(Path(value).expanduser(), model_dir.absolute())
+    result: dict[str, Any] = without_local_paths(json.loads(json.dumps(data, default=str)))
     return result
 
 
@@ -465,16 +457,21 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def _task_losses(tasks: DatasetDict, losses: dict[str, nn.Module]) -> dict[str, dict[str, Any]]:
-    """Loss per task type for the card (the trainer's own card lists them per dataset too)."""
-    by_type: dict[str, dict[str, Any]] = {}
+    """The card's loss table: one row per task type, naming its tasks; a type whose tasks train with
+    different losses or settings (a per-task override in the recipe) gets one row per setting."""
+    settings: dict[str, dict[str, dict[str, Any]]] = {}
     for name, loss in losses.items():
         task_type = tasks[name][0]["task_type"] if len(tasks[name]) else "unknown"
         get_config = getattr(loss, "get_config_dict", None)
-        config = get_config() if callable(get_config) else {}
-        by_type.setdefault(
-            task_type, {"name": type(loss).__name__, "config": json.loads(json.dumps(config, default=str))}
-        )
-    return by_type
+        config = json.loads(json.dumps(get_config() if callable(get_config) else {}, default=str))
+        key = json.dumps([type(loss).__name__, config], sort_keys=True)
+        row = settings.setdefault(task_type, {}).setdefault(key, {"name": type(loss).__name__, "config": config})
+        row.setdefault("tasks", []).append(name)
+    table = {}
+    for task_type, by_setting in settings.items():
+        for row in by_setting.values():
+            table[task_type if len(by_setting) == 1 else f"{task_type} ({', '.join(row['tasks'])})"] = row
+    return table
 
 
 def _evaluate(model: Any, suite: Any, model_dir: Path) -> Any:

@@ -228,8 +228,10 @@ def instructor(
 ) -> Tensor:
     """INSTRUCTOR §2.2: query → [own positive, every hard negative]; positive → [every query]; summed.
 
-    With ``texts``, a hard negative with the text of the row's positive and a query with the text of the
-    row's query are not candidates; without in-batch negatives a query sees its own hard negatives only.
+    With ``texts``, a hard negative with the text of the row's positive is not a candidate of the first
+    direction, and a query with the text of the row's query, or whose positive has the text of the row's
+    positive, is not a candidate of the second; without in-batch negatives a query sees its own hard
+    negatives only.
     """
     queries, positives, negatives = columns[0], columns[1], columns[2:]
     size = len(queries)
@@ -247,7 +249,7 @@ def instructor(
         reverse = [cos(positives[i], queries[i]) / temperature] + [
             cos(positives[i], queries[j]) / temperature
             for j in range(size)
-            if j != i and (texts is None or texts[0][j] != texts[0][i])
+            if j != i and (texts is None or (texts[0][j] != texts[0][i] and texts[1][j] != texts[1][i]))
         ]
         backward_terms.append(-log_softmax_first(reverse))
     loss = torch.stack(forward_terms).mean()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -31,3 +32,27 @@ def noisy_copy(
     """A copy whose float tensors get Gaussian noise (a stand-in for a short fine-tune)."""
     generator = torch.Generator().manual_seed(seed)
     return edited_copy(source, target, lambda _, t: t + scale * torch.randn(t.shape, generator=generator), file)
+
+
+#: Every mergekit method with inputs and parameters to test it on: ``method → (number of fine-tunes, base
+#: given, parameters)`` (``test_merge_mergekit`` gives sentence-transformers the same ``parameters``).
+MERGEKIT_CASES: dict[str, tuple[int, bool, dict[str, Any]]] = {
+    "linear": (3, False, {"weight": [0.2, 0.3, 0.5]}),
+    "ties": (3, True, {"weight": [0.5, 0.3, 0.8], "density": 0.5}),
+    "dare_ties": (3, True, {"weight": [0.5, 0.3, 0.8], "density": 0.7}),
+    "dare_linear": (2, True, {"weight": [0.6, 0.4], "density": 0.6}),
+    "breadcrumbs": (2, True, {"weight": [0.6, 0.4], "density": 0.8, "gamma": 0.05}),
+    "breadcrumbs_ties": (3, True, {"weight": 1.0, "density": 0.8, "gamma": 0.05}),
+    "della": (3, True, {"weight": [0.5, 0.3, 0.8], "density": 0.6, "epsilon": 0.1}),
+    "della_linear": (2, True, {"weight": [0.6, 0.4], "density": 0.6, "epsilon": 0.1}),
+    "sce": (3, True, {"select_topk": 0.5}),
+    "model_stock": (2, True, {}),
+    "karcher": (3, False, {}),
+    "nuslerp": (2, False, {"weight": [0.3, 0.7]}),
+    "multislerp": (3, False, {"weight": [0.2, 0.3, 0.5]}),
+    "slerp": (2, False, {"t": 0.3}),
+    "nearswap": (1, True, {"t": 0.01}),
+    "arcee_fusion": (1, True, {}),
+    "ram": (2, True, {}),
+    "ramplus_tl": (2, True, {"r": 0.2, "alpha": 0.3}),
+}

@@ -35,7 +35,7 @@ def test_curriculum_writes_dataset_plan_and_plots(data_dir: Path, tiny_model_pat
         assert dataset.features["difficulty"].dtype == "float32"
         assert plan.task_statistics[task].rows == len(dataset)
         assert plan.task_statistics[task].difficulty_mean == pytest.approx(np.mean(dataset["difficulty"]), abs=1e-6)
-    assert plan.representation["teacher"] == tiny_model_path
+    assert plan.representation["teacher"] == Path(tiny_model_path).name  # by folder name, never by path
     # The input card's sources (a Hub id, its revision, the license) carry over to the new folder.
     notes = DatasetCard.load(out / "README.md").data.to_dict()["source_notes"]["alpha"]
     assert (notes["dataset"], notes["revision"], notes["license"]) == ("org/alpha", "v1", "MIT")

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests import _processes as processes
@@ -53,6 +54,18 @@ def _exists(*relative: str) -> Callable[[Path], None]:
     return check
 
 
+def _lora_outputs(output: Path) -> None:
+    from _roundtrip import assert_hub_metadata, reload
+
+    _exists("adapter/adapter_model.safetensors", "adapter/README.md", "merged/model.safetensors")(output)
+    # The merged folder, reloaded in a fresh process, encodes as the adapter folder does.
+    adapter, merged = (np.asarray(reload("embeddings", output / name)) for name in ("adapter", "merged"))
+    assert np.abs(adapter - merged).max() <= 1e-5, "the merged model does not reload as the adapter model"
+    card = reload("card", output / "merged" / "README.md")["data"]
+    assert card["base_model"] == "example/tiny-qwen2" and "base_model_relation" not in card, "a full model"
+    assert_hub_metadata(card)
+
+
 def _demo_outputs(output: Path) -> None:
     _exists("results.json", "merged/README.md", "ir-leaning/README.md", "logs")(output)
     card = (output / "data" / "README.md").read_text(encoding="utf-8")
@@ -62,10 +75,7 @@ def _demo_outputs(output: Path) -> None:
 
 #: Per script: its own options for a smoke run, and what it must have written.
 SMOKE_RUNS: dict[str, tuple[list[str], Callable[[Path], None]]] = {
-    "train_llm_lora.py": (
-        ["--batch-size", "4", "--lora-r", "4"],
-        _exists("adapter/adapter_model.safetensors", "adapter/README.md", "merged/model.safetensors"),
-    ),
+    "train_llm_lora.py": (["--batch-size", "4", "--lora-r", "4"], _lora_outputs),
     "curriculum_datacube.py": (
         ["--iterations", "2000", "--max-rows-per-task", "64", "--batch-size", "8"],
         _exists("curriculum/curriculum_plan.json", "model/model.safetensors"),

@@ -120,6 +120,29 @@ def test_switching_the_mask_off_scores_duplicates_as_negatives() -> None:
     assert unmasked.loss_inputs([]) == {}
 
 
+def test_instructor_masks_a_query_whose_positive_is_shared_in_the_document_to_query_direction() -> None:
+    # Two different questions answered by the same passage (rows 0 and 2); no other text repeats.
+    texts = [["q0", "q1", "q2", "q3"], ["p", "p1", "p", "p3"], ["n0", "n1", "n2", "n3"]]
+    columns = make_columns(3, 4, seed=3)
+    masked = InstructorLoss(NO_MODEL).compute_loss_from_embeddings(columns, None, text_ids=ids_for(texts))
+    unmasked = InstructorLoss(NO_MODEL, mask_false_negatives=False).compute_loss_from_embeddings(
+        columns, None, text_ids=ids_for(texts)
+    )
+    # Passage "p" answers q2 as well as q0: q2 is not a negative of row 0's positive (nor q0 of row 2's).
+    assert masked["document_to_query"].item() < unmasked["document_to_query"].item()
+    torch.testing.assert_close(masked["query_to_document"], unmasked["query_to_document"])
+    assert_matches(
+        lambda cols: InstructorLoss(NO_MODEL).compute_loss_from_embeddings(cols, None, text_ids=ids_for(texts)),
+        lambda cols: reference.instructor(cols, 0.01, True, texts),
+        columns,
+    )
+    assert_matches(
+        lambda cols: InstructorLoss(NO_MODEL, mask_false_negatives=False).compute_loss_from_embeddings(cols, None),
+        lambda cols: reference.instructor(cols, 0.01, True),
+        columns,
+    )
+
+
 def test_in_batch_switch_conflicts_are_refused() -> None:
     with pytest.raises(ValueError, match="bidirectional=False"):
         InstructorLoss(NO_MODEL, in_batch_negatives=False)

@@ -14,33 +14,12 @@ from typing import Any
 
 import pytest
 import torch
+from _merge_helpers import MERGEKIT_CASES as CASES
 from _merge_helpers import noisy_copy, read_weights
 
 from hf_unified_embed.merge import available_merge_methods, merge_models
 
 pytest.importorskip("mergekit")
-
-# method → (number of fine-tunes, base given, our parameters); ST gets the same ``parameters``.
-CASES: dict[str, tuple[int, bool, dict[str, Any]]] = {
-    "linear": (3, False, {"weight": [0.2, 0.3, 0.5]}),
-    "ties": (3, True, {"weight": [0.5, 0.3, 0.8], "density": 0.5}),
-    "dare_ties": (3, True, {"weight": [0.5, 0.3, 0.8], "density": 0.7}),
-    "dare_linear": (2, True, {"weight": [0.6, 0.4], "density": 0.6}),
-    "breadcrumbs": (2, True, {"weight": [0.6, 0.4], "density": 0.8, "gamma": 0.05}),
-    "breadcrumbs_ties": (3, True, {"weight": 1.0, "density": 0.8, "gamma": 0.05}),
-    "della": (3, True, {"weight": [0.5, 0.3, 0.8], "density": 0.6, "epsilon": 0.1}),
-    "della_linear": (2, True, {"weight": [0.6, 0.4], "density": 0.6, "epsilon": 0.1}),
-    "sce": (3, True, {"select_topk": 0.5}),
-    "model_stock": (2, True, {}),
-    "karcher": (3, False, {}),
-    "nuslerp": (2, False, {"weight": [0.3, 0.7]}),
-    "multislerp": (3, False, {"weight": [0.2, 0.3, 0.5]}),
-    "slerp": (2, False, {"t": 0.3}),
-    "nearswap": (1, True, {"t": 0.01}),
-    "arcee_fusion": (1, True, {}),
-    "ram": (2, True, {}),
-    "ramplus_tl": (2, True, {"r": 0.2, "alpha": 0.3}),
-}
 
 
 @pytest.fixture(scope="module")

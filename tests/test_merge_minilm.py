@@ -98,3 +98,73 @@ def test_same_result_as_sentence_transformers_merge(fine_tuned: tuple[Path, Path
         atol=1e-6,
         rtol=0,
     )
+
+
+@pytest.fixture(scope="module")
+def noisy_minilm(minilm_path: str, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two copies of MiniLM with Gaussian noise (σ = 0.01) on every float tensor: fine-tunes that differ enough
+    for the fusion threshold of ``arcee_fusion`` to matter, with tensors above mergekit's 1M-element sample."""
+    from _merge_helpers import noisy_copy
+
+    root = tmp_path_factory.mktemp("noisy-minilm")
+    return [noisy_copy(minilm_path, root / f"noisy-{seed}", seed) for seed in range(2)]
+
+
+def _max_difference(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -> float:
+    assert first.keys() == second.keys()
+    return max((first[name] - second[name]).abs().max().item() for name in first if first[name].is_floating_point())
+
+
+def test_slerp_differs_from_sentence_transformers_only_by_its_tensor_batching(
+    noisy_minilm: list[Path], tmp_path: Path
+) -> None:
+    """ST packs up to 256 tensors into one kernel call (mergekit's ``BatchOptions``), whose chunked norms round
+    differently; one tensor per call gives our result exactly. Measured: 1.6e-5 on weights, 8.9e-7 on embeddings."""
+    mergekit = pytest.importorskip("mergekit.merge_methods")
+    from sentence_transformers import SentenceTransformer
+
+    out = merge_models(noisy_minilm, "slerp", tmp_path / "slerp", t=0.3, show_progress=False, write_card=False)
+    ours = SentenceTransformer(str(out), device="cpu").state_dict()
+    paths = [str(path) for path in noisy_minilm]
+    one_per_call = SentenceTransformer.merge(
+        paths, method="slerp", parameters={"t": 0.3}, batch_options=mergekit.BatchOptions(max_groups=1)
+    )
+    assert _max_difference(ours, one_per_call.state_dict()) <= 1e-6
+    batched = SentenceTransformer.merge(paths, method="slerp", parameters={"t": 0.3})
+    assert _max_difference(ours, batched.state_dict()) <= 5e-5
+
+
+def test_arcee_fusion_differs_from_sentence_transformers_only_by_its_unseeded_sample(
+    noisy_minilm: list[Path], minilm_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mergekit estimates the fusion threshold's quantiles from a random 1M-element sample of a larger tensor (the
+    word embedding). ST draws it unseeded, so two ST merges differ from each other (measured: up to 2.5e-2 on a
+    weight, 9.3e-4 on embeddings); we seed it per tensor. Drawn the same way in both, the results are equal."""
+    pytest.importorskip("mergekit")
+    from sentence_transformers import SentenceTransformer
+
+    def merged(name: str) -> dict[str, torch.Tensor]:
+        out = merge_models(
+            noisy_minilm[:1], "arcee_fusion", tmp_path / name, base=minilm_path, show_progress=False, write_card=False
+        )
+        return SentenceTransformer(str(out), device="cpu").state_dict()
+
+    def theirs() -> dict[str, torch.Tensor]:
+        models = [str(noisy_minilm[0]), minilm_path]
+        return SentenceTransformer.merge(models, method="arcee_fusion", base_model=minilm_path).state_dict()
+
+    ours = merged("first")
+    assert _max_difference(ours, merged("second")) == 0, "our merge is reproducible"
+    tuned = SentenceTransformer(str(noisy_minilm[0]), device="cpu").state_dict()
+    base = SentenceTransformer(minilm_path, device="cpu").state_dict()
+    # Unseeded, an element near the threshold may come from either model: never further than their difference.
+    assert _max_difference(ours, theirs()) <= _max_difference(tuned, base)
+
+    randint = torch.randint
+
+    def drawn_by_size(high: int, size: tuple[int, ...], **kwargs: object) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(high % 2**31)
+        return randint(high, size, generator=generator, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(torch, "randint", drawn_by_size)
+    assert _max_difference(merged("third"), theirs()) <= 1e-6

@@ -103,8 +103,9 @@ def test_train_from_recipe_writes_model_card_and_recipe(
     assert model.encode(["a sentence"]).shape == (1, 32)
     resolved = yaml.safe_load((out / RECIPE_FILENAME).read_text())
     assert resolved["data"]["tasks"] == ["stsb", "wikiqa"]
-    # Local paths are stored relative to the model folder: no machine path is published.
-    assert (out / resolved["base_model"]).resolve() == Path(tiny_model_path).resolve()
+    # A local path is stored as its folder name: no path of the machine, absolute or relative, is published.
+    assert resolved["base_model"] == Path(tiny_model_path).name and resolved["data"]["path"] == unified_dir.name
+    assert resolved["output_dir"] == out.name
 
     card = ModelCard.load(out / "README.md")
     assert card.data.base_model == "org/tiny-bert"

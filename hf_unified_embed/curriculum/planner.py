@@ -13,6 +13,7 @@ from hf_unified_embed.curriculum.difficulty import DIFFICULTY_RULE, add_difficul
 from hf_unified_embed.curriculum.plan import CurriculumPlan, TaskStatistics
 from hf_unified_embed.curriculum.representations import cosine_similarity_matrix, task_representations
 from hf_unified_embed.curriculum.task_order import Method, solve_task_order
+from hf_unified_embed.locations import public_name
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -57,6 +58,8 @@ def plan_curriculum(
     """
     if not tasks:
         raise ValueError("no tasks to plan")
+    # The plan is written next to data and models: the teacher by Hub id or name, never by a local path.
+    teacher_name = public_name(teacher_name) if teacher_name else None
     names = list(tasks)
     representations = task_representations(
         model, tasks, n_samples=n_samples, seed=seed, batch_size=batch_size, show_progress_bar=show_progress_bar

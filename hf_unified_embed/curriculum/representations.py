@@ -15,7 +15,7 @@ import numpy as np
 from datasets import Dataset
 from tqdm.auto import tqdm
 
-from hf_unified_embed.curriculum.texts import task_instruction
+from hf_unified_embed.schema import task_instruction
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from datasets import Dataset
 from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
@@ -30,7 +29,7 @@ from tqdm.auto import tqdm
 
 from hf_unified_embed.errors import InputError, InputNotFoundError
 from hf_unified_embed.outputs import StagedOutput
-from hf_unified_embed.schema import UnifiedSchemaError
+from hf_unified_embed.schema import task_instruction
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -185,17 +184,6 @@ class DistinctTexts:
                     embeddings[where] = vectors
                     progress.update(len(where))
         return embeddings
-
-
-def task_instruction(table: pa.Table, column: str, task: str) -> str:
-    values = pc.unique(table.column(column)).to_pylist()
-    if len(values) > 1:
-        raise UnifiedSchemaError(
-            f"differs within the task ({values[:3]!r}); instructions must be uniform per task",
-            task=task,
-            field=column,
-        )
-    return values[0] if values else ""
 
 
 def shard_path(directory: str | os.PathLike[str], shard: int, num_shards: int) -> Path:

@@ -41,8 +41,9 @@ class InstructorLoss(EmbeddingLoss):
               −mean_i log( e^{s(y+_i, x_i)/γ} / Σ_j e^{s(y+_i, x_j)/γ} )
 
         False negatives (``mask_false_negatives``, identity read from the token ids in ``forward``): a hard
-        negative of another row identical to ``y+_i`` is left out of the first direction's denominator, and a
-        query identical to ``x_i`` out of the second's. ``in_batch_negatives=False`` scores each query
+        negative of another row identical to ``y+_i`` is left out of the first direction's denominator; in the
+        second, a query ``x_j`` is left out when it is identical to ``x_i`` or when its positive ``y+_j`` is
+        identical to ``y+_i`` (two questions answered by one passage: ``y+_i`` answers ``x_j`` too). ``in_batch_negatives=False`` scores each query
         against its own hard negatives only (FlagEmbedding's ``no_in_batch_neg``); the second direction has
         only in-batch candidates, so it needs ``bidirectional=False`` then.
 
@@ -59,7 +60,7 @@ class InstructorLoss(EmbeddingLoss):
             in_batch_negatives: Score each query against the hard negatives of every row (``True``) or of
                 its own row only.
             mask_false_negatives: Leave candidates identical to the row's own target text out of its
-                denominators.
+                denominators, and queries whose positive is the row's positive out of the second direction's.
             mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache): the
                 loss of a large batch on the memory of a small one, same value and gradients. ``None``
                 embeds the whole batch at once.
@@ -155,7 +156,7 @@ class InstructorLoss(EmbeddingLoss):
         if self.bidirectional:
             logits = positives @ queries.T / self.temperature
             if ids is not None:
-                logits = logits.masked_fill(copies_elsewhere(ids[0]), float("-inf"))
+                logits = logits.masked_fill(copies_elsewhere(ids[0]) | copies_elsewhere(ids[1]), float("-inf"))
             targets = torch.arange(len(logits), device=logits.device)
             parts["document_to_query"] = F.cross_entropy(logits, targets)
         return parts

