@@ -292,7 +292,9 @@ def train_recipe(inputs: dict[str, Path]) -> ConfigFile:
             ("model", "pooling"): {"mean", "lasttoken", "cls", "max", "weightedmean"},
             ("sampler", "interleave"): {"round_robin", "shuffled", "proportional"},
             ("sampler", "instance_order"): {"random", "easy_to_hard", "hard_to_easy"},
-            ("data", "tasks", 0): set(),
+            # Every task of the folder is a valid choice (hypothesis also draws string literals it finds in
+            # the loaded modules, such as 'stsb', so an unlisted valid name would be drawn as "broken").
+            ("data", "tasks", 0): {path.name for path in (inputs["unified"] / "data").iterdir()},
         },
         keys={
             (): _fields(TrainRecipe),
