@@ -34,16 +34,27 @@ def torchrun_results(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: 
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("name", ["cached_multi_positive", "cached_codiemb_sts"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "cached_multi_positive",
+        "cached_multi_positive_tokens",
+        "cached_multi_positive_auto",
+        "cached_codiemb_sts",
+        "cached_codiemb_sts_tokens",
+    ],
+)
 def test_cached_gathered_loss_equals_single_process_loss(torchrun_results: dict[str, float], name: str) -> None:
-    # Gradient caching (mini-batches of 3 of each process's 4 rows) + gathering + false negatives across
-    # processes, on a DDP-wrapped tiny BERT: float32, so equal to rounding.
+    # Gradient caching (mini-batches of 3 of each process's 4 rows; or a token budget, fixed or "auto", that
+    # cuts the two processes' rows into different numbers of mini-batches) + gathering + false negatives
+    # across processes, on a DDP-wrapped tiny BERT: float32, so equal to rounding.
     assert torchrun_results[f"{name}_loss_gathered"] == pytest.approx(
         torchrun_results[f"{name}_loss_single"], rel=1e-5
     )
     scale = torchrun_results[f"{name}_grad_max_abs"]
     assert scale > 0
     assert torchrun_results[f"{name}_grad_max_abs_diff"] < 1e-4 * scale
+    assert torchrun_results[f"{name}_mini_batches_rank0"] > 1
 
 
 @pytest.mark.multiprocess
