@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast lint format bench clean lock test-oldest test-latest
+.PHONY: setup demo test test-fast lint format bench clean lock lock-oldest test-oldest test-latest
 
 setup: $(STAMP)
 
@@ -42,6 +42,18 @@ lock:
 		--title "Tested lock for make setup and CI: the dev install at the versions the whole suite passed with."
 	rm -rf .venv-lock
 	@echo "$(LOCK) rewritten: run 'make setup' to install it"
+
+# The oldest lock: every direct requirement at its lowest allowed release (uv's lowest-direct resolution).
+lock-oldest:
+	rm -rf .venv-uv
+	$(PYTHON) -m venv .venv-uv
+	.venv-uv/bin/python -m pip install -q uv
+	echo "torch==2.13.0" >.venv-uv/torch.txt
+	.venv-uv/bin/uv pip compile pyproject.toml --extra dev --resolution lowest-direct --python-version 3.11 \
+		-c .venv-uv/torch.txt --no-annotate --no-header -q -o .venv-uv/resolved.txt
+	$(PYTHON) $(DEPS) freeze $(OLDEST) --resolved .venv-uv/resolved.txt --by "make lock-oldest" \
+		--title "Oldest lock for make test-oldest: every direct requirement at its lowest declared release."
+	rm -rf .venv-uv
 
 # The declared lower bounds: every direct requirement at its oldest allowed release (constraints-oldest.txt).
 test-oldest:
@@ -84,4 +96,4 @@ bench: $(STAMP)
 	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done
 
 clean:
-	rm -rf outputs build dist .pytest_cache .mypy_cache .ruff_cache .venv-lock .venv-latest .venv-oldest
+	rm -rf outputs build dist .pytest_cache .mypy_cache .ruff_cache .venv-lock .venv-latest .venv-oldest .venv-uv

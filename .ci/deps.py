@@ -64,27 +64,36 @@ def read_lock(path: Path) -> dict[str, str]:
 
 
 def installed() -> dict[str, str]:
-    return {canonical(dist.metadata["Name"]): dist.version for dist in metadata.distributions()}
+    """Installed versions without local labels (torch's ``+cpu``), as the locks write them."""
+    return {canonical(dist.metadata["Name"]): dist.version.split("+", 1)[0] for dist in metadata.distributions()}
+
+
+#: torch's CUDA runtime packages: a resolver that reads the registry's metadata lists them, but the CPU
+#: build installed here needs none of them.
+CUDA_ONLY = re.compile(r"^(nvidia-|cuda-|triton$)")
 
 
 def cmd_freeze(args: argparse.Namespace) -> int:
-    frozen = subprocess.run(
-        [sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    if args.resolved is not None:
+        frozen = args.resolved.read_text(encoding="utf-8")
+    else:
+        frozen = subprocess.run(
+            [sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
     lines = []
     for line in sorted(frozen.splitlines(), key=str.lower):
-        name, sep, version = line.partition("==")
-        if not sep or canonical(name) == PROJECT:
+        name, sep, version = line.split("#", 1)[0].strip().partition("==")
+        if not sep or canonical(name) == PROJECT or CUDA_ONLY.match(canonical(name)):
             continue
         version = version.split("+", 1)[0]  # torch 2.13.0+cpu: the same line fits the CUDA build
         lines.append(f"{canonical(name)}=={version}")
-    pip_version = metadata.version("pip")
+    made_with = f"pip {metadata.version('pip')}" if args.resolved is None else "a resolver's output"
     header = [
         f"# {args.title}",
-        f"# Python {platform.python_version()} on {platform.system()} {platform.machine()}, pip {pip_version};"
+        f"# Python {platform.python_version()} on {platform.system()} {platform.machine()}, {made_with};"
         f" written {datetime.date.today().isoformat()} by `{args.by}`.",
         "# torch is pinned without its local label (+cpu): the Makefile installs torch==2.13.0 first.",
     ]
@@ -106,6 +115,18 @@ def lower_bound(requirement: str) -> str | None:
     return match.group(1) if match else None
 
 
+def same_release(a: str, b: str) -> bool:
+    """``6.2`` and ``6.2.0`` name one release (PEP 440 pads with zeros)."""
+
+    def release(version: str) -> tuple[str, ...]:
+        parts = version.split(".")
+        while len(parts) > 1 and parts[-1] == "0":
+            parts.pop()
+        return tuple(parts)
+
+    return release(a) == release(b)
+
+
 def cmd_bounds(args: argparse.Namespace) -> int:
     """Every declared lower bound must equal the oldest lock's version (so the bound was tested)."""
     pins = read_lock(args.lock)
@@ -114,7 +135,7 @@ def cmd_bounds(args: argparse.Namespace) -> int:
         name, bound = requirement_name(requirement), lower_bound(requirement)
         if name in MACHINE_PINNED or bound is None:
             continue
-        if pins.get(name) != bound:
+        if name not in pins or not same_release(pins[name], bound):
             problems.append(f"{name}: declared >={bound}, {args.lock.name} tests {pins.get(name, 'nothing')}")
     for problem in problems:
         print(problem)
@@ -137,7 +158,11 @@ def suite_summary(tree: ElementTree.Element) -> str:
 
 
 def _origin(text: str, packages: dict[str, list[str]]) -> str | None:
-    """The distribution whose file is the innermost ``site-packages`` frame of a traceback."""
+    """The package to blame: the one the project's stack check names, else the innermost ``site-packages`` frame's."""
+    # hf_unified_embed.stack refuses a path before the neighbour fails: "... (transformers 5.24.0 requires it)".
+    blamed = re.search(r"IncompatibleStackError: .*?\(([A-Za-z0-9._-]+) [0-9][^ ]* requires it\)", text)
+    if blamed is not None and canonical(blamed.group(1)) != PROJECT:
+        return canonical(blamed.group(1))
     frames = re.findall(r"site-packages/([A-Za-z0-9_]+)", text)
     for module in reversed(frames):
         for distribution in packages.get(module, []):
@@ -146,12 +171,11 @@ def _origin(text: str, packages: dict[str, list[str]]) -> str | None:
     return None
 
 
-def _first_line(message: str) -> str:
-    for line in message.splitlines():
-        line = line.strip()
-        if line.startswith("E "):
-            return line[1:].strip()
-    return message.strip().splitlines()[0] if message.strip() else ""
+def _first_line(traceback: str) -> str:
+    """The first line pytest marks with ``E`` (the exception), else the traceback's last line."""
+    lines = [line.strip() for line in traceback.splitlines() if line.strip()]
+    marked = [line[1:].strip() for line in lines if line.startswith("E ")]
+    return marked[0] if marked else (lines[-1] if lines else "")
 
 
 def cmd_drift(args: argparse.Namespace) -> int:
@@ -170,7 +194,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
         text = (problem.text or "") + (problem.get("message") or "")
         test = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
         origin = _origin(text, packages) or "the project or an unknown package"
-        broken.setdefault(origin, []).append((test, _first_line(problem.get("message") or text)))
+        broken.setdefault(origin, []).append((test, _first_line(problem.text or "") or problem.get("message", "")))
     print(f"Drift check {datetime.date.today().isoformat()}: newest releases against {args.lock.name}")
     print(f"moved ({len(moved)}): " + (", ".join(f"{n} {a} -> {b}" for n, a, b in moved) or "nothing"))
     if new:
@@ -196,6 +220,7 @@ def main() -> int:
     freeze.add_argument("--title", required=True)
     freeze.add_argument("--by", required=True, help="the command that wrote it, for the header")
     freeze.add_argument("--junit", type=Path, help="the JUnit file of the suite run in this environment")
+    freeze.add_argument("--resolved", type=Path, help="pins from this file (a resolver's output), not pip freeze")
     latest = commands.add_parser("latest", help="requirement names without specifiers")
     latest.add_argument("--extra", action="append", default=[])
     bounds = commands.add_parser("bounds", help="declared lower bounds equal the oldest lock's versions")

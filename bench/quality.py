@@ -21,6 +21,24 @@ choice made here.
    and an STS-leaning run (STS tasks only), each trained like (3) for its share of the steps (one
    epoch of its own tasks), so the row costs the same optimizer steps as the others.
 
+**Keeping the base** (issue: every trained row lost general web-search retrieval), same setting:
+
+* ``codiemb+mined``: (3) with the retrieval tasks' negatives mined by the base model
+  (``mine_hard_negatives``: 4 per query, ``relative_margin`` 0.05, each task's own documents as the
+  corpus; mined once per output folder and reused);
+* ``codiemb+keep-base``: (3) with every task loss wrapped in ``KeepBaseLoss`` (self-distillation from
+  the frozen base over the batch's candidates, ``--keep-base-weight``);
+* ``codiemb+mined+keep-base``: both;
+* ``codiemb+kept-merge``: the ``codiemb`` run of the same seed interpolated with the base by ``merge
+  search`` on ``examples/suites/dev.yaml`` (λ ∈ ``KEPT_MERGE_WEIGHTS``), objective the mean of the dev
+  metrics, subject to no dev metric below the base by more than ``KEPT_MERGE_EPSILON`` and the
+  ``forgetting-dev`` neighbour overlap not below the base's (1) by more than ``KEPT_MERGE_FORGETTING``
+  (both fixed before any run). Trains nothing beyond ``codiemb``.
+
+Every model is also scored by a ``forgetting`` entry (neighbour overlap@10 with the base over
+``--forgetting-texts`` MS MARCO passages, no labels; the table's "kept" column). ``--seeds`` trains
+every trained row once per seed; the tables then give the mean ± sample standard deviation.
+
 **Many-task setting** (where Data-CUBE says the curriculum pays): the shared sources split into 21
 tasks — STS-B train by source file (6), SICK train by entailment label (3), the SemEval 2012 train
 files (2; never the test files the suite evaluates), MSRP train (1), WikiQA train and TrecQA train
@@ -39,7 +57,12 @@ Full report (a GPU: minutes; the 2-core CPU machine: hours)::
     .venv/bin/python bench/quality.py --device cuda --output-dir outputs/quality --markdown docs/quality.md
 
 A row whose evaluation exists in ``--output-dir`` is reused with ``--resume``. A quick end-to-end
-check: ``--max-steps 5 --max-rows-per-task 64 --eval-rows 32``.
+check: ``--max-steps 5 --max-rows-per-task 64 --eval-rows 32``. The reduced CPU setting of
+docs/quality.md (same code, fewer steps, shorter texts, evaluation slices)::
+
+    flock /work/.bench.lock .venv/bin/python bench/quality.py --max-steps 120 --max-seq-length 64 \
+        --eval-max-seq-length 128 --eval-rows 400 --forgetting-texts 1000 --seeds 1 2 3 \
+        --report-name quality-cpu --output-dir outputs/quality-cpu --markdown docs/quality.md --resume
 """
 
 from __future__ import annotations
@@ -51,6 +74,7 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -66,8 +90,16 @@ from hf_unified_embed.example_cli import evaluation_suite, example_parser, parse
 REPO = Path(__file__).resolve().parent.parent
 SUITE = REPO / "examples" / "suites" / "shared.yaml"
 MAIN_ROWS = ("base", "st-baseline", "codiemb", "codiemb+curriculum", "hierarchical-merge")
+KEEP_ROWS = ("codiemb+mined", "codiemb+keep-base", "codiemb+mined+keep-base", "codiemb+kept-merge")
 MANY_ROWS = ("many-shuffled", "many-curriculum")
-ROWS = MAIN_ROWS + MANY_ROWS
+ROWS = MAIN_ROWS + KEEP_ROWS + MANY_ROWS
+DEV_SUITE = REPO / "examples" / "suites" / "dev.yaml"
+#: The kept-merge row's candidates and constraint, fixed before any run.
+KEPT_MERGE_WEIGHTS = (0.25, 0.5, 0.75, 1.0)
+KEPT_MERGE_EPSILON = 0.005
+KEPT_MERGE_FORGETTING = 0.25
+FORGETTING = "forgetting-msmarco"
+FORGETTING_COLUMN = "kept (overlap@10)"
 STS_MEAN = ("sts12", "sts13", "sts14", "sts15")
 #: Table column → (suite entry, metric key pattern); the STS mean is derived from STS_MEAN.
 COLUMNS: dict[str, tuple[str, str]] = {
@@ -81,7 +113,7 @@ STEP_COLUMN = "step time (× ST)"
 #: A question-word bucket of WikiQA / TrecQA with fewer questions joins the ``other`` bucket.
 MIN_BUCKET_QUESTIONS = 15
 QUESTION_WORDS = ("what", "how", "who", "when", "where", "which", "why")
-MARKERS = {"main": "quality-main", "many": "quality-many"}
+SETTINGS = {"main": MAIN_ROWS + KEEP_ROWS, "many": MANY_ROWS}
 
 
 @dataclass
@@ -238,17 +270,29 @@ def epoch_steps(tasks: Mapping[str, Any], batch_size: int) -> int:
 
 
 def train(
-    name: str, tasks: Any, losses: Mapping[str, Any], sampler: Any, steps: int, options: argparse.Namespace
+    name: str,
+    tasks: Any,
+    losses: Mapping[str, Any],
+    sampler: Any,
+    steps: int,
+    options: argparse.Namespace,
+    keep_base: bool = False,
 ) -> Trained:
-    """One ordinary ``SentenceTransformerTrainer`` run; the model is saved under ``--output-dir``."""
+    """One ordinary ``SentenceTransformerTrainer`` run; the model is saved under ``--output-dir``.
+
+    ``keep_base`` wraps every task loss in ``KeepBaseLoss`` (one frozen copy of the base for all tasks).
+    """
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
 
+    from hf_unified_embed.losses import KeepBaseLoss
     from hf_unified_embed.training import UnifiedDataCollator, losses_for_tasks
 
     output = options.output_dir / name
     model = SentenceTransformer(options.base_model, device=options.device)
     model.max_seq_length = options.max_seq_length
     task_losses = losses_for_tasks(model, tasks, losses)
+    if keep_base:
+        task_losses = KeepBaseLoss.for_tasks(task_losses, weight=options.keep_base_weight)
     collator = UnifiedDataCollator.for_losses(
         model, tasks, task_losses, negatives_per_query=options.negatives, seed=options.seed, prompts={}
     )
@@ -302,16 +346,49 @@ def summarize(results: Mapping[str, Any]) -> dict[str, float]:
     }
     for column, (entry, pattern) in COLUMNS.items():
         row[column] = pick_metric(entries[entry]["metrics"], pattern, entry)
+    if FORGETTING in entries:
+        row[FORGETTING_COLUMN] = pick_metric(entries[FORGETTING]["metrics"], r"neighbour_overlap@10", FORGETTING)
     return row
 
 
-def markdown_table(table: Mapping[str, Mapping[str, float]], step_ratio: Mapping[str, float | None]) -> str:
-    """The rows with the best value of each metric in bold, then each row's step time relative to ST's."""
-    columns = list(next(iter(table.values())))
-    lines = ["| model | " + " | ".join(columns) + f" | {STEP_COLUMN} |", "|---|" + "---:|" * (len(columns) + 1)]
-    best = {column: max(row[column] for row in table.values()) for column in columns}
+def aggregate(rows: Iterable[Mapping[str, float]]) -> dict[str, tuple[float, float | None]]:
+    """Per column: the mean over seeds and the sample standard deviation (``None`` for one seed)."""
+    rows = list(rows)
+    return {
+        column: (
+            statistics.fmean(row[column] for row in rows),
+            statistics.stdev(row[column] for row in rows) if len(rows) > 1 else None,
+        )
+        for column in rows[0]
+        if all(column in row for row in rows)
+    }
+
+
+def markdown_table(
+    table: Mapping[str, Mapping[str, tuple[float, float | None]]], step_ratio: Mapping[str, float | None]
+) -> str:
+    """The rows (mean, ± standard deviation over seeds when several) with the best mean of each metric in
+    bold, each row's mean over the six quality columns, then its step time relative to ST's."""
+    columns = list(dict.fromkeys(column for row in table.values() for column in row))
+    quality = [column for column in columns if column != FORGETTING_COLUMN]
+    header = [*columns, "mean (6)"]
+    lines = ["| model | " + " | ".join(header) + f" | {STEP_COLUMN} |", "|---|" + "---:|" * (len(header) + 1)]
+    means = {
+        model: statistics.fmean(row[c][0] for c in quality if c in row) if row else float("nan")
+        for model, row in table.items()
+    }
+    best = {column: max(row[column][0] for row in table.values() if column in row) for column in columns}
+    best["mean (6)"] = max(means.values())
     for model, row in table.items():
-        cells = [f"**{row[c]:.4f}**" if row[c] == best[c] else f"{row[c]:.4f}" for c in columns]
+        cells = []
+        for column in columns:
+            if column not in row:
+                cells.append("—")
+                continue
+            mean, spread = row[column]
+            text = f"{mean:.4f}" + (f" ± {spread:.4f}" if spread is not None else "")
+            cells.append(f"**{text}**" if mean == best[column] else text)
+        cells.append(f"**{means[model]:.4f}**" if means[model] == best["mean (6)"] else f"{means[model]:.4f}")
         ratio = step_ratio.get(model)
         cells.append("—" if ratio is None else f"{ratio:.2f}")
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
@@ -344,8 +421,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
     parser.add_argument("--diagnostics", action="store_true", help="also compute CoDiEmb §4 diagnostics")
     parser.add_argument("--resume", action="store_true", help="reuse rows already evaluated in --output-dir")
+    parser.add_argument(
+        "--report-only", action="store_true", help="only tabulate the rows already evaluated in --output-dir"
+    )
     parser.add_argument("--markdown", type=Path, help="also write the tables into this Markdown file")
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", help="train every trained row once per seed (default: --seed); mean ± s.d."
+    )
+    parser.add_argument("--keep-base-weight", type=float, default=1.0, help="KeepBaseLoss weight (default: 1)")
+    parser.add_argument(
+        "--forgetting-texts", type=int, default=2000, help="MS MARCO passages of the forgetting column (default: 2000)"
+    )
+    parser.add_argument(
+        "--eval-max-seq-length", type=int, help="evaluate every model (the base too) at this length (default: its own)"
+    )
+    parser.add_argument(
+        "--msmarco-queries",
+        type=int,
+        help="evaluate MS MARCO on its first N queries and only their judged passages (the CPU setting)",
+    )
+    parser.add_argument(
+        "--report-name", default="quality", help="Markdown blocks <name>-main / <name>-many (default: quality)"
+    )
     options = parse_example_args(parser, argv, full_steps=-1)
+    seeds = options.seeds or [options.seed]
 
     from datasets import DatasetDict
     from sentence_transformers import SentenceTransformer
@@ -357,11 +456,23 @@ def main(argv: list[str] | None = None) -> int:
     from hf_unified_embed.evaluation import run_suite
     from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
     from hf_unified_embed.merge import merge_models
+    from hf_unified_embed.merge.search import search_merge
+    from hf_unified_embed.negatives import HardNegativeConfig, mine_hard_negatives
     from hf_unified_embed.sampling import CurriculumBatchSampler
 
     started = time.perf_counter()
     options.output_dir.mkdir(parents=True, exist_ok=True)
     suite = evaluation_suite(options, SUITE, data_root=options.data_root)
+    suite["evaluations"] = [*suite["evaluations"], forgetting_entry(options)]
+    if options.msmarco_queries:
+        folder = reduced_beir(
+            options.data_root / "ir" / "msmarco-dl-subset",
+            options.output_dir / "msmarco-reduced",
+            options.msmarco_queries,
+        )
+        for entry in suite["evaluations"]:
+            if entry["name"] in ("msmarco-dl", FORGETTING):
+                entry["data_files"] = str(folder.resolve())  # not relative to the suite's data root
     codiemb_losses = {
         "retrieval": MultiPositiveInfoNCELoss,
         "sts": CoDiEmbSTSLoss,
@@ -390,6 +501,67 @@ def main(argv: list[str] | None = None) -> int:
             )
             settings[name] = (tasks, steps)
         return settings[name]
+
+    mined: dict[str, Any] = {}
+
+    def mined_main() -> Any:
+        """The main setting with its retrieval tasks' negatives mined by the base (once per output folder)."""
+        from hf_unified_embed.data import load_unified, save_unified
+
+        folder = options.output_dir / "mined-main"
+        if "main" not in mined:
+            if (folder / "README.md").is_file():  # written whole by save_unified (staged)
+                mined["main"] = load_unified(folder)
+            else:
+                tasks = setting("main")[0]
+                began = time.perf_counter()
+                scratch = options.output_dir / "mining-scratch"
+                scratch.mkdir(parents=True, exist_ok=True)
+                result = mine_hard_negatives(
+                    tasks,
+                    SentenceTransformer(options.base_model, device=options.device),
+                    HardNegativeConfig(num_negatives=4),
+                    scratch_dir=scratch,
+                )
+                shutil.rmtree(scratch, ignore_errors=True)
+                save_unified(result.tasks, folder, overwrite=True)
+                mined["main"] = load_unified(folder)
+                print(
+                    f"[mining] retrieval negatives mined by the base in {time.perf_counter() - began:.0f} s",
+                    flush=True,
+                )
+        return mined["main"]
+
+    def kept_merge(name: str, seed: int) -> Trained:
+        """The seed's codiemb run interpolated with the base, λ chosen under the keep-the-base constraint."""
+        run_key = key_of("codiemb", seed)
+        run = options.output_dir / run_key
+        training = results.get(run_key, {}).get("training")
+        if not (run / "modules.json").is_file() or training is None:
+            raise SystemExit(f"{name}: needs the {run_key} row first (put codiemb before it in --rows)")
+        dev = evaluation_suite(options, DEV_SUITE, data_root=options.data_root)
+        dev_metrics = [entry["name"] for entry in dev["evaluations"] if entry["kind"] != "forgetting"]
+        result = search_merge(
+            [run],
+            "task_arithmetic",
+            options.output_dir / name,
+            base=options.base_model,
+            suite=dev,
+            search={"weights": list(KEPT_MERGE_WEIGHTS)},
+            objective={metric: 1.0 / len(dev_metrics) for metric in dev_metrics},
+            constraint={"epsilon": {"default": KEPT_MERGE_EPSILON, "forgetting-dev": KEPT_MERGE_FORGETTING}},
+            device=options.device,
+            overwrite=True,
+            show_progress=False,
+        )
+        print(f"[{name}] chose {result.best.parameters} (admissible: {result.best.admissible})", flush=True)
+        return Trained(
+            options.output_dir / name,
+            steps=training["steps"],
+            timed_steps=training["timed_steps"],
+            seconds=training["seconds"],
+            runtime=training["train_runtime"],
+        )
 
     def curriculum_run(name: str, setting_name: str, method: str) -> Trained:
         tasks, steps = setting(setting_name)
@@ -448,94 +620,179 @@ def main(argv: list[str] | None = None) -> int:
             runtime=ir_run.runtime + sts_run.runtime,
         )
 
-    builders: dict[str, Callable[[], Trained | None]] = {
-        "base": lambda: None,
-        "st-baseline": lambda: train(
-            "st-baseline",
-            setting("main")[0],
-            {"retrieval": MultipleNegativesRankingLoss, "sts": CoSENTLoss},
-            MultiDatasetBatchSamplers.PROPORTIONAL,
-            setting("main")[1],
-            options,
-        ),
-        "codiemb": lambda: train("codiemb", setting("main")[0], codiemb_losses, shuffled, setting("main")[1], options),
-        "codiemb+curriculum": lambda: curriculum_run("codiemb+curriculum", "main", "exact"),  # 4 tasks: all 24 orders
-        "hierarchical-merge": merge_run,
-        "many-shuffled": lambda: train(
-            "many-shuffled", setting("many")[0], codiemb_losses, shuffled, setting("many")[1], options
-        ),
-        "many-curriculum": lambda: curriculum_run("many-curriculum", "many", "annealing"),
-    }
+    def builders(row: str, name: str, seed: int) -> Trained | None:
+        if row == "base":
+            return None
+
+        def main_tasks() -> Any:
+            return setting("main")[0]
+
+        def steps() -> int:
+            return setting("main")[1]
+
+        if row == "st-baseline":
+            return train(
+                name,
+                main_tasks(),
+                {"retrieval": MultipleNegativesRankingLoss, "sts": CoSENTLoss},
+                MultiDatasetBatchSamplers.PROPORTIONAL,
+                steps(),
+                options,
+            )
+        if row == "codiemb":
+            return train(name, main_tasks(), codiemb_losses, shuffled, steps(), options)
+        if row == "codiemb+mined":
+            return train(name, mined_main(), codiemb_losses, shuffled, steps(), options)
+        if row == "codiemb+keep-base":
+            return train(name, main_tasks(), codiemb_losses, shuffled, steps(), options, keep_base=True)
+        if row == "codiemb+mined+keep-base":
+            return train(name, mined_main(), codiemb_losses, shuffled, steps(), options, keep_base=True)
+        if row == "codiemb+kept-merge":
+            return kept_merge(name, seed)
+        if row == "codiemb+curriculum":
+            return curriculum_run(name, "main", "exact")  # 4 tasks: all 24 orders
+        if row == "hierarchical-merge":
+            return merge_run()
+        if row == "many-shuffled":
+            return train(name, setting("many")[0], codiemb_losses, shuffled, setting("many")[1], options)
+        return curriculum_run(name, "many", "annealing")  # many-curriculum
+
+    def key_of(row: str, seed: int) -> str:
+        """A row's name in the results, the output folder and ``evaluations/``: ``row@seed`` under ``--seeds``
+        (so runs of one seed each, ``--resume``-d together, aggregate)."""
+        return row if row == "base" or options.seeds is None else f"{row}@{seed}"
 
     results: dict[str, Any] = {}
     reported = False
-    for row in options.rows:
-        saved = options.output_dir / "evaluations" / f"{row}.json"
-        if options.resume and saved.is_file():
-            results[row] = json.loads(saved.read_text(encoding="utf-8"))
-            print(f"[{row}] reusing {saved}", flush=True)
-            reported = False
-            continue
-        row_started = time.perf_counter()
-        print(f"\n=== {row} ===", flush=True)
-        trained = builders[row]()
-        model_path = options.base_model if trained is None else str(trained.path)
-        evaluation = run_suite(
-            SentenceTransformer(model_path, device=options.device),
-            suite,
-            diagnostics=options.diagnostics,
-        )
-        evaluation.extra["seconds"] = time.perf_counter() - row_started
-        if trained is not None:
-            evaluation.extra["training"] = {
-                "steps": trained.steps,
-                "timed_steps": trained.timed_steps,
-                "seconds": trained.seconds,
-                "train_runtime": trained.runtime,
-            }
-        evaluation.save_json(saved, overwrite=True)
-        results[row] = json.loads(saved.read_text(encoding="utf-8"))
-        print(f"[{row}] done in {evaluation.extra['seconds']:.0f} s", flush=True)
-        # Written after every row, so an interrupted run still leaves the rows it finished.
-        report(results, options, argv, started)
-        reported = True
+    for seed in seeds:
+        options.seed = seed
+        for row in options.rows:
+            key = key_of(row, seed)
+            if key in results:
+                continue  # the base: once for all seeds
+            saved = options.output_dir / "evaluations" / f"{key}.json"
+            if options.report_only and not saved.is_file():
+                continue
+            if (options.resume or options.report_only) and saved.is_file():
+                results[key] = json.loads(saved.read_text(encoding="utf-8"))
+                print(f"[{key}] reusing {saved}", flush=True)
+                reported = False
+                continue
+            row_started = time.perf_counter()
+            print(f"\n=== {key} ===", flush=True)
+            trained = builders(row, key, seed)
+            model_path = options.base_model if trained is None else str(trained.path)
+            model = SentenceTransformer(model_path, device=options.device)
+            if options.eval_max_seq_length:
+                model.max_seq_length = options.eval_max_seq_length
+            evaluation = run_suite(model, suite, diagnostics=options.diagnostics)
+            evaluation.extra["seconds"] = time.perf_counter() - row_started
+            evaluation.extra["row"], evaluation.extra["seed"] = row, None if trained is None else seed
+            if trained is not None:
+                evaluation.extra["training"] = {
+                    "steps": trained.steps,
+                    "timed_steps": trained.timed_steps,
+                    "seconds": trained.seconds,
+                    "train_runtime": trained.runtime,
+                }
+            evaluation.save_json(saved, overwrite=True)
+            results[key] = json.loads(saved.read_text(encoding="utf-8"))
+            print(f"[{key}] done in {evaluation.extra['seconds']:.0f} s", flush=True)
+            # Written after every row, so an interrupted run still leaves the rows it finished.
+            report(results, options, argv, started)
+            reported = True
 
     if not reported:
         report(results, options, argv, started)
     return 0
 
 
+def row_of(key: str) -> str:
+    """The row of a results key (``codiemb@2`` → ``codiemb``)."""
+    return key.split("@", 1)[0]
+
+
 def step_ratios(results: Mapping[str, Any]) -> dict[str, float | None]:
-    """Each trained row's mean seconds per optimizer step (after the first of each run) over the ST baseline's.
+    """Each trained row's mean seconds per optimizer step (after the first of each run; mean over seeds) over
+    the ST baseline's.
 
     ``None`` for a row that did not train or timed no step.
     """
-    per_step = {
-        row: result["training"]["seconds"] / result["training"]["timed_steps"]
-        for row, result in results.items()
-        if result.get("training") and result["training"].get("timed_steps")
+    per_step: dict[str, list[float]] = defaultdict(list)
+    for key, result in results.items():
+        if result.get("training") and result["training"].get("timed_steps"):
+            per_step[row_of(key)].append(result["training"]["seconds"] / result["training"]["timed_steps"])
+    means = {row: statistics.fmean(values) for row, values in per_step.items()}
+    baseline = means.get("st-baseline")
+    rows = dict.fromkeys(row_of(key) for key in results)
+    return {row: (means[row] / baseline if baseline and row in means else None) for row in rows}
+
+
+def reduced_beir(source: Path, target: Path, queries: int) -> Path:
+    """A BEIR folder with the first ``queries`` queries of ``source`` and only the passages judged for them.
+
+    The CPU setting's MS MARCO: every query keeps all its judged passages (graded nDCG@10 is computed
+    over the same judgements), the corpus loses the other queries' pools (so it is smaller and the
+    task easier: values are comparable between rows, not with the full corpus).
+    """
+
+    def lines(path: Path) -> list[str]:  # not splitlines(): passages hold U+2028 inside their JSON strings
+        return [line for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+
+    kept = [json.loads(line) for line in lines(source / "queries.jsonl")][:queries]
+    ids = {query["_id"] for query in kept}
+    qrels = lines(source / "qrels" / "test.tsv")
+    header = [qrels.pop(0).split("\t")] if qrels and qrels[0].startswith("query-id") else []
+    judgements = [line.split("\t") for line in qrels if line.split("\t")[0] in ids]
+    judged = {fields[1] for fields in judgements}
+    (target / "qrels").mkdir(parents=True, exist_ok=True)
+    with open(target / "corpus.jsonl", "w", encoding="utf-8") as corpus:
+        for line in lines(source / "corpus.jsonl"):
+            if json.loads(line)["_id"] in judged:
+                corpus.write(line + "\n")
+    (target / "queries.jsonl").write_text("".join(json.dumps(query) + "\n" for query in kept), encoding="utf-8")
+    (target / "qrels" / "test.tsv").write_text(
+        "".join("\t".join(f) + "\n" for f in header + judgements), encoding="utf-8"
+    )
+    return target
+
+
+def forgetting_entry(options: argparse.Namespace) -> dict[str, Any]:
+    """The suite entry of the "kept" column: neighbour overlap@10 with the base over MS MARCO passages (no labels)."""
+    return {
+        "name": FORGETTING,
+        "kind": "forgetting",
+        "source": "beir",
+        "data_files": "ir/msmarco-dl-subset",
+        "split": "test",
+        "evaluator": {"reference": str(options.base_model), "k": 10, "max_texts": options.forgetting_texts},
+        "diagnostics": False,
     }
-    baseline = per_step.get("st-baseline")
-    return {row: (per_step[row] / baseline if baseline and row in per_step else None) for row in results}
 
 
 def report(results: Mapping[str, Any], options: argparse.Namespace, argv: list[str] | None, started: float) -> None:
     """Print the tables and write ``quality.json`` (and the Markdown blocks) for the rows so far."""
     ratios = step_ratios(results)
+    per_row: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for key, result in results.items():
+        per_row[row_of(key)].append(summarize(result))
     tables = {
-        setting: {row: summarize(result) for row, result in results.items() if row in rows}
-        for setting, rows in (("main", MAIN_ROWS), ("many", MANY_ROWS))
+        setting: {row: aggregate(per_row[row]) for row in rows if row in per_row} for setting, rows in SETTINGS.items()
     }
     command = ".venv/bin/python " + " ".join(["bench/quality.py", *(argv if argv is not None else sys.argv[1:])])
-    summary = {
+    summary: dict[str, Any] = {
         "command": command,
         "settings": {key: str(value) for key, value in vars(options).items()},
         "machine": machine_note(options.device),
         "seconds": time.perf_counter() - started,
-        "rows_missing": [row for row in options.rows if row not in results],
-        "training": {row: result.get("training") for row, result in results.items()},
+        "rows_missing": [row for row in options.rows if row not in per_row],
+        "training": {key: result.get("training") for key, result in results.items()},
         "step_time_vs_st_baseline": ratios,
-        "tables": tables,
+        "per_seed": {key: summarize(result) for key, result in results.items()},
+        "tables": {
+            setting: {row: {column: list(value) for column, value in table[row].items()} for row in table}
+            for setting, table in tables.items()
+        },
     }
     text = json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
     (options.output_dir / "quality.json").write_text(text, encoding="utf-8")
@@ -545,7 +802,7 @@ def report(results: Mapping[str, Any], options: argparse.Namespace, argv: list[s
         markdown = markdown_table(table, ratios)
         print(f"\n{setting} setting\n{markdown}")
         if options.markdown:
-            write_report(options.markdown, MARKERS[setting], markdown, summary)
+            write_report(options.markdown, f"{options.report_name}-{setting}", markdown, summary)
     print(f"\n{summary['machine']}; {summary['seconds'] / 60:.1f} min in all", flush=True)
 
 

@@ -18,6 +18,7 @@ a trained folder loads with a plain ``SentenceTransformer(path)``. What an LLM e
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -196,6 +197,42 @@ def build_model(base: str, config: ModelConfig | None, *, max_seq_length: int | 
         auto_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         auto_model.config.use_cache = False
     return model
+
+
+def transformer_folder(base: str) -> str:
+    """Where the transformers checkpoint of ``base`` is: the ``Transformer`` module's folder of a
+    sentence-transformers model, else ``base`` itself (a transformers folder or a Hub id)."""
+    modules = Path(base).expanduser() / "modules.json"
+    if not modules.is_file():
+        return base
+    try:
+        entries = json.loads(modules.read_text(encoding="utf-8"))
+        path = next(entry.get("path", "") for entry in entries if str(entry.get("type", "")).endswith("Transformer"))
+    except (ValueError, StopIteration, AttributeError, TypeError):  # not the modules.json sentence-transformers writes
+        return base
+    return str(Path(base).expanduser() / path)
+
+
+def meta_transformer(base: str, config: ModelConfig | None) -> Any | None:
+    """The transformers model of ``base`` built from its configuration on the meta device: no weight is read or allocated.
+
+    transformers' own checks run as they would when the weights load (an ``attn_implementation`` the
+    installed packages or the architecture cannot provide raises ``ImportError`` or ``ValueError``), and
+    the modules exist with their real names (what a LoRA ``target_modules`` must match). ``None`` when
+    the configuration cannot be read here (a Hub id outside the cache offline, a PEFT adapter folder):
+    loading the model reports that itself.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    config = config or ModelConfig()
+    try:
+        model_config = AutoConfig.from_pretrained(transformer_folder(base), trust_remote_code=config.trust_remote_code)
+    except (OSError, ValueError):
+        return None
+    kwargs = {"attn_implementation": config.attn_implementation} if config.attn_implementation else {}
+    with torch.device("meta"):
+        return AutoModel.from_config(model_config, trust_remote_code=config.trust_remote_code, **kwargs)
 
 
 def append_eos_token(tokenizer: Any) -> None:

@@ -16,10 +16,12 @@ class                      meaning                                              
 ``SuiteError``             an evaluation suite is malformed (suite, entry, field)        ``ValueError``
 ``EvaluationDataError``    an evaluation set's rows do not fit its kind (set, row)       ``SuiteError``
 ``MergeError``             inputs that cannot be merged (input, tensor)                  ``ValueError``
+``LossOptionError``        a loss's options are out of range or do not fit together      ``ValueError``
 ``InputNotFoundError``     a named input (file, folder, model) does not exist            ``FileNotFoundError``
 ``OutputError``            the output cannot be written where asked                      ``OSError``
 ``OutputExistsError``      the output exists and ``overwrite`` was not given             ``FileExistsError``
 ``SecretLeakError``        a file about to be written or uploaded holds a secret        —
+``HubError``               the Hub cannot be reached or refused a request (repo, why)   ``OSError``
 ``AfterTrainingError``     training finished and the model was saved; a later step failed  —
 ``IncompatibleStackError`` an installed package is too old, too new or missing for a path  —
 =========================  ===========================================================  ==============
@@ -30,8 +32,21 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def one_line(text: object, limit: int | None = None) -> str:
+    """``text`` on one line (a library's multi-line message inside ours), cut after ``limit`` characters."""
+    line = " ".join(str(text).split())
+    return line if limit is None or len(line) <= limit else line[: limit - 1] + "…"
+
+
 class HfUnifiedEmbedError(Exception):
     """Base of every error caused by an input, recipe, data file or output location; never by a bug."""
+
+    def within(self, where: str) -> HfUnifiedEmbedError:
+        """This error with ``where`` (the file and key that led to it) in front of its message; the class
+        and attributes stay. A message that already starts with ``where`` is left as it is."""
+        if not str(self).startswith(where):
+            self.args = (f"{where}: {self}", *self.args[1:])
+        return self
 
 
 class UsageError(HfUnifiedEmbedError):
@@ -121,6 +136,10 @@ class MergeError(HfUnifiedEmbedError, ValueError):
     """Inputs that cannot be merged: the message names the input, the tensor and what was expected."""
 
 
+class LossOptionError(HfUnifiedEmbedError, ValueError):
+    """A loss's options are out of range or do not fit together; the message names the option and the value."""
+
+
 class InputNotFoundError(HfUnifiedEmbedError, FileNotFoundError):
     """A file, folder or model named in a command or recipe does not exist."""
 
@@ -135,6 +154,11 @@ class OutputExistsError(OutputError, FileExistsError):
 
 class SecretLeakError(HfUnifiedEmbedError):
     """A file about to be kept or uploaded still holds a token or password."""
+
+
+class HubError(HfUnifiedEmbedError, OSError):
+    """The Hugging Face Hub cannot be reached (offline mode, no connection) or refused a request
+    (no token, no permission, a bad revision); the message names the repository and the cause."""
 
 
 class AfterTrainingError(HfUnifiedEmbedError):

@@ -7,17 +7,22 @@ key, a data column (``unified`` files, MEDI's ``task_name``), a Hub layout being
 ``DatasetDict`` passed to the API:
 
 * a **task** (or config) name is 1–96 ASCII letters, digits, ``_``, ``-`` and ``.``, starts with a
-  letter or digit, holds no ``..`` and is not ``all`` (the config of every task);
+  letter or digit, holds no ``..``, does not end in ``.`` and is not ``all`` (the config of every task);
 * a **split** name is what ``datasets`` accepts (``\\w+(\\.\\w+)*``) in ASCII, so it cannot hold a
   ``-`` that would make ``train-*`` also match ``train-extra-*``.
 
-Neither can contain a path separator, be ``.``/``..`` or be absolute, so no name read from data can
-place a file outside its output folder.
+Neither can contain a path separator, be ``.``/``..``, hidden (``.x``) or absolute, so no name read
+from data can place a file outside its output folder. A task folder must also exist on every file
+system a dataset is copied to: Windows refuses device names (``CON``, ``PRN``, ``AUX``, ``NUL``,
+``COM1``–``COM9``, ``LPT1``–``LPT9``, with any extension: ``nul.txt``) and drops a trailing dot, and
+Windows and macOS compare names without case, so ``stsb`` and ``STSB`` in one dataset are refused
+(:func:`check_distinct_names`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from hf_unified_embed.errors import NameRuleError
@@ -25,19 +30,25 @@ from hf_unified_embed.errors import NameRuleError
 #: The config name that holds every task of a unified dataset.
 ALL_CONFIG = "all"
 
-TASK_NAME_RULE = "1-96 ASCII letters, digits, '_', '-' or '.', starting with a letter or digit, without '..'"
+TASK_NAME_RULE = (
+    "1-96 ASCII letters, digits, '_', '-' or '.', starting with a letter or digit, without '..', not ending in '.'"
+)
 SPLIT_NAME_RULE = "ASCII letters, digits and '_', in parts joined by single dots (e.g. train, validation, test.v2)"
 
 _TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
+#: Names Windows reserves for devices, whatever follows a dot (``CON``, ``con.txt``, ``LPT1.tar.gz``).
+_DEVICE_NAME = re.compile(r"(CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])(\..*)?", re.IGNORECASE)
 
 
 def task_name_problem(name: Any) -> str | None:
     """Why ``name`` is not a valid task name, or ``None`` when it is."""
     if not isinstance(name, str):
         return f"a task name must be a string, got {type(name).__name__}"
-    if not _TASK_NAME.fullmatch(name) or ".." in name:
+    if not _TASK_NAME.fullmatch(name) or ".." in name or name.endswith("."):
         return f"invalid task name {name!r}: use {TASK_NAME_RULE}"
+    if _DEVICE_NAME.fullmatch(name):
+        return f"invalid task name {name!r}: Windows reserves it for a device, so its folder cannot exist there"
     if name == ALL_CONFIG:
         return f"{ALL_CONFIG!r} is reserved for the config that holds every task"
     return None
@@ -50,6 +61,30 @@ def split_name_problem(name: Any) -> str | None:
     if not _SPLIT_NAME.fullmatch(name):
         return f"invalid split name {name!r}: use {SPLIT_NAME_RULE}"
     return None
+
+
+def case_collision(names: Iterable[str]) -> tuple[str, str] | None:
+    """Two of ``names`` that differ only in case (``stsb``, ``STSB``), or ``None``.
+
+    Such names are one folder (or file) on Windows and macOS, where one task would overwrite the other.
+    """
+    seen: dict[str, str] = {}
+    for name in names:
+        other = seen.setdefault(name.casefold(), name)
+        if other != name:
+            return other, name
+    return None
+
+
+def check_distinct_names(names: Iterable[str], what: str, where: str = "") -> None:
+    """Raise :class:`NameRuleError` if two of ``names`` (tasks or splits, see ``what``) differ only in case."""
+    collision = case_collision(names)
+    if collision:
+        problem = (
+            f"{what} names {collision[0]!r} and {collision[1]!r} differ only in case: they would be one folder "
+            "on Windows and macOS; rename one"
+        )
+        raise NameRuleError(f"{where}: {problem}" if where else problem)
 
 
 def check_task_name(name: Any, where: str = "") -> str:

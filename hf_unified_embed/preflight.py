@@ -4,18 +4,27 @@ A GPU hour must not be spent to find a typo. :func:`preflight` resolves and chec
 without loading the data or the model:
 
 * every loss name resolves — this package's losses, sentence-transformers' losses, or a user's own
-  class named ``package.module:Class`` — and its keyword arguments bind to the class's signature;
+  class named ``package.module:Class`` — its keyword arguments bind to the class's signature and each
+  value fits its parameter's annotation (``temperature: "hot"`` is refused, naming the key);
 * every ``training_args`` key is a ``SentenceTransformerTrainingArguments`` field (an unknown key is
-  reported with the closest valid name) and the arguments build;
+  reported with the closest valid name), each scalar value has its field's type and lies in the range
+  the optimizer, sampler and data loader accept (``learning_rate: fast``, ``per_device_train_batch_size:
+  0``), the arguments build, and they fit this run: FSDP needs GPUs and several processes, the run has
+  no ``eval_dataset`` (``eval_strategy`` stays ``no``), ``report_to`` names installed integrations, a
+  checkpoint to resume from exists;
 * the ``accelerate launch`` engine can run here (FSDP and DeepSpeed need GPUs) with the installed packages;
 * LoRA/QLoRA (``peft:``) can run with the installed packages: PEFT at least at the release the installed
   transformers accepts (:mod:`hf_unified_embed.stack`);
+* ``model.attn_implementation`` and the LoRA ``target_modules`` resolve against the base model built
+  from its configuration on the meta device (no weights): transformers and PEFT decide, as they would
+  when the weights load;
 * the sampler fits the run: sentence-transformers' stock samplers mix tasks across processes in one
   step (measured: a gloo collective mismatch after a few steps), so with several processes they are
   refused unless ``sampler.allow_multi_device: true``;
 * the curriculum plan file loads; the PEFT config builds; the evaluation suite loads and its files exist;
-* the data folder and the base model exist when they are local paths;
-* the output folder may be written: it is not an input, it is empty or ``overwrite`` was given.
+* the data folder and the base model exist when they are local paths; ``hub.repo_id`` is a valid id;
+* the output folder may be written: it is not an input, it is empty or ``overwrite`` was given (checked
+  on every process of a launched run, so that all of them stop on the same error).
 
 Each problem raises :class:`~hf_unified_embed.errors.RecipeError` (or the located error of the
 file concerned) naming the recipe and the key.
@@ -23,15 +32,19 @@ file concerned) naming the recipe and the key.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import inspect
 import os
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, cast
 
+from pydantic import Field
 from torch import nn
 
 from hf_unified_embed import stack
@@ -49,6 +62,7 @@ from hf_unified_embed.plugins import import_object, is_import_path
 from hf_unified_embed.processes import is_main_process, world_size
 from hf_unified_embed.recipe import TrainRecipe
 from hf_unified_embed.redaction import remember_secret
+from hf_unified_embed.typecheck import constructor_parameters, field_annotations, mismatched_field, type_problem
 
 #: ``training_args`` keys the recipe sets through its own sections instead.
 _RESERVED_TRAINING_ARGS = {
@@ -109,12 +123,29 @@ def resolve_loss_class(name: str, where: str = "losses") -> type[nn.Module]:
 
 
 def _bind_loss_kwargs(cls: type[nn.Module], kwargs: Mapping[str, Any], where: str) -> None:
+    """The keywords bind to the loss's signature and each value fits its parameter's annotation."""
     signature = inspect.signature(cls)
     try:
         signature.bind(None, **kwargs)  # the model is the first argument
     except TypeError as error:
         names = [p for p in list(signature.parameters)[1:] if p not in ("args", "kwargs")]
         raise RecipeError(f"{where}: {cls.__name__}: {error}; its parameters: {names}") from None
+    parameters = constructor_parameters(cast(Hashable, cls))
+    for key, value in kwargs.items():
+        problem = type_problem(parameters[key][0], value) if key in parameters else None
+        if problem:
+            raise RecipeError(f"{where}.{key} (of {cls.__name__}): {problem}, got {value!r}{_yaml_number_hint(value)}")
+
+
+def _yaml_number_hint(value: Any) -> str:
+    """Why a number arrived as text: YAML 1.1 reads ``1e-4`` (no dot) as a string."""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return ""
+        return "; YAML reads a number like 1e-4 without a dot as text: write 1.0e-4"
+    return ""
 
 
 def check_training_arg_names(settings: Mapping[str, Any], origin: str) -> None:
@@ -133,6 +164,107 @@ def check_training_arg_names(settings: Mapping[str, Any], origin: str) -> None:
             raise RecipeError(
                 f"{origin}: training_args.{key} is not a SentenceTransformerTrainingArguments field{suggestion}"
             )
+
+
+#: ``SentenceTransformerTrainingArguments`` values that build but fail once training starts (the
+#: optimizer, the sampler, the data loader or numpy refuse them) or make no sense.
+_TRAINING_ARG_BOUNDS: dict[str, Any] = {
+    "per_device_train_batch_size": Field(ge=1),
+    "per_device_eval_batch_size": Field(ge=1),
+    "gradient_accumulation_steps": Field(ge=1),
+    "eval_accumulation_steps": Field(ge=1),
+    "learning_rate": Field(ge=0),
+    "weight_decay": Field(ge=0),
+    "adam_beta1": Field(ge=0, lt=1),
+    "adam_beta2": Field(ge=0, lt=1),
+    "adam_epsilon": Field(ge=0),
+    "max_grad_norm": Field(ge=0),
+    "num_train_epochs": Field(ge=0),
+    "max_steps": Field(ge=-1),
+    "warmup_steps": Field(ge=0),
+    "warmup_ratio": Field(ge=0, le=1),
+    "logging_steps": Field(gt=0),
+    "save_steps": Field(gt=0),
+    "eval_steps": Field(gt=0),
+    "dataloader_num_workers": Field(ge=0),
+    "dataloader_prefetch_factor": Field(ge=1),
+    "seed": Field(ge=0, lt=2**32),
+    "data_seed": Field(ge=0, lt=2**32),
+}
+#: Annotations whose values are checked by type: scalars. Compound fields (``report_to``,
+#: ``lr_scheduler_type``, ...) accept more than their annotations say and are checked by the class itself.
+_SCALARS = (int, float, bool, str, type(None))
+#: Scalar-annotated fields that take more: ``fsdp: true`` or a list of options; ``train()`` resumes
+#: from the last checkpoint with ``resume_from_checkpoint: true`` (checked in :func:`check_training_args_fit_the_run`).
+_WIDER_THAN_ANNOTATED = ("fsdp", "resume_from_checkpoint")
+
+
+def check_training_arg_values(settings: Mapping[str, Any], origin: str) -> None:
+    """Each value fits its field: the annotated type (``learning_rate: fast`` is refused) and the bounds above."""
+    from sentence_transformers import SentenceTransformerTrainingArguments
+
+    annotations = field_annotations(SentenceTransformerTrainingArguments)
+    for key, value in settings.items():
+        annotation = annotations.get(key)
+        union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        members = typing.get_args(annotation) if union else (annotation,)
+        if key not in _WIDER_THAN_ANNOTATED and all(member in _SCALARS for member in members):
+            problem = type_problem(annotation, value)
+            if problem:
+                raise RecipeError(f"{origin}: training_args.{key}: {problem}, got {value!r}{_yaml_number_hint(value)}")
+        if key in _TRAINING_ARG_BOUNDS and value is not None:
+            problem = type_problem(Annotated[float, _TRAINING_ARG_BOUNDS[key]], value)
+            if problem:
+                raise RecipeError(f"{origin}: training_args.{key}: {problem}, got {value!r}")
+
+
+def check_training_args_fit_the_run(args: Any, recipe: TrainRecipe, origin: str) -> None:
+    """What ``SentenceTransformerTrainer`` and ``train()`` would refuse only after the data and model load."""
+    import torch
+    from transformers.trainer_utils import IntervalStrategy, get_last_checkpoint
+    from transformers.training_args import ParallelMode
+
+    if args.fsdp:
+        if not torch.cuda.is_available():
+            raise RecipeError(
+                f"{origin}: training_args.fsdp: FSDP shards the model across GPUs and this machine has none; "
+                "remove fsdp (several CPU processes train with DDP under torchrun)"
+            )
+        if args.parallel_mode != ParallelMode.DISTRIBUTED:
+            raise RecipeError(
+                f"{origin}: training_args.fsdp: FSDP needs several processes; launch with "
+                "`python -m hf_unified_embed.launch --nproc_per_node=N train ...` or `accelerate launch`"
+            )
+    if args.eval_strategy != IntervalStrategy.NO:
+        raise RecipeError(
+            f"{origin}: training_args.eval_strategy {args.eval_strategy.value!r}: the run has no eval_dataset; "
+            "evaluate with the recipe's 'evaluation' suite (after training) and leave eval_strategy at 'no'"
+        )
+    from transformers.integrations import get_reporting_integration_callbacks
+
+    try:
+        # What the trainer builds from report_to: an unknown name or a missing package fails here.
+        for callback in get_reporting_integration_callbacks(args.report_to):
+            callback()
+    except (ValueError, RuntimeError, ImportError) as error:
+        raise RecipeError(f"{origin}: training_args.report_to {args.report_to!r}: {error}") from None
+    resume = recipe.training_args.get("resume_from_checkpoint")
+    if isinstance(resume, str) and not Path(resume).expanduser().is_dir():
+        raise InputNotFoundError(f"{origin}: training_args.resume_from_checkpoint: {resume} does not exist")
+    if resume is True and (not Path(args.output_dir).is_dir() or get_last_checkpoint(args.output_dir) is None):
+        raise InputNotFoundError(
+            f"{origin}: training_args.resume_from_checkpoint: true, but {args.output_dir} holds no checkpoint-* folder"
+        )
+
+
+def check_sampler_tasks(recipe: TrainRecipe, tasks: list[str] | None, origin: str) -> None:
+    """``sampler.batch_sizes`` names only tasks the run trains (a misspelt task would otherwise be found by
+    the sampler, once training starts); ``tasks=None``: not known yet."""
+    unknown = sorted(set(recipe.sampler.batch_sizes) - set(tasks)) if tasks is not None else []
+    if unknown:
+        raise RecipeError(
+            f"{origin}: sampler.batch_sizes names task(s) {unknown} that the run does not train: {tasks}"
+        )
 
 
 def check_sampler_processes(recipe: TrainRecipe, processes: int) -> None:
@@ -195,12 +327,53 @@ def _training_arguments(recipe: TrainRecipe, origin: str) -> tuple[Any, str | No
     hub_token = user.pop("hub_token", None)
     remember_secret(hub_token)
     check_training_arg_names(user, origin)
+    check_training_arg_values(user, origin)
+    if user.get("deepspeed"):
+        stack.check("training_args.deepspeed", stack.deepspeed_needs(), origin=origin)
+        if not torch.cuda.is_available():
+            raise RecipeError(f"{origin}: training_args.deepspeed: DeepSpeed needs GPUs and this machine has none")
     settings.update(user)
     settings.setdefault("output_dir", f"{recipe.output_dir}-checkpoints")
     try:
-        return SentenceTransformerTrainingArguments(**settings), hub_token
+        args = SentenceTransformerTrainingArguments(**settings)
     except (TypeError, ValueError) as error:
         raise RecipeError(f"{origin}: training_args: {error}") from None
+    check_training_args_fit_the_run(args, recipe, origin)
+    return args, hub_token
+
+
+def check_model_configuration(recipe: TrainRecipe, peft_config: Any | None, origin: str) -> None:
+    """Resolve ``model.attn_implementation`` and the LoRA targets against the base model's configuration.
+
+    The model is built on the meta device (:func:`~hf_unified_embed.backbones.meta_transformer`), so
+    transformers decides whether the attention implementation can run with the installed packages and
+    PEFT matches ``target_modules`` against the real module names, as both do when the weights load
+    — but before any data or weight is read.
+    """
+    from hf_unified_embed.backbones import meta_transformer
+
+    attention = recipe.model.attn_implementation if recipe.model is not None else None
+    if peft_config is None and attention is None:
+        return
+    base = recipe.resolved_base_model()
+    try:
+        model = meta_transformer(base, recipe.model)
+    except (ImportError, ValueError) as error:
+        key = f"model.attn_implementation {attention!r}" if attention else "base_model"
+        raise RecipeError(f"{origin}: {key}: {error}") from None
+    if model is None or peft_config is None:
+        return
+    from peft import inject_adapter_in_model
+
+    try:
+        inject_adapter_in_model(copy.deepcopy(peft_config), model, low_cpu_mem_usage=True)
+    except (TypeError, ValueError) as error:
+        linear = sorted(
+            {name.rpartition(".")[2] for name, module in model.named_modules() if isinstance(module, nn.Linear)}
+        )
+        raise RecipeError(
+            f"{origin}: peft: {error} ({type(model).__name__} of {base} has linear layers named {linear})"
+        ) from None
 
 
 def _check_path(value: str | None, key: str, origin: str) -> None:
@@ -211,13 +384,15 @@ def _check_path(value: str | None, key: str, origin: str) -> None:
 def _check_suite(recipe: TrainRecipe, origin: str) -> Any | None:
     if not recipe.evaluation:
         return None
-    from hf_unified_embed.evaluation import load_suite
+    from hf_unified_embed.evaluation import load_suite, set_reference_model
     from hf_unified_embed.evaluation.inputs import entry_files
 
     try:
         suite = load_suite(recipe.evaluation, data_root=recipe.evaluation_data_root)
     except SuiteError as error:
         raise SuiteError(f"{origin}: evaluation: {error}") from None
+    # A 'forgetting' entry that names no reference compares the trained model with this run's base.
+    set_reference_model(suite, recipe.resolved_base_model())
     for entry in suite.entries:
         if entry.source is not None and entry.data_files:
             entry_files(entry.data_files, suite.data_root, evaluation=entry.name, field="data_files")
@@ -241,6 +416,7 @@ def preflight(recipe: TrainRecipe, *, overwrite: bool = False) -> ResolvedRecipe
         _bind_loss_kwargs(cls, kwargs, where)
         losses[key] = (cls, kwargs)
     check_sampler_processes(recipe, world_size())
+    check_sampler_tasks(recipe, recipe.data.tasks, origin)
     check_engine()
     args, hub_token = _training_arguments(recipe, origin)
 
@@ -265,16 +441,30 @@ def preflight(recipe: TrainRecipe, *, overwrite: bool = False) -> ResolvedRecipe
         merge_adapter = settings.pop("merge_adapter", False)
         if not isinstance(merge_adapter, bool):
             raise RecipeError(f"{origin}: peft.merge_adapter must be true or false, got {merge_adapter!r}")
+        mismatch = mismatched_field(LoraConfig, settings)
+        if mismatch:
+            raise RecipeError(f"{origin}: peft.{mismatch[0]}: {mismatch[1]}")
         try:
             peft_config = LoraConfig(**settings)
         except (TypeError, ValueError) as error:
             raise RecipeError(f"{origin}: peft: {error}") from None
     if recipe.model is not None:
         recipe.model.check_environment(origin)
+    check_model_configuration(recipe, peft_config, origin)
     suite = _check_suite(recipe, origin)
 
-    output = None
-    if is_main_process():
-        inputs = [path for path in (recipe.data.path, recipe.base_model) if path and Path(path).exists()]
-        output = StagedOutput(recipe.output_dir, overwrite=overwrite, inputs=inputs)
-    return ResolvedRecipe(recipe, losses, args, hub_token, suite, peft_config, merge_adapter, output)
+    if recipe.hub is not None:
+        from huggingface_hub.utils import validate_repo_id
+
+        try:
+            validate_repo_id(recipe.hub.repo_id)
+        except ValueError as error:
+            raise RecipeError(f"{origin}: hub.repo_id: {error}") from None
+
+    # Every process checks the output (only the main one writes it), so that under a launcher all of
+    # them stop on the same error instead of the others loading data for a run that has ended.
+    inputs = [path for path in (recipe.data.path, recipe.base_model) if path and Path(path).exists()]
+    output = StagedOutput(recipe.output_dir, overwrite=overwrite, inputs=inputs)
+    return ResolvedRecipe(
+        recipe, losses, args, hub_token, suite, peft_config, merge_adapter, output if is_main_process() else None
+    )

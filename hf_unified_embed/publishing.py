@@ -23,8 +23,16 @@ from typing import Any, Literal
 import huggingface_hub
 from datasets import DatasetDict
 from huggingface_hub import ModelCard
+from huggingface_hub.errors import HfHubHTTPError
 
-from hf_unified_embed.errors import InputError, InputNotFoundError, SecretLeakError
+from hf_unified_embed.errors import (
+    HfUnifiedEmbedError,
+    HubError,
+    InputError,
+    InputNotFoundError,
+    SecretLeakError,
+    one_line,
+)
 from hf_unified_embed.locations import looks_local
 from hf_unified_embed.redaction import find_secrets, remember_secret
 
@@ -119,20 +127,41 @@ def push_folder(
         )
     if dry_run:
         return plan
-    huggingface_hub.create_repo(repo_id, token=token, private=private, repo_type=repo_type, exist_ok=True)
-    if revision is not None and not create_pr:
-        huggingface_hub.create_branch(repo_id, branch=revision, token=token, repo_type=repo_type, exist_ok=True)
-    with _publishable(folder) as upload:
-        return huggingface_hub.upload_folder(
-            repo_id=repo_id,
-            folder_path=str(upload),
-            repo_type=repo_type,
-            revision=revision,
-            create_pr=create_pr,
-            token=token,
-            commit_message=message,
-            ignore_patterns=IGNORE_PATTERNS,
-        )
+    with _hub_failures(f"cannot push to the {repo_type} repo {repo_id}"):
+        huggingface_hub.create_repo(repo_id, token=token, private=private, repo_type=repo_type, exist_ok=True)
+        if revision is not None and not create_pr:
+            huggingface_hub.create_branch(repo_id, branch=revision, token=token, repo_type=repo_type, exist_ok=True)
+        with _publishable(folder) as upload:
+            return huggingface_hub.upload_folder(
+                repo_id=repo_id,
+                folder_path=str(upload),
+                repo_type=repo_type,
+                revision=revision,
+                create_pr=create_pr,
+                token=token,
+                commit_message=message,
+                ignore_patterns=IGNORE_PATTERNS,
+            )
+
+
+#: What a Hub request raises when the Hub cannot be reached or refuses it: ``OSError`` (offline mode,
+#: a missing token, every HTTP error status) and the HTTP library's own base error, which a failed
+#: connection raises unwrapped (httpx or httpx2, depending on the huggingface_hub release).
+HUB_FAILURES: tuple[type[BaseException], ...] = (
+    OSError,
+    *(base for base in HfHubHTTPError.__mro__[1:] if base.__name__ == "HTTPError"),
+)
+
+
+@contextlib.contextmanager
+def _hub_failures(action: str) -> Iterator[None]:
+    """Turn an unreachable or refusing Hub into a :class:`~hf_unified_embed.errors.HubError` naming ``action``."""
+    try:
+        yield
+    except HfUnifiedEmbedError:
+        raise
+    except HUB_FAILURES as error:
+        raise HubError(f"{action}: {type(error).__name__}: {one_line(error, 500) or 'no message'}") from error
 
 
 @contextlib.contextmanager

@@ -23,6 +23,8 @@ Example (``examples/recipes/train.yaml`` is a complete one)::
                                           # (the configuration that measured best, docs/quality.md)
                                           # or {kind: proportional}: sentence-transformers' stock sampler
                                           # (refused with several processes unless allow_multi_device: true)
+    keep_base: {weight: 1.0}              # self-distillation from the frozen base (KeepBaseLoss) on every
+                                          # task; {distillation: DistillMarginMSELoss, options: {...}} too
     training_args: {num_train_epochs: 1, per_device_train_batch_size: 16, learning_rate: 2.0e-5}
     peft: null                            # or a peft.LoraConfig as a mapping, plus merge_adapter: true
                                           # to save a full model instead of the adapter
@@ -47,6 +49,7 @@ from hf_unified_embed.backbones import ModelConfig
 from hf_unified_embed.errors import RecipeError
 from hf_unified_embed.naming import check_split_name, check_task_name
 from hf_unified_embed.schema import TASK_TYPES
+from hf_unified_embed.typecheck import mismatched_field
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
 DEFAULT_BASE_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -157,6 +160,40 @@ class SamplerConfig:
                 )
 
 
+#: ``keep_base.distillation`` values: the teacher-score losses that compare the student's scores with the base's.
+KEEP_BASE_DISTILLATIONS = ("DistillKLLoss", "DistillMarginMSELoss")
+
+
+@dataclass
+class KeepBaseConfig:
+    """Wrap every task loss in :class:`~hf_unified_embed.losses.KeepBaseLoss` (one frozen copy of the base):
+    ``weight`` of the distillation term, the ``distillation`` loss by name and its ``options``."""
+
+    weight: float = 1.0
+    distillation: str = "DistillKLLoss"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not self.weight >= 0:
+            raise ValueError(f"weight must be a number >= 0, got {self.weight!r}")
+        if self.distillation not in KEEP_BASE_DISTILLATIONS:
+            raise ValueError(f"distillation must be one of {list(KEEP_BASE_DISTILLATIONS)}, got {self.distillation!r}")
+        if not isinstance(self.options, Mapping):
+            raise ValueError(f"options must be a mapping of the distillation loss's arguments, got {self.options!r}")
+
+    def wrap(self, task_losses: Mapping[str, Any]) -> dict[str, Any]:
+        """``{task: KeepBaseLoss(loss, ...)}`` sharing one frozen base; the default KL is unscaled (see KeepBaseLoss)."""
+        from hf_unified_embed import losses
+
+        distillation_class = getattr(losses, self.distillation)
+        options = dict(self.options)
+        if self.distillation == "DistillKLLoss":
+            options.setdefault("scale_by_student_temperature", False)
+        return losses.KeepBaseLoss.for_tasks(
+            task_losses, weight=float(self.weight), distillation=lambda model: distillation_class(model, **options)
+        )
+
+
 @dataclass
 class HubConfig:
     repo_id: str
@@ -179,6 +216,7 @@ class TrainRecipe:
     curriculum: CurriculumConfig | None = None
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     training_args: dict[str, Any] = field(default_factory=dict)
+    keep_base: KeepBaseConfig | None = None
     peft: dict[str, Any] | None = None
     evaluation: str | dict[str, Any] | None = None
     evaluation_data_root: str | None = None
@@ -202,6 +240,7 @@ _SECTIONS: dict[str, type] = {
     "curriculum": CurriculumConfig,
     "sampler": SamplerConfig,
     "hub": HubConfig,
+    "keep_base": KeepBaseConfig,
 }
 
 
@@ -212,6 +251,9 @@ def _section(cls: type, value: Any, key: str, origin: str) -> Any:
     unknown = sorted(set(value) - names)
     if unknown:
         raise RecipeError(f"{origin}: unknown key(s) {unknown} in '{key}'; allowed: {sorted(names)}")
+    mismatch = mismatched_field(cls, value)
+    if mismatch:
+        raise RecipeError(f"{origin}: '{key}.{mismatch[0]}': {mismatch[1]}")
     try:
         return cls(**value)
     except (TypeError, ValueError) as error:
@@ -245,21 +287,25 @@ def recipe_from_dict(raw: Mapping[str, Any], origin: str = "<recipe>") -> TrainR
         if raw.get(required) in (None, "", {}):
             raise RecipeError(f"{origin}: '{required}' is required")
     values = dict(raw)
+    mismatch = mismatched_field(
+        TrainRecipe, {k: v for k, v in values.items() if k not in {"data", "losses", *_SECTIONS}}
+    )
+    if mismatch:
+        raise RecipeError(f"{origin}: '{mismatch[0]}': {mismatch[1]}")
     data = values["data"]
     values["data"] = _section(DataConfig, {"path": data} if isinstance(data, str) else data, "data", origin)
     values["losses"] = _losses(values["losses"], origin)
-    for key in ("model", "curriculum", "sampler", "hub"):
+    for key in ("model", "curriculum", "sampler", "hub", "keep_base"):
         if values.get(key) is not None:
             values[key] = _section(_SECTIONS[key], values[key], key, origin)
     if values.get("sampler") is None:
         values.pop("sampler", None)
-    for key in ("training_args", "peft"):
-        if values.get(key) is not None and not isinstance(values[key], Mapping):
-            raise RecipeError(f"{origin}: '{key}' must be a mapping")
     for key in ("negatives_per_query", "max_seq_length"):
         value = values.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        if value is not None and value < 1:
             raise RecipeError(f"{origin}: '{key}' must be a positive integer, got {value!r}")
+    if not 0 <= values.get("seed", 0) < 2**32:
+        raise RecipeError(f"{origin}: 'seed' must be in [0, 2**32), got {values['seed']!r}")
     curriculum = values.get("curriculum")
     if curriculum is not None and bool(curriculum.plan) == bool(curriculum.teacher):
         raise RecipeError(f"{origin}: curriculum needs exactly one of 'plan' or 'teacher'")

@@ -132,7 +132,8 @@ def fsdp_needs(fsdp_version: int) -> list[Need]:
     """FSDP: torch new enough for the FSDP version accelerate will run (FSDP2 needs torch 2.6)."""
     from accelerate.utils.constants import FSDP2_PYTORCH_VERSION, FSDP_PYTORCH_VERSION
 
-    minimum = FSDP2_PYTORCH_VERSION if fsdp_version == 2 else FSDP_PYTORCH_VERSION
+    # FSDP1's minimum carries a local label ("2.1.0.a0+32f93b1"), which a >= specifier cannot hold.
+    minimum = Version(FSDP2_PYTORCH_VERSION if fsdp_version == 2 else FSDP_PYTORCH_VERSION).public
     return [Need("torch", SpecifierSet(f">={minimum}"), f"accelerate {metadata.version('accelerate')}")]
 
 

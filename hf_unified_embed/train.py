@@ -23,7 +23,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,10 +33,10 @@ from datasets import DatasetDict
 from torch import nn
 
 from hf_unified_embed.backbones import merge_adapter, without_cudnn_attention
-from hf_unified_embed.errors import AfterTrainingError, HfUnifiedEmbedError, InputError, RecipeError
+from hf_unified_embed.errors import AfterTrainingError, HfUnifiedEmbedError, HubError, InputError, RecipeError
 from hf_unified_embed.model_card import UnifiedModelCardData
 from hf_unified_embed.outputs import StagedOutput
-from hf_unified_embed.preflight import ResolvedRecipe, preflight
+from hf_unified_embed.preflight import ResolvedRecipe, check_sampler_tasks, preflight
 from hf_unified_embed.recipe import TrainRecipe
 from hf_unified_embed.redaction import redact
 
@@ -207,15 +207,22 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
     from hf_unified_embed.training import UnifiedDataCollator, losses_for_tasks
 
     recipe = resolved.recipe
+    origin = recipe.source or "<recipe>"
     # Before anything random is created (LoRA matrices, new heads): a rerun starts from the same weights.
     set_seed(recipe.seed)
-    tasks = _load_tasks(recipe)
+    with _named(origin, "data"):
+        tasks = _load_tasks(recipe)
+    check_sampler_tasks(recipe, list(tasks), origin)
     curriculum = None
     if recipe.curriculum is not None and (compute_curriculum or recipe.curriculum.plan):
-        tasks, curriculum = _curriculum(recipe, tasks, work_dir)
-    model = _model(resolved, _card_data(recipe, tasks))
+        with _named(origin, "curriculum"):
+            tasks, curriculum = _curriculum(recipe, tasks, work_dir)
+    with _named(origin):
+        model = _model(resolved, _card_data(recipe, tasks))
     try:
         losses = losses_for_tasks(model, tasks, resolved.losses)
+        if recipe.keep_base is not None:
+            losses = recipe.keep_base.wrap(losses)  # after the losses, before the trainer: the base is untrained
     except (TypeError, ValueError) as error:
         raise RecipeError(f"{recipe.source}: losses: {error}") from None
     collator = UnifiedDataCollator.for_losses(
@@ -230,6 +237,17 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
         recipe, curriculum["task_order"] if curriculum else None
     )
     return PreparedRun(resolved, tasks, curriculum, model, losses, collator)
+
+
+@contextlib.contextmanager
+def _named(origin: str, key: str | None = None) -> Iterator[None]:
+    """An input error raised inside names the recipe (and the key) that led to it: ``recipe.yaml: data: ...``."""
+    try:
+        yield
+    except HfUnifiedEmbedError as error:
+        if origin not in str(error):
+            error.within(f"{origin}: {key}" if key else origin)
+        raise
 
 
 def _model(resolved: ResolvedRecipe, card: UnifiedModelCardData) -> Any:
@@ -430,9 +448,12 @@ def _after_training(step: str, model_dir: Path, action: Callable[[], T]) -> T:
 def _push(folder: Path, repo_id: str, private: bool, revision: str | None, create_pr: bool, token: str | None) -> Any:
     from hf_unified_embed.publishing import push_folder
 
-    return push_folder(
-        folder, repo_id, repo_type="model", private=private, revision=revision, create_pr=create_pr, token=token
-    )
+    try:
+        return push_folder(
+            folder, repo_id, repo_type="model", private=private, revision=revision, create_pr=create_pr, token=token
+        )
+    except HubError as error:
+        raise HubError(f"{error}; push it later with `hf-unified-embed push {folder} {repo_id}`") from error
 
 
 def _write_yaml(path: Path, data: Any) -> None:

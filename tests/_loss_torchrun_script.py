@@ -14,15 +14,17 @@ plain loss on the global batch in one process.
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
+from hf_unified_embed.losses import CoDiEmbSTSLoss, KeepBaseLoss, MultiPositiveInfoNCELoss
 from hf_unified_embed.losses._minibatches import plan_minibatches
 from hf_unified_embed.losses.parts import total_loss
 
@@ -118,6 +120,10 @@ def run_cached_case(
     gathered_value /= world_size
     gathered_grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
     mini_batches = len(plan_minibatches(features, *loss.mini_batch_sizes(features, None)))
+    # What "auto" chose on each rank (probed on different shards): the same everywhere.
+    chosen = loss.auto_mini_batch
+    choices: list[Any] = [None] * world_size
+    dist.all_gather_object(choices, None if chosen is None else chosen.mini_batch_size or chosen.mini_batch_num_tokens)
 
     result: dict[str, float] = {}
     if rank == 0:
@@ -133,8 +139,21 @@ def run_cached_case(
             f"{name}_grad_max_abs_diff": (gathered_grads - single_grads).abs().max().item(),
             f"{name}_grad_max_abs": single_grads.abs().max().item(),
             f"{name}_mini_batches_rank0": mini_batches,
+            f"{name}_auto_choices": choices,
         }
     return result
+
+
+def perturbed_base(model_path: str) -> nn.Module:
+    """The same tiny BERT with seeded noise on every weight: a base that differs from the student (on every rank)."""
+    from sentence_transformers import SentenceTransformer
+
+    base = SentenceTransformer(model_path, device="cpu")
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in base.parameters():
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    return base
 
 
 def run_cached_cases(model_path: str) -> dict[str, float]:
@@ -164,10 +183,33 @@ def run_cached_cases(model_path: str) -> dict[str, float]:
         mini_batch_num_tokens="auto",
         mini_batch_memory_budget=AUTO_BUDGET,
     )
+
+    def keep_base(model, gather, **cache):
+        task = MultiPositiveInfoNCELoss(model, gather_across_devices=gather, **cache)
+        return KeepBaseLoss(task, base=perturbed_base(model_path))
+
     pairs = [CACHED_QUERIES, CACHED_POSITIVES]
     results |= run_cached_case("cached_codiemb_sts", model_path, pairs, CACHED_LABELS, codiemb_sts, mini_batch_size=3)
     results |= run_cached_case(
         "cached_codiemb_sts_tokens", model_path, pairs, CACHED_LABELS, codiemb_sts, mini_batch_num_tokens=STS_TOKENS
+    )
+    # Self-distillation from a frozen base: the base's and the student's documents gathered alike.
+    results |= run_cached_case(
+        "cached_keep_base",
+        model_path,
+        [CACHED_QUERIES, CACHED_POSITIVES, CACHED_NEGATIVES],
+        None,
+        keep_base,
+        mini_batch_size=3,
+    )
+    results |= run_cached_case(
+        "cached_keep_base_auto",
+        model_path,
+        [CACHED_QUERIES, CACHED_POSITIVES, CACHED_NEGATIVES],
+        None,
+        keep_base,
+        mini_batch_size="auto",
+        mini_batch_memory_budget=AUTO_BUDGET,
     )
     return results
 
@@ -241,6 +283,8 @@ def main(output: str, model_path: str | None) -> None:
     if dist.get_rank() == 0:
         with open(output, "w") as handle:
             json.dump(results, handle)
+    # DDP reducers must die while the process group is registered (see tests/_dist/sampling_steps.py).
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
 

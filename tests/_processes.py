@@ -12,6 +12,7 @@ child printed, so a slow run can be told from a hang.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -28,17 +29,26 @@ MIN_LIMIT_S = 240.0
 TAIL_CHARS = 6000
 
 
+#: Measured on the quiet 2-core machine (2026-11-24, `make test` alone): one Python process that imports
+#: torch, transformers and sentence-transformers and gets to its first step or its error: 5.8-6.6 s.
+STARTUP_S = 6.0
+#: One optimizer step of a tiny random BERT (hidden 32) at batch <= 16 with data collation: <= 0.3 s.
+TINY_STEP_S = 0.3
+#: One optimizer step of all-MiniLM-L6-v2 at batch 32, 128 tokens (docs/quality.md): 1.5 s.
+MINILM_STEP_S = 1.5
+
+
 @dataclass(frozen=True)
 class Expected:
     """A launch's quiet-machine duration: ``processes`` start-ups, then ``steps`` of ``step_s`` seconds.
 
-    The figures were measured on the 2-core development machine with nothing else running (the
-    numbers at each call site); start-up is per process because two processes share the cores.
+    The defaults are the constants above, measured on the 2-core development machine with nothing
+    else running; start-up counts per process because two processes share the two cores.
     """
 
-    startup_s: float
+    startup_s: float = STARTUP_S
     steps: int = 0
-    step_s: float = 0.0
+    step_s: float = TINY_STEP_S
     processes: int = 1
 
     @property
@@ -55,8 +65,9 @@ def load_per_core() -> float:
     return max(1.0, load / (os.cpu_count() or 1))
 
 
-def time_limit(expected: Expected) -> float:
-    return max(MIN_LIMIT_S, SAFETY * expected.seconds * load_per_core())
+def time_limit(expected: Expected, load: float | None = None) -> float:
+    """Seconds ``expected`` may take here and now before it counts as hung."""
+    return max(MIN_LIMIT_S, SAFETY * expected.seconds * (load_per_core() if load is None else load))
 
 
 def _text(stream: Any) -> str:
@@ -73,20 +84,41 @@ def output_tail(stdout: Any, stderr: Any) -> str:
 
 
 def run(command: Sequence[str], *, expected: Expected, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run`` with captured text output and a load-aware limit; a timeout fails with the output."""
-    limit = time_limit(expected)
+    """``subprocess.run`` with captured text output and a load-aware limit; a timeout fails with the output.
+
+    The child runs in a session of its own, so that a timeout ends everything it started (torchrun's
+    workers outlive a killed torchrun otherwise).
+    """
+    load = load_per_core()
+    limit = time_limit(expected, load)
     start = time.monotonic()
-    try:
-        return subprocess.run(list(command), capture_output=True, text=True, timeout=limit, **kwargs)
-    except subprocess.TimeoutExpired as error:
-        pytest.fail(
-            f"{' '.join(map(str, command))}\nstill running after {time.monotonic() - start:.0f} s (limit {limit:.0f} s = "
-            f"{SAFETY:g} x the {expected.seconds:.0f} s it takes on a quiet machine x load {load_per_core():.1f} per core);"
-            f" it was killed.\n{output_tail(error.stdout, error.stderr)}",
-            pytrace=False,
-        )
+    with subprocess.Popen(
+        list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+            pytest.fail(
+                f"{' '.join(map(str, command))}\nstill running after {time.monotonic() - start:.0f} s (limit "
+                f"{limit:.0f} s = {SAFETY:g} x the {expected.seconds:.0f} s it takes on a quiet machine x load "
+                f"{load:.1f} per core at the start); it was killed.\n{output_tail(stdout, stderr)}",
+                pytrace=False,
+            )
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def failure(completed: subprocess.CompletedProcess[str]) -> str:
     """An assertion message for a child that ended badly: its exit code and the tail of its output."""
     return f"exit code {completed.returncode}\n{output_tail(completed.stdout, completed.stderr)}"
+
+
+def free_port() -> int:
+    """A TCP port free right now, for a launcher's ``--master_port``: a fixed port collides with another
+    launch on the same machine (another test run beside this one), and torchrun's agent then fails."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import _processes as processes
+
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "examples" / "accelerate"
 SCRIPT = Path(__file__).parent / "_dist" / "accelerate_run.py"
@@ -45,10 +47,11 @@ def _recipe(unified_dir: Path, base: str, out: Path, **training_args: Any) -> di
     }
 
 
-def _launch(config: str, *arguments: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+def _launch(config: str, *arguments: str, steps: int) -> subprocess.CompletedProcess[str]:
+    """``accelerate launch`` of two workers that take ``steps`` (micro-)steps each, in all."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     command = [*ACCELERATE, "--config_file", str(CONFIGS / config), *arguments]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    return processes.run(command, expected=processes.Expected(processes=3, steps=steps), env=env)
 
 
 @pytest.mark.multiprocess
@@ -61,8 +64,9 @@ def test_gather_sampler_checkpoints_and_resume_under_accelerate(
         output_dir=str(tmp_path / "checkpoints"),
     )  # fmt: skip
     (tmp_path / "recipe.json").write_text(json.dumps(recipe))
-    completed = _launch("multi_cpu.yaml", str(SCRIPT), str(tmp_path / "recipe.json"), str(tmp_path))
-    assert completed.returncode == 0, completed.stderr[-5000:]
+    # 12 micro-steps, 8 more resumed, and the single-process comparison.
+    completed = _launch("multi_cpu.yaml", str(SCRIPT), str(tmp_path / "recipe.json"), str(tmp_path), steps=24)
+    assert completed.returncode == 0, processes.failure(completed)
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
     # 6 optimizer steps x 2 accumulation micro-batches on each process (accelerate's dataloader collates
@@ -92,8 +96,8 @@ def test_train_command_under_accelerate_launch(unified_dir: Path, tiny_model_pat
 
     out = tmp_path / "model"
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(_recipe(unified_dir, tiny_model_path, out)))
-    completed = _launch("multi_cpu.yaml", "-m", "hf_unified_embed", "train", str(tmp_path / "recipe.yaml"))
-    assert completed.returncode == 0, completed.stderr[-5000:]
+    completed = _launch("multi_cpu.yaml", "-m", "hf_unified_embed", "train", str(tmp_path / "recipe.yaml"), steps=2)
+    assert completed.returncode == 0, processes.failure(completed)
     assert completed.stdout.count("trained model (mean training loss") == 1, "only rank 0 reports"
     assert SentenceTransformer(str(out)).encode(["a"]).shape == (1, 32)
     assert "| world_size | `2` |" in (out / "README.md").read_text()
@@ -106,8 +110,8 @@ def test_gpu_engines_are_refused_on_cpu(
 ) -> None:
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(_recipe(unified_dir, tiny_model_path, tmp_path / "out")))
     completed = _launch(
-        config, "--num_processes", "2", "-m", "hf_unified_embed", "train", str(tmp_path / "recipe.yaml")
+        config, "--num_processes", "2", "-m", "hf_unified_embed", "train", str(tmp_path / "recipe.yaml"), steps=0
     )
     assert completed.returncode != 0
     errors = [line for line in completed.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and message in errors[0], completed.stderr[-3000:]
+    assert len(errors) == 1 and message in errors[0], processes.failure(completed)

@@ -148,7 +148,7 @@ def test_multi_task_source_splits_into_tasks(tmp_path: Path):
 @pytest.mark.parametrize(
     ("source", "error", "match"),
     [
-        ({"format": "zzz"}, SourceFormatError, "unknown source format 'zzz'"),
+        ({"format": "zzz"}, RecipeError, "source 's', field 'format': unknown source format 'zzz'"),
         ({"task_type": "ranking"}, RecipeError, "field 'task_type'"),
         ({"data_files": "missing.tsv"}, SourceFormatError, "missing.tsv, field 'data_files': file not found"),
         ({"colour": 1}, RecipeError, r"unknown field\(s\) \['colour'\]"),

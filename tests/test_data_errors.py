@@ -28,9 +28,11 @@ from hf_unified_embed.errors import (
     OutputError,
     UnifiedSchemaError,
 )
+from hf_unified_embed.naming import task_name_problem
 from hf_unified_embed.schema import UNIFIED_FEATURES
 
-BAD_NAMES = ["../../../escaped", "../../x", "..", "a/b", "all"]
+# Path escapes, hidden and dot names, the reserved config name, and names no Windows folder can have.
+BAD_NAMES = ["../../../escaped", "../../x", "..", ".", ".hidden", "..x", "a/b", "all", "a.", "CON", "nul.txt", "Lpt1"]
 
 
 def snapshot(root: Path) -> set[str]:
@@ -86,6 +88,58 @@ def test_bad_recipe_source_name_names_recipe_index_and_field(nested: Path, capsy
     err = capsys.readouterr().err
     assert f"{recipe}: sources[0]: source {bad!r}, field 'name'" in err
     assert sorted(p.name for p in nested.iterdir()) == ["recipe.yaml", "rows.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        (".", "starting with a letter or digit"),
+        (".hidden", "starting with a letter or digit"),
+        ("..x", "starting with a letter or digit"),
+        ("a..b", "without '..'"),
+        ("a.", "not ending in '.'"),
+        ("-a", "starting with a letter or digit"),
+        ("a b", "ASCII letters"),
+        ("x" * 97, "1-96"),
+        ("CON", "Windows reserves it for a device"),
+        ("con.txt", "Windows reserves it for a device"),
+        ("COM1.tar.gz", "Windows reserves it for a device"),
+        ("lpt9", "Windows reserves it for a device"),
+        ("all", "reserved for the config that holds every task"),
+        (3, "must be a string"),
+    ],
+)
+def test_task_name_rule_pins_each_check(name, reason: str):
+    problem = task_name_problem(name)
+    assert problem is not None and reason in problem, problem
+
+
+@pytest.mark.parametrize("name", ["stsb", "a.b", "v1.0", "x" * 96, "CONx", "console", "com10", "NULL", "a-b_c.d"])
+def test_task_name_rule_accepts(name: str):
+    assert task_name_problem(name) is None
+
+
+def test_names_that_differ_only_in_case_are_refused(tmp_path: Path, capsys):
+    """``stsb`` and ``STSB`` would be one folder on Windows and macOS: refused in a recipe and in save_unified."""
+    source = {"format": "pairs", "data_files": "rows.jsonl", "task_type": "retrieval"}
+    (tmp_path / "rows.jsonl").write_text('{"anchor": "a", "positive": "b"}\n')
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({"sources": [{"name": "stsb", **source}, {"name": "STSB", **source}]}))
+    assert main(["build", str(recipe), "-o", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {recipe}: task names 'stsb' and 'STSB' differ only in case: they would be one folder on "
+        "Windows and macOS; rename one"
+    )
+    splits = [{"name": "a", "split": "train", **source}, {"name": "b", "split": "Train", **source}]
+    recipe.write_text(yaml.safe_dump({"sources": splits}))
+    assert main(["build", str(recipe), "-o", str(tmp_path / "out")]) == 2
+    assert "split names 'train' and 'Train' differ only in case" in capsys.readouterr().err
+    rows = tiny_tasks()["beta"]
+    with pytest.raises(NameRuleError, match="task names 'beta' and 'BETA' differ only in case"):
+        save_unified(DatasetDict({"beta": rows, "BETA": rows}), tmp_path / "saved")
+    with pytest.raises(NameRuleError, match="split names 'train' and 'TRAIN' differ only in case"):
+        save_unified({"train": DatasetDict({"beta": rows}), "TRAIN": DatasetDict({"beta": rows})}, tmp_path / "saved")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["recipe.yaml", "rows.jsonl"]
 
 
 @pytest.mark.parametrize("split", ["../x", "train-extra", "a/b", ""])
@@ -327,6 +381,39 @@ def test_empty_file_and_all_rows_skipped_name_source_files_and_reasons(tmp_path:
         in err
     )
     assert "corresponds to no data" not in err
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"format": "tsv-pairs"},
+            "field 'format': unknown source format 'tsv-pairs'; expected one of ['answer-selection',",
+        ),
+        (
+            {"options": {"colour": 1}},
+            "field 'options': unknown option(s) ['colour'] for format 'pairs'; its options are [",
+        ),
+        (
+            {"format": "stsb", "options": {"colour": 1}},
+            "field 'options': unknown option(s) ['colour'] for format 'stsb'; it takes none",
+        ),
+    ],
+)
+def test_unknown_format_or_option_names_recipe_and_source_before_staging(
+    tmp_path: Path, capsys, monkeypatch, change: dict, message: str
+):
+    from hf_unified_embed.outputs import StagedOutput
+
+    def staging_started(self):
+        raise AssertionError("the output was staged before the recipe was checked")
+
+    monkeypatch.setattr(StagedOutput, "__enter__", staging_started)
+    (tmp_path / "rows.jsonl").write_text('{"anchor": "a", "positive": "b"}\n')
+    recipe = write_recipe(tmp_path, "src", "pairs", "rows.jsonl", **change)
+    assert main(["build", str(recipe), "-o", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {recipe}: sources[0]: source 'src', {message}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["recipe.yaml", "rows.jsonl"]
 
 
 def test_failing_third_party_adapter_is_wrapped_with_source_and_files(tmp_path: Path):

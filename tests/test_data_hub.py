@@ -192,3 +192,21 @@ def test_errors_name_the_dataset_config_split_row_and_field(all_nli: Path, tmp_p
 def test_notes_are_reported_per_task(all_nli: Path):
     result = build_unified_with_report({"sources": [hub_source("p", all_nli, config="pair")]})
     assert result.notes["p"]["config"] == "pair" and result.notes["p"]["revision"] is None
+
+
+def test_a_folder_that_is_no_dataset_names_the_folder_and_the_cause(tiny_model_path: str, tmp_path: Path, capsys):
+    """A model folder given as a hub source: datasets' 'An error occurred while generating the dataset' hides
+    the cause; the error names the folder, the cause and what the folder holds."""
+    from hf_unified_embed.cli.main import main
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({"sources": [hub_source("t", tiny_model_path)]}))
+    assert main(["build", str(recipe), "-o", str(tmp_path / "out")]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(
+        f"error: dataset '{tiny_model_path}', split 'train': datasets cannot read it as a dataset: "
+    )
+    assert "it looks like a model folder: 1_Pooling, README.md, config.json" in errors[0]
+    assert "DatasetGenerationError" not in errors[0] and "An error occurred while generating" not in errors[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["recipe.yaml"]

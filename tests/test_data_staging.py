@@ -18,6 +18,7 @@ from hf_unified_embed.curriculum.plan import CurriculumPlan
 from hf_unified_embed.curriculum.plots import plot_task_similarity
 from hf_unified_embed.curriculum.texts import save_shard
 from hf_unified_embed.data import load_unified
+from tests import _processes as processes
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -52,7 +53,7 @@ def test_kill_minus_9_mid_build_then_rerun_succeeds_and_cleans_up(tmp_path: Path
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + processes.time_limit(processes.Expected())
         # Mid-way: the stage exists and datasets has started writing Arrow files into its scratch folder.
         while not any(
             path.suffix == ".arrow" for stage in staging_folders(tmp_path, "out") for path in stage.rglob("*")

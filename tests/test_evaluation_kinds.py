@@ -1,4 +1,4 @@
-"""Evaluation kinds come from a registry: the built-in four, and a user's own kind in its own module."""
+"""Evaluation kinds come from a registry: the built-in five, and a user's own kind in its own module."""
 
 from __future__ import annotations
 
@@ -101,6 +101,7 @@ def test_builtin_kinds_describe_themselves() -> None:
         "retrieval": ("retrieval", "cosine_ndcg@10", "GradedInformationRetrievalEvaluator"),
         "reranking": ("retrieval", "map", "AnswerRerankingEvaluator"),
         "pair_classification": ("pair_classification", "cosine_ap", "PairClassificationEvaluator"),
+        "forgetting": ("retrieval", "neighbour_overlap@10", "ForgettingEvaluator"),
     }
 
 
@@ -148,7 +149,10 @@ def test_user_kind_through_the_cli(
         ("hfue_user_kinds:NotAKind", r"'kind': evaluation kind 'hfue_user_kinds:NotAKind': .* not an EvaluationKind"),
         ("hfue_user_kinds:Missing", r"'kind': evaluation kind .*has no attribute 'Missing'"),
         ("hfue_no_such_module:Kind", r"'kind': evaluation kind .*cannot import module 'hfue_no_such_module'"),
-        ("sts_cosine", r"'kind': got 'sts_cosine'; expected one of \['pair_classification', 'reranking'"),
+        (
+            "sts_cosine",
+            r"'kind': got 'sts_cosine'; expected one of \['forgetting', 'pair_classification', 'reranking'",
+        ),
     ],
 )
 def test_bad_kinds_are_suite_errors(user_kinds: str, data_root: Path, kind: str, message: str) -> None:

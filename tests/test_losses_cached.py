@@ -20,6 +20,7 @@ from hf_unified_embed.losses import (
     EmbeddingLoss,
     GURLoss,
     InstructorLoss,
+    KeepBaseLoss,
     MidLayerInfoNCELoss,
     MultiPositiveInfoNCELoss,
     PearsonLoss,
@@ -111,6 +112,8 @@ CASES: dict[str, tuple[Callable[..., EmbeddingLoss], list[list[str]], list[Any] 
     "gur": (GURLoss, PAIRS, None),
     "distill_kl": (DistillKLLoss, RETRIEVAL, TEACHER_SCORES),
     "distill_margin_mse": (DistillMarginMSELoss, RETRIEVAL, TEACHER_SCORES),
+    # The wrapper takes the task loss's options and runs the cache itself (the base: a frozen copy, no dropout).
+    "keep_base": (lambda m, **kw: KeepBaseLoss(MultiPositiveInfoNCELoss(m, **kw)), RETRIEVAL, None),
 }
 MINI_BATCH = 3  # 8 rows -> mini-batches of 3, 3 and 2
 # Padded tokens of all columns per mini-batch: 2 to 4 of the 8 pairs (12-16 tokens a row), 1 to 2 of the

@@ -17,6 +17,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.losses import CachedMultipleNegativesRankingLoss
 
 import hf_unified_embed.losses._auto_mini_batch as auto_module
+from hf_unified_embed.errors import HfUnifiedEmbedError, LossOptionError
 from hf_unified_embed.losses import CoDiEmbSTSLoss, GURLoss, MultiPositiveInfoNCELoss, PearsonLoss
 from hf_unified_embed.losses._auto_mini_batch import PEAK_OVER_SAVED, AutoMiniBatch
 from hf_unified_embed.losses._minibatches import plan_minibatches
@@ -167,15 +168,20 @@ def test_token_budget_equals_sentence_transformers_cached_loss(tiny_model: Sente
 
 
 def test_options_are_checked(tiny_model: SentenceTransformer) -> None:
-    for wrong in (0, -3, 2.5, True, "big"):
-        with pytest.raises(ValueError, match="mini_batch_num_tokens must be"):
-            PearsonLoss(tiny_model, mini_batch_num_tokens=wrong)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="not both"):
+    for option in ("mini_batch_size", "mini_batch_num_tokens"):
+        for wrong in (0, -3, 2.5, True, "big", "AUTO"):
+            with pytest.raises(LossOptionError, match=f"PearsonLoss: {option} must be .*got {wrong!r}"):
+                PearsonLoss(tiny_model, **{option: wrong})
+    with pytest.raises(LossOptionError, match="not both"):
         PearsonLoss(tiny_model, mini_batch_size=4, mini_batch_num_tokens=64)
-    with pytest.raises(ValueError, match="set one of them to 'auto'"):
+    with pytest.raises(LossOptionError, match="not both"):
+        PearsonLoss(tiny_model, mini_batch_size="auto", mini_batch_num_tokens="auto")
+    with pytest.raises(LossOptionError, match="set one of them to 'auto'"):
         PearsonLoss(tiny_model, mini_batch_size=4, mini_batch_memory_budget=BUDGET)
-    with pytest.raises(ValueError, match="positive number of bytes"):
-        PearsonLoss(tiny_model, mini_batch_size="auto", mini_batch_memory_budget=0)
+    for wrong in (0, -1, 1.5):
+        with pytest.raises(LossOptionError, match="positive number of bytes"):
+            PearsonLoss(tiny_model, mini_batch_size="auto", mini_batch_memory_budget=wrong)  # type: ignore[arg-type]
+    assert issubclass(LossOptionError, HfUnifiedEmbedError) and issubclass(LossOptionError, ValueError)
     loss = PearsonLoss(tiny_model, mini_batch_num_tokens=64)
     assert loss.uses_gradient_cache
     assert loss.get_config_dict() == {"mini_batch_size": None, "mini_batch_num_tokens": 64}
@@ -286,5 +292,12 @@ def test_auto_default_budget_is_the_free_memory(
     assert "mini_batch_memory_budget" not in loss.get_config_dict()
 
     monkeypatch.setattr(auto_module.psutil, "virtual_memory", lambda: memory(trainable))
-    with pytest.raises(ValueError, match="give mini_batch_memory_budget"):
+    with pytest.raises(LossOptionError, match="give mini_batch_memory_budget"):
         MultiPositiveInfoNCELoss(tiny_model, mini_batch_size="auto")(features_of(tiny_model, RETRIEVAL), None)
+
+
+def test_auto_without_a_memory_source_asks_for_a_budget(tiny_model: SentenceTransformer) -> None:
+    # A device whose free memory cannot be read (here: the meta device) needs mini_batch_memory_budget.
+    loss = MultiPositiveInfoNCELoss(tiny_model, mini_batch_num_tokens="auto")
+    with pytest.raises(LossOptionError, match="cannot read the free memory of a 'meta' device"):
+        auto_module._default_budget(loss, torch.device("meta"))

@@ -179,3 +179,89 @@ def test_search_result_reads_back_from_its_json(base_and_run: tuple[Path, Path],
     )
     again = SearchResult.from_dict(json.loads((tmp_path / "o" / SEARCH_FILE).read_text()), tmp_path / "o")
     assert again.to_dict() == result.to_dict() and again.best.parameters == result.best.parameters
+
+
+def test_constraint_keeps_the_base_and_forgetting_joins_the_search(
+    base_and_run: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from hf_unified_embed.merge.search import Candidate, choose_best
+
+    base, run = base_and_run
+    suite = {
+        **SUITE,
+        "evaluations": [
+            *SUITE["evaluations"],
+            # No reference named: the search compares with the merge's base.
+            {
+                "name": "forgetting",
+                "kind": "forgetting",
+                "source": "beir",
+                "data_files": "msmarco-dl-sample",
+                "evaluator": {"k": 5, "max_texts": 120},
+            },
+        ],
+    }
+    result = search_merge(
+        [run],
+        "task_arithmetic",
+        tmp_path / "kept",
+        base=base,
+        suite=suite,
+        search={"weights": [0.0, 0.5, 1.0]},
+        objective=OBJECTIVE,
+        constraint={"epsilon": {"default": 0.0, "forgetting": 0.0}},
+        device="cpu",
+        show_progress=False,
+    )
+    constraint = result.constraint
+    assert constraint is not None
+    # The base scores itself perfectly on forgetting, and λ = 0 (the base) is admissible with ε = 0.
+    assert constraint["base"]["forgetting"] == pytest.approx(1.0)
+    assert set(constraint["epsilon"]) == {"stsb", "trecqa/map", "forgetting"}
+    assert result.candidates[0].metrics["forgetting"] == pytest.approx(1.0)
+    assert result.candidates[0].admissible
+    assert result.candidates[2].metrics["forgetting"] < 1.0 and not result.candidates[2].admissible
+    for candidate in result.candidates:
+        expected = max(
+            constraint["base"][m] - constraint["epsilon"][m] - candidate.metrics[m] for m in constraint["base"]
+        )
+        assert candidate.violation == pytest.approx(expected)
+    assert result.best.admissible
+    assert result.best.score == max(c.score for c in result.candidates if c.admissible)
+    card = (tmp_path / "kept" / "README.md").read_text()
+    assert "Constraint (keep the base)" in card and "| — | base |" in card
+    saved = json.loads((tmp_path / "kept" / "merge_search.json").read_text())
+    assert saved["constraint"]["base"]["forgetting"] == pytest.approx(1.0)
+    assert [c["admissible"] for c in saved["candidates"]] == [c.admissible for c in result.candidates]
+
+    # Selection: the best admissible score; with none admissible, the least violating candidate.
+    def candidate(score: float, violation: float) -> Candidate:
+        return Candidate({}, {}, score, violation=violation)
+
+    assert choose_best([candidate(0.9, 0.01), candidate(0.5, -0.1), candidate(0.6, 0.0)]) == 2
+    assert choose_best([candidate(0.9, 0.02), candidate(0.5, 0.01)]) == 1
+    with pytest.raises(MergeError, match="epsilon"):
+        search_merge(
+            [run],
+            "task_arithmetic",
+            tmp_path / "x",
+            base=base,
+            suite=SUITE,
+            search={"weights": [1.0]},
+            objective=OBJECTIVE,
+            constraint={"epsilon": -1},
+            device="cpu",
+            show_progress=False,
+        )
+    with pytest.raises(MergeError, match="no base"):
+        search_merge(
+            [run, base],
+            "soup",
+            tmp_path / "y",
+            suite=SUITE,
+            search={"weights": [[0.5, 0.5]]},
+            objective=OBJECTIVE,
+            constraint={"epsilon": 0.01},
+            device="cpu",
+            show_progress=False,
+        )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from _merge_helpers import noisy_copy, read_weights
 from huggingface_hub import ModelCard
 
 from hf_unified_embed.merge import MergeConfig, MergeError, merge_models
+from tests import _processes as processes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,13 +94,13 @@ def test_user_method_through_the_cli(user_package: Path, pair: tuple[Path, Path]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(user_package)])}
     command = [sys.executable, "-m", "hf_unified_embed.cli.main", "merge", "--method", "my_merges.methods:Handover"]
     command += ["--models", str(pair[0]), str(pair[1]), "--param", "depth=1", "-o", str(tmp_path / "out")]
-    result = subprocess.run([*command, "--no-progress"], capture_output=True, text=True, env=env, check=False)
-    assert result.returncode == 0, result.stderr
+    result = processes.run([*command, "--no-progress"], expected=processes.Expected(), env=env)
+    assert result.returncode == 0, processes.failure(result)
     _check_output(tmp_path / "out", pair)
 
     bad = [*command[:5], "my_merges.methods:Nope", *command[6:-1], str(tmp_path / "other")]
-    result = subprocess.run(bad, capture_output=True, text=True, env=env, check=False)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
+    result = processes.run(bad, expected=processes.Expected(), env=env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, processes.failure(result)
     assert "module 'my_merges.methods' has no attribute 'Nope'" in result.stderr
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -298,3 +299,31 @@ def test_task_documents_number_like_one_dictionary_over_corpus_then_task_texts()
     assert documents.ids_of(pa.array(["n1", "c1", "zz", "p1"])).tolist() == [6, 1, -1, 2]
     empty = _Documents.of_task(pa.array([], type=pa.string()), task)
     assert empty.texts(list(range(len(empty)))) == ["p0", "p1", "n0", "c3", "n1"]
+
+
+def test_cli_refuses_an_output_inside_a_model_folder(unified_dir: Path, tiny_model_path: str, tmp_path: Path, capsys):
+    teacher = Path(shutil.copytree(tiny_model_path, tmp_path / "teacher"))
+    before = sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*"))
+    for flag in ("--model", "--cross-encoder"):
+        models = (
+            ["--model", tiny_model_path, flag, str(teacher)] if flag == "--cross-encoder" else [flag, str(teacher)]
+        )
+        assert main(["mine-negatives", str(unified_dir), "-o", str(teacher / "mined"), *models]) == 2
+        err = capsys.readouterr().err
+        assert f"error: output {teacher / 'mined'} overlaps the input {teacher}; inputs are never overwritten" in err
+    assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*")) == before, "the model is unchanged"
+
+
+def test_cli_keeps_datasets_arrow_cache_inside_its_staging_folder(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path, monkeypatch
+):
+    """Every task's Arrow copy lives in the staging folder: the user's datasets cache stays empty."""
+    import datasets
+
+    cache = tmp_path / "hf-datasets-cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    assert main(["mine-negatives", str(unified_dir), "-o", str(tmp_path / "mined"), "--model", tiny_model_path]) == 0
+    assert list(cache.rglob("*")) == []
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["data", "hf-datasets-cache", "mined"]

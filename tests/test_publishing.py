@@ -109,3 +109,46 @@ def test_cli_push_commands(hub_calls, model_dir: Path, tmp_path: Path, capsys):
         and "configs:" in printed
     )
     assert main(["push", str(tmp_path / "nope"), "me/model"]) == 2
+
+
+def _failing(error: BaseException):
+    def call(*args, **kwargs):
+        raise error
+
+    return call
+
+
+def test_an_unreachable_hub_is_a_located_error_not_a_traceback(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys
+):
+    """Offline mode (the real huggingface_hub check: tests run with HF_HUB_OFFLINE=1), a refused connection
+    and an HTTP error status each give exit 2 and one line naming the repository and the cause."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from hf_unified_embed.errors import HubError
+    from hf_unified_embed.publishing import HUB_FAILURES
+
+    assert huggingface_hub.constants.HF_HUB_OFFLINE
+    with pytest.raises(HubError, match=r"cannot push to the model repo me/model: OfflineModeIsEnabled: Cannot reach"):
+        push_folder(model_dir, "me/model")
+    assert main(["push", str(model_dir), "me/model"]) == 2
+    assert capsys.readouterr().err.startswith("error: cannot push to the model repo me/model: OfflineModeIsEnabled")
+
+    httpx2 = pytest.importorskip("httpx2")  # huggingface_hub 2's HTTP library: a failed connection raises its error
+    assert issubclass(httpx2.ConnectError, HUB_FAILURES)
+    for error, shown in [
+        (httpx2.ConnectError("[Errno 111] Connection refused"), "ConnectError: [Errno 111] Connection refused"),
+        (
+            HfHubHTTPError(
+                "403 Forbidden: you cannot write to me/model",
+                response=httpx2.Response(
+                    403, request=httpx2.Request("POST", "https://huggingface.co/api/repos/create")
+                ),
+            ),
+            "HfHubHTTPError: 403 Forbidden",
+        ),
+    ]:
+        monkeypatch.setattr(huggingface_hub, "create_repo", _failing(error))
+        assert main(["push", str(model_dir), "me/model"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: cannot push to the model repo me/model: {shown}") and "Traceback" not in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -80,11 +81,12 @@ def test_report_tables_step_ratios_and_markdown_blocks(quality, tmp_path: Path) 
     ratios = quality.step_ratios(results)
     assert ratios == {"base": None, "st-baseline": 1.0, "codiemb": 1.25, "one-step": None}
     del results["one-step"]
-    table = quality.markdown_table({row: quality.summarize(result) for row, result in results.items()}, ratios)
-    assert table.splitlines()[0].endswith("| step time (× ST) |")
-    assert (
-        table.splitlines()[-1]
-        == "| codiemb | **0.5000** | **0.8000** | **0.7000** | **0.6000** | **0.7500** | **0.8500** | 1.25 |"
+    table = quality.markdown_table(
+        {row: quality.aggregate([quality.summarize(result)]) for row, result in results.items()}, ratios
+    )
+    assert table.splitlines()[0].endswith("| mean (6) | step time (× ST) |")
+    assert table.splitlines()[-1] == (
+        "| codiemb | **0.5000** | **0.8000** | **0.7000** | **0.6000** | **0.7500** | **0.8500** | **0.7000** | 1.25 |"
     )
 
     doc = tmp_path / "quality.md"
@@ -95,3 +97,70 @@ def test_report_tables_step_ratios_and_markdown_blocks(quality, tmp_path: Path) 
     assert "old" not in text and table in text and text.startswith("intro\n") and text.endswith("kept\n")
     with pytest.raises(ValueError, match="quality-many"):
         quality.write_report(doc, "quality-many", table, report)
+
+
+def test_seeds_aggregate_to_mean_and_spread_with_the_forgetting_column(quality) -> None:
+    def result(sts: float, kept: float | None, seconds: float | None) -> dict:
+        metrics = {
+            **{name: {"metrics": {"spearman_cosine": sts}} for name in quality.STS_MEAN},
+            "stsb-dev": {"metrics": {"spearman_cosine": 0.8}},
+            "sick-trial": {"metrics": {"spearman_cosine": 0.7}},
+            "msmarco-dl": {"metrics": {"cosine_ndcg@10": 0.6}},
+            "trecqa-test": {"metrics": {"cosine_map": 0.75}},
+            "msrp-test": {"metrics": {"cosine_ap": 0.85}},
+        }
+        if kept is not None:
+            metrics[quality.FORGETTING] = {"metrics": {"neighbour_overlap@10": kept, "similarity_spearman": 0.9}}
+        training = {"steps": 5, "timed_steps": 4, "seconds": seconds} if seconds else None
+        return {"results": metrics, **({"training": training} if training else {})}
+
+    results = {
+        "base": result(0.5, 1.0, None),
+        "st-baseline@1": result(0.4, 0.5, 4.0),
+        "st-baseline@2": result(0.6, 0.7, 4.0),
+        "codiemb@1": result(0.7, 0.8, 2.0),
+        "codiemb@2": result(0.9, 0.6, 6.0),
+        "codiemb@3": result(0.8, 0.7, 4.0),
+    }
+    assert quality.row_of("codiemb+mined+keep-base@3") == "codiemb+mined+keep-base"
+    ratios = quality.step_ratios(results)
+    assert ratios == {"base": None, "st-baseline": 1.0, "codiemb": 1.0}
+    rows = {
+        row: quality.aggregate([quality.summarize(r) for k, r in results.items() if quality.row_of(k) == row])
+        for row in ("base", "st-baseline", "codiemb")
+    }
+    mean, spread = rows["codiemb"]["STS12–15 ρ (mean)"]
+    assert mean == pytest.approx(0.8) and spread == pytest.approx(0.1)
+    assert rows["codiemb"][quality.FORGETTING_COLUMN] == (pytest.approx(0.7), pytest.approx(0.1))
+    assert rows["base"][quality.FORGETTING_COLUMN] == (1.0, None)
+    lines = quality.markdown_table(rows, ratios).splitlines()
+    assert lines[0].startswith("| model | STS12–15 ρ (mean) |") and quality.FORGETTING_COLUMN in lines[0]
+    assert lines[2].startswith("| base | 0.5000 |") and "| **1.0000** |" in lines[2]
+    assert lines[4].startswith("| codiemb | **0.8000 ± 0.1000** |")
+    # The six-column mean leaves the forgetting column out.
+    assert lines[4].split(" | ")[-2] == f"**{(0.8 + 0.8 + 0.7 + 0.6 + 0.75 + 0.85) / 6:.4f}**"
+
+
+def test_reduced_beir_keeps_the_first_queries_and_their_judged_passages(quality, tmp_path: Path) -> None:
+    from hf_unified_embed.data import build_unified
+    from hf_unified_embed.evaluation.inputs import retrieval_inputs
+
+    source = REPO / "examples" / "data" / "msmarco-dl-sample"
+    folder = quality.reduced_beir(source, tmp_path / "reduced", 2)
+
+    def inputs(path: Path):
+        source_spec = {"name": "m", "format": "beir", "task_type": "retrieval", "data_files": str(path)}
+        recipe = {"sources": [{**source_spec, "options": {"qrels_split": "test"}}]}
+        return retrieval_inputs(build_unified(recipe)["m"], "m")
+
+    full, reduced = inputs(source), inputs(folder)
+    kept = list(reduced.queries)
+    assert kept == list(full.queries)[:2]
+    # The kept queries keep every judgement; the corpus holds only passages judged for them.
+    assert reduced.relevance == {query: full.relevance[query] for query in kept}
+    judged = {document for query in kept for document in full.relevance[query]}
+    assert set(reduced.corpus) == judged
+    assert len(reduced.corpus) < len(full.corpus)
+    header = (folder / "qrels" / "test.tsv").read_text(encoding="utf-8").split("\n")[0]
+    assert header == "query-id\tcorpus-id\tscore"  # the source's header is kept
+    assert json.loads((folder / "queries.jsonl").read_text(encoding="utf-8").split("\n")[0])["_id"]

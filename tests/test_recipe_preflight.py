@@ -16,6 +16,7 @@ from huggingface_hub import ModelCard
 
 from hf_unified_embed.errors import AfterTrainingError, InputNotFoundError, OutputExistsError, RecipeError, SuiteError
 from hf_unified_embed.recipe import recipe_from_dict
+from tests import _processes as processes
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_RECIPE = REPO / "examples" / "recipes" / "sample.yaml"
@@ -124,6 +125,94 @@ def no_data_load(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"base_model": "/no/such/model"}, InputNotFoundError, r"base_model: /no/such/model does not exist"),
         ({"curriculum": {"plan": "./missing-plan.json"}}, InputNotFoundError, r"curriculum\.plan"),
         ({"data": {"path": "x", "tasks": ["../escape"]}}, RecipeError, r"invalid task name '\.\./escape'"),
+        # Values the trainer would only refuse after the data and the model loaded (issue 22).
+        (
+            {"training_args": {"learning_rate": "fast"}},
+            RecipeError,
+            r"r\.yaml: training_args\.learning_rate: input should be a valid number, got 'fast'$",
+        ),
+        (
+            {"training_args": {"learning_rate": "1e-4"}},
+            RecipeError,
+            r"training_args\.learning_rate: .*got '1e-4'; YAML reads a number like 1e-4 without a dot as text",
+        ),
+        (
+            {"training_args": {"per_device_train_batch_size": 0}},
+            RecipeError,
+            r"training_args\.per_device_train_batch_size: input should be greater than or equal to 1, got 0",
+        ),
+        (
+            {"training_args": {"gradient_accumulation_steps": 0}},
+            RecipeError,
+            r"training_args\.gradient_accumulation_steps: input should be greater than or equal to 1",
+        ),
+        (
+            {"training_args": {"adam_beta1": 1.0}},
+            RecipeError,
+            r"training_args\.adam_beta1: input should be less than 1",
+        ),
+        (
+            {"training_args": {"seed": -1}},
+            RecipeError,
+            r"training_args\.seed: input should be greater than or equal to 0",
+        ),
+        (
+            {"training_args": {"bf16": "yes"}},
+            RecipeError,
+            r"training_args\.bf16: input should be a valid boolean, got 'yes'",
+        ),
+        (
+            {"training_args": {"fsdp": "full_shard"}},
+            RecipeError,
+            r"training_args\.fsdp: FSDP (shards the model across GPUs and this machine has none|needs several processes)",
+        ),
+        (
+            {"training_args": {"eval_strategy": "steps"}},
+            RecipeError,
+            r"eval_strategy 'steps': the run has no eval_dataset",
+        ),
+        ({"training_args": {"report_to": "nosuch"}}, RecipeError, r"training_args\.report_to \['nosuch'\]: "),
+        (
+            {"training_args": {"resume_from_checkpoint": "./no/checkpoint-9"}},
+            InputNotFoundError,
+            r"resume_from_checkpoint: \./no/checkpoint-9 does not exist",
+        ),
+        (
+            {"training_args": {"resume_from_checkpoint": True}},
+            InputNotFoundError,
+            r"resume_from_checkpoint: true, but .*out-checkpoints holds no checkpoint-\* folder",
+        ),
+        ({"seed": -5}, RecipeError, r"'seed' must be in \[0, 2\*\*32\), got -5"),
+        ({"hub": {"repo_id": "me/bad name!"}}, RecipeError, r"hub\.repo_id: Repo id must use alphanumeric chars"),
+        (
+            {"losses": {"retrieval": {"name": "MultiPositiveInfoNCELoss", "temperature": "hot"}}},
+            RecipeError,
+            r"losses\.retrieval\.temperature \(of MultiPositiveInfoNCELoss\): input should be a valid number, got 'hot'",
+        ),
+        (
+            {"losses": {"retrieval": {"name": "MultiPositiveInfoNCELoss", "mini_batch_num_tokens": "lots"}}},
+            RecipeError,
+            r"losses\.retrieval\.mini_batch_num_tokens \(of MultiPositiveInfoNCELoss\): input should be "
+            r"Union\[Annotated\[int, Ge\(ge=1\)\], Literal\['auto'\], NoneType\], got 'lots'",
+        ),
+        (
+            {"losses": {"retrieval": {"name": "MultiPositiveInfoNCELoss", "mini_batch_size": 0}}},
+            RecipeError,
+            r"r\.yaml: losses\.retrieval\.mini_batch_size \(of MultiPositiveInfoNCELoss\): input should be .*got 0",
+        ),
+        (
+            {"losses": {"sts": {"name": "CoDiEmbSTSLoss", "rank_kl_reduction": "mean"}}},
+            RecipeError,
+            r"losses\.sts\.rank_kl_reduction \(of CoDiEmbSTSLoss\): input should be 'batchmean' or 'sum', got 'mean'",
+        ),
+        (
+            {"peft": {"r": 4, "target_modules": ["nonexistent_proj"]}},
+            RecipeError,
+            r"peft: Target modules \{'nonexistent_proj'\} not found in the base model.*BertModel of .* has linear "
+            r"layers named \['dense', 'key', 'query', 'value'\]",
+        ),
+        ({"peft": {"r": "big"}}, RecipeError, r"peft\.r: input should be a valid integer, got 'big'"),
+        ({"peft": {"r": 0, "target_modules": ["query"]}}, RecipeError, r"peft: `r` should be a positive integer"),
     ],
 )
 def test_preflight_rejects_before_data_loads(
@@ -135,6 +224,42 @@ def test_preflight_rejects_before_data_loads(
     with pytest.raises(error, match=message):
         train_from_recipe(recipe_from_dict(_raw(unified_dir, tiny_model_path, tmp_path / "out", **change), "r.yaml"))
     assert not (tmp_path / "out").exists()
+
+
+def test_attention_implementation_is_resolved_without_weights(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path, no_data_load: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers decides on the model built from its configuration on the meta device; no weight is read."""
+    from transformers.utils import is_flash_attn_2_available
+
+    from hf_unified_embed.train import train_from_recipe
+
+    def no_weights(*args: object, **kwargs: object) -> None:
+        raise AssertionError("weights were loaded before the recipe was checked")
+
+    monkeypatch.setattr("transformers.PreTrainedModel.from_pretrained", no_weights)
+    raw = _raw(unified_dir, tiny_model_path, tmp_path / "out", model={"attn_implementation": "flash_attention_2"})
+    if is_flash_attn_2_available():
+        pytest.skip("flash-attn is installed here")
+    with pytest.raises(
+        RecipeError,
+        match=r"r\.yaml: model\.attn_implementation 'flash_attention_2': FlashAttention2 has been toggled on, but it cannot be used.*installed",
+    ):
+        train_from_recipe(recipe_from_dict(raw, "r.yaml"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_deepspeed_without_package_or_gpu(unified_dir: Path, tiny_model_path: str, tmp_path: Path, no_data_load: None):
+    import torch
+
+    from hf_unified_embed.errors import IncompatibleStackError
+    from hf_unified_embed.train import train_from_recipe
+
+    raw = _raw(unified_dir, tiny_model_path, tmp_path / "out", training_args={"deepspeed": {"train_batch_size": 4}})
+    with pytest.raises((IncompatibleStackError, RecipeError)) as raised:
+        train_from_recipe(recipe_from_dict(raw, "r.yaml"))
+    if not torch.cuda.is_available():
+        assert "training_args.deepspeed" in str(raised.value)
 
 
 def test_preflight_output_rules(unified_dir: Path, tiny_model_path: str, tmp_path: Path, no_data_load: None) -> None:
@@ -238,6 +363,33 @@ def test_model_is_saved_before_evaluation_and_kept_when_it_fails(
     assert SentenceTransformer(str(out)).encode(["kept"]).shape == (1, 32)
 
 
+@pytest.mark.real_model
+def test_a_push_that_cannot_reach_the_hub_keeps_the_model_and_exits_2(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``hub:`` offline (tests run with HF_HUB_OFFLINE=1, so huggingface_hub itself refuses): exit 2, one line
+    saying the model is saved, why the push failed and how to push later; no traceback."""
+    import huggingface_hub
+    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.cli.main import main
+
+    assert huggingface_hub.constants.HF_HUB_OFFLINE
+    out = tmp_path / "out"
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(_raw(unified_dir, tiny_model_path, out, hub={"repo_id": "me/model"})))
+    assert main(["train", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    [line] = [line for line in err.splitlines() if line.startswith("error:")]
+    assert line.startswith(
+        f"error: the trained model is saved in {out}, but the push to the Hub failed: cannot push to the model "
+        "repo me/model: OfflineModeIsEnabled: Cannot reach https://huggingface.co/api/repos/create: offline mode"
+    ), line
+    assert line.endswith(f"; push it later with `hf-unified-embed push {out} me/model`")
+    assert SentenceTransformer(str(out)).encode(["kept"]).shape == (1, 32)
+
+
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "hf-unified-embed")
 LAUNCH_FORMS = {
     "console script": [CONSOLE_SCRIPT],
@@ -255,10 +407,8 @@ def test_input_error_is_one_line_and_exit_2_in_every_launch_form(
     recipe.write_text(
         yaml.safe_dump(_raw(unified_dir, tiny_model_path, tmp_path / "out", training_args={"learning_rat": 1}))
     )
-    completed = subprocess.run(
-        [*LAUNCH_FORMS[form], "train", str(recipe)], capture_output=True, text=True, timeout=300
-    )
-    assert completed.returncode == 2, completed.stderr[-2000:]
+    completed = processes.run([*LAUNCH_FORMS[form], "train", str(recipe)], expected=processes.Expected())
+    assert completed.returncode == 2, processes.failure(completed)
     lines = completed.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {recipe}: training_args.learning_rat"), completed.stderr
     assert "did you mean 'learning_rate'" in lines[0]
@@ -276,8 +426,8 @@ def test_a_bug_keeps_its_traceback_and_exit_1(
         losses={"retrieval": "userlosses:BuggyLoss", "sts": "CoDiEmbSTSLoss"},
     )
     recipe.write_text(yaml.safe_dump(raw))
-    completed = subprocess.run([CONSOLE_SCRIPT, "train", str(recipe)], capture_output=True, text=True, timeout=300)
-    assert completed.returncode == 1
+    completed = processes.run([CONSOLE_SCRIPT, "train", str(recipe)], expected=processes.Expected(steps=1))
+    assert completed.returncode == 1, processes.failure(completed)
     assert (
         "Traceback (most recent call last)" in completed.stderr
         and "RuntimeError: a bug inside the loss" in completed.stderr
@@ -295,13 +445,13 @@ def test_under_torchrun_rank_0_prints_once_and_exits_2(
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29571",
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={processes.free_port()}",
         "-m", "hf_unified_embed.cli.main", "train", str(recipe),
     ]  # fmt: skip
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    completed = processes.run(command, expected=processes.Expected(processes=2), env=env)
     assert completed.returncode != 0
     errors = [line for line in completed.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "kind 'proportional' with 2 processes" in errors[0], completed.stderr[-3000:]
+    assert len(errors) == 1 and "kind 'proportional' with 2 processes" in errors[0], processes.failure(completed)
     root_cause = completed.stderr.split("Root Cause")[1]
     assert "rank      : 0" in root_cause and "exitcode  : 2" in root_cause, "rank 0 reports and exits 2 first"
     assert "/hf_unified_embed/" not in completed.stderr, "no worker printed a traceback"
@@ -318,7 +468,7 @@ def test_kill_9_during_training_then_rerun_leaves_no_staging(
     )
     recipe.write_text(yaml.safe_dump(raw))
     process = subprocess.Popen([CONSOLE_SCRIPT, "train", str(recipe)], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + processes.time_limit(processes.Expected())
     while not list(tmp_path.glob(".out.staging-*")) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(3)  # well inside training: data, model and trainer are up
@@ -329,7 +479,7 @@ def test_kill_9_during_training_then_rerun_leaves_no_staging(
 
     raw["training_args"]["max_steps"] = 1
     recipe.write_text(yaml.safe_dump(raw))
-    completed = subprocess.run([CONSOLE_SCRIPT, "train", str(recipe)], capture_output=True, text=True, timeout=300)
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    completed = processes.run([CONSOLE_SCRIPT, "train", str(recipe)], expected=processes.Expected(steps=1))
+    assert completed.returncode == 0, processes.failure(completed)
     assert (out / "model.safetensors").is_file()
     assert not list(tmp_path.glob(".out.staging-*")), "the rerun removed the killed run's staging folder"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from huggingface_hub import ModelCard
 
 from hf_unified_embed.errors import RecipeError
 from hf_unified_embed.recipe import load_train_recipe, recipe_from_dict
+from tests import _processes as processes
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_RECIPE = REPO / "examples" / "recipes" / "sample.yaml"
@@ -48,10 +48,13 @@ def _recipe(unified_dir: Path, base: str, output: Path, **extra: object) -> dict
         ({"data": {"path": "x", "taskz": []}}, "unknown key(s) ['taskz'] in 'data'"),
         ({"losses": {"sts": {"temperature": 1}}}, "losses.sts"),
         ({"curriculum": {"plan": "p.json", "teacher": "t"}}, "exactly one"),
-        ({"training_args": [1]}, "'training_args' must be a mapping"),
+        ({"training_args": [1]}, "'training_args': input should be a valid dictionary, got [1]"),
         ({"sampler": {"kind": "mixed"}}, "'sampler': kind must be one of"),
         ({"sampler": {"kind": "proportional", "instance_order": "easy_to_hard"}}, "['instance_order'] only apply"),
         ({"max_seq_length": 0}, "'max_seq_length' must be a positive integer"),
+        ({"keep_base": {"weight": -1}}, "'keep_base': weight must be a number >= 0"),
+        ({"keep_base": {"distillation": "MSELoss"}}, "'keep_base': distillation must be one of"),
+        ({"keep_base": {"wieght": 1}}, "unknown key(s) ['wieght'] in 'keep_base'"),
     ],
 )
 def test_recipe_errors_name_the_key(change: dict, message: str) -> None:
@@ -63,7 +66,7 @@ def test_recipe_errors_name_the_key(change: dict, message: str) -> None:
 def test_load_recipe_reports_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("data: [unclosed\n")
-    with pytest.raises(RecipeError, match=r"bad\.yaml: not valid YAML"):
+    with pytest.raises(RecipeError, match=r"bad\.yaml:2:1: not valid YAML"):
         load_train_recipe(bad)
     with pytest.raises(RecipeError, match="does not exist"):
         load_train_recipe(tmp_path / "missing.yaml")
@@ -115,6 +118,45 @@ def test_train_from_recipe_writes_model_card_and_recipe(
 
     with pytest.raises(FileExistsError, match="not empty"):
         train_from_recipe(recipe)
+
+
+def test_keep_base_recipe_distils_from_the_base_and_the_card_reports_forgetting(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path
+) -> None:
+    """``keep_base`` wraps every task loss in KeepBaseLoss; a forgetting entry compares with the recipe's base."""
+    import json
+
+    from hf_unified_embed.train import EVALUATION_FILENAME, train_from_recipe
+
+    out = tmp_path / "model"
+    suite = {
+        "data_root": str(REPO / "examples" / "data"),
+        "diagnostics": False,
+        "evaluations": [
+            {
+                "name": "forgetting-sample",
+                "kind": "forgetting",
+                "source": "beir",
+                "data_files": "msmarco-dl-sample",
+                "evaluator": {"k": 5, "max_texts": 100},
+            }
+        ],
+    }
+    raw = _recipe(
+        unified_dir,
+        tiny_model_path,
+        out,
+        keep_base={"weight": 0.5, "distillation": "DistillMarginMSELoss"},
+        evaluation=suite,
+    )
+    raw["training_args"]["learning_rate"] = 1e-3
+    train_from_recipe(recipe_from_dict(raw))
+    text = ModelCard.load(out / "README.md").text
+    assert "`KeepBaseLoss`" in text and '"keep_base_weight": 0.5' in text and "DistillMarginMSELoss" in text
+    assert "| forgetting-sample | forgetting | neighbour_overlap@5 |" in text
+    assert "Rows of kind `forgetting` say how much of the base model's behaviour" in text
+    results = json.loads((out / EVALUATION_FILENAME).read_text())["results"]["forgetting-sample"]["metrics"]
+    assert 0 < results["neighbour_overlap@5"] < 1  # trained: moved away from its base, but not unrelated
 
 
 def test_stock_sampler_max_seq_length_and_a_loss_for_an_absent_task_type(
@@ -205,12 +247,13 @@ def test_train_cli_under_torchrun_two_processes(unified_dir: Path, tiny_model_pa
     out = tmp_path / "model"
     recipe_path.write_text(yaml.safe_dump(_recipe(unified_dir, tiny_model_path, out)))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    # --standalone: a free port, so that two suites on one machine do not collide.
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29561",
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
         "-m", "hf_unified_embed.cli.main", "train", str(recipe_path),
     ]  # fmt: skip
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert completed.returncode == 0, completed.stderr[-4000:]
+    completed = processes.run(command, expected=processes.Expected(processes=2, steps=4), env=env)
+    assert completed.returncode == 0, processes.failure(completed)
     assert (out / "model.safetensors").is_file()
     card = (out / "README.md").read_text()
     assert "| world_size | `2` |" in card

@@ -64,16 +64,19 @@ def run_build(args: argparse.Namespace) -> int:
     from hf_unified_embed.data.hub_layout import write_unified
     from hf_unified_embed.data.readers import local_files, resolve_inputs
     from hf_unified_embed.data.registry import get_source_format
+    from hf_unified_embed.errors import HfUnifiedEmbedError
     from hf_unified_embed.outputs import StagedOutput
 
     recipe = load_build_recipe(args.recipe)
-    inputs = [
-        path
-        for spec in recipe.sources
-        for path in local_files(
-            resolve_inputs(spec.data_files, recipe.base_dir, dataset_ids=get_source_format(spec.format).dataset_ids)
-        )
-    ]
+    inputs = []
+    for index, spec in enumerate(recipe.sources):
+        try:
+            files = resolve_inputs(
+                spec.data_files, recipe.base_dir, dataset_ids=get_source_format(spec.format).dataset_ids
+            )
+        except HfUnifiedEmbedError as error:  # a missing file: say which recipe and source name it
+            raise error.within(f"{recipe.origin}: sources[{index}] ({spec.name})") from None
+        inputs += local_files(files)
     splits, sources, skipped, notes = {}, {}, {}, {}
     # The staging folder exists before the first row is read: an unwritable output fails at once, and
     # datasets' Arrow cache and every temporary file live inside it, so nothing outlives a killed build.

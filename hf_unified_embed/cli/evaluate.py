@@ -28,14 +28,20 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--no-diagnostics", action="store_true", help="skip the token-matrix diagnostics (CoDiEmb §4)")
     parser.add_argument("--batch-size", type=int, help="encoding batch size (default: the suite's)")
     parser.add_argument("--device", help="torch device for the model, e.g. cpu or cuda:0")
+    parser.add_argument(
+        "--reference",
+        help="the base model that 'forgetting' entries compare with, where the suite names none (path or Hub id)",
+    )
     parser.set_defaults(func=run_evaluate)
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from hf_unified_embed.evaluation import load_suite, run_suite
+    from hf_unified_embed.evaluation import load_suite, run_suite, set_reference_model
     from hf_unified_embed.outputs import StagedOutput
 
     suite = load_suite(args.suite, data_root=args.data_root)
+    if args.reference:
+        set_reference_model(suite, args.reference)
     if args.batch_size is not None:
         if args.batch_size < 1:
             raise UsageError(f"--batch-size must be positive, got {args.batch_size}")

@@ -6,8 +6,10 @@ order of ``--help`` is stable.
 
 Errors: an :class:`~hf_unified_embed.errors.HfUnifiedEmbedError` (a problem in an input, recipe or
 output location) is printed as one line, ``error: <where>: <what>``, and the exit code is 2. Under
-``torchrun`` / ``accelerate launch`` only the process of rank 0 prints it and exits 2 (the others wait a
-moment, then exit 2 unless the launcher has already stopped them).
+``torchrun`` / ``accelerate launch`` the process of rank 0 prints it and exits 2; the others wait until
+the launcher stops them (if it does not within :data:`NON_MAIN_EXIT_DELAY_S`, they report it themselves).
+``python -m hf_unified_embed.launch`` (:mod:`hf_unified_embed.launch`) keeps that exit code 2, which
+torchrun turns into 1.
 Any other exception is a bug: it keeps its traceback and exit code 1.
 """
 
@@ -21,7 +23,7 @@ import time
 from collections.abc import Sequence
 
 from hf_unified_embed import __version__
-from hf_unified_embed.errors import HfUnifiedEmbedError
+from hf_unified_embed.errors import HfUnifiedEmbedError, one_line
 from hf_unified_embed.processes import is_main_process
 from hf_unified_embed.redaction import RedactingFilter
 
@@ -29,8 +31,10 @@ COMMAND_MODULES: tuple[str, ...] = ("data", "publish", "curriculum", "mine", "tr
 
 #: Exit code of an input error (argparse uses the same for bad options).
 INPUT_ERROR_EXIT_CODE = 2
-#: How long a process other than rank 0 waits before exiting on an input error.
-NON_MAIN_EXIT_DELAY_S = 5.0
+#: How long a process other than rank 0 waits before exiting on an input error. The launcher stops it as
+#: soon as rank 0 has reported the same error and exited, so the wait only ends on its own when rank 0
+#: did not hit it (or is far behind on a loaded machine): then this process reports it.
+NON_MAIN_EXIT_DELAY_S = 60.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,12 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except HfUnifiedEmbedError as error:
-        if is_main_process():
-            print(f"error: {error}", file=sys.stderr)
-        else:
+        if not is_main_process():
             # Every process hits the same input error; the launcher stops the whole group as soon as
-            # one exits, so the others wait a moment for rank 0 to report it.
+            # one exits, so the others wait for rank 0 to report it.
             time.sleep(NON_MAIN_EXIT_DELAY_S)
+        print(f"error: {one_line(error)}", file=sys.stderr)
         return INPUT_ERROR_EXIT_CODE
 
 

@@ -24,7 +24,7 @@ from hf_unified_embed.data.provenance import card_license, notes_of, task_notes,
 from hf_unified_embed.data.recipe import SourceSpec
 from hf_unified_embed.errors import InputError
 from hf_unified_embed.locations import looks_local
-from hf_unified_embed.naming import ALL_CONFIG, check_split_name, check_task_name
+from hf_unified_embed.naming import ALL_CONFIG, check_distinct_names, check_split_name, check_task_name
 from hf_unified_embed.outputs import StagedOutput
 from hf_unified_embed.schema import UNIFIED_FEATURES, validate_unified
 
@@ -193,6 +193,8 @@ def _check_names(splits: Mapping[str, Mapping[str, Dataset]]) -> None:
         check_split_name(split, "split")
         for task in tasks:
             check_task_name(task, f"split {split!r}: task")
+    check_distinct_names(splits, "split")
+    check_distinct_names(dict.fromkeys(task for tasks in splits.values() for task in tasks), "task")
 
 
 def write_unified(

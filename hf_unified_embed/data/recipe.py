@@ -23,9 +23,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.errors import NameRuleError, RecipeError
-from hf_unified_embed.naming import split_name_problem, task_name_problem
+from hf_unified_embed.data.registry import get_source_format, source_format_names
+from hf_unified_embed.errors import NameRuleError, RecipeError, SourceFormatError
+from hf_unified_embed.naming import check_distinct_names, split_name_problem, task_name_problem
 from hf_unified_embed.schema import TASK_TYPES
+from hf_unified_embed.typecheck import function_parameters, mismatched_field, type_problem
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
 #: Task types whose two sides are the same kind of text, so they share one instruction.
@@ -59,15 +61,33 @@ class SourceSpec:
         ):
             if problem:
                 raise NameRuleError(f"source {self.name!r}, field {field_name!r}: {problem}")
+        # Every value must fit its field's annotation: a list where a text is expected fails here, not in an adapter.
+        mismatch = mismatched_field(SourceSpec, {f.name: getattr(self, f.name) for f in fields(self)})
+        if mismatch:
+            raise fail(*mismatch)
+        try:
+            source_format = get_source_format(self.format)
+        except SourceFormatError:
+            raise fail(
+                "format", f"unknown source format {self.format!r}; expected one of {source_format_names()}"
+            ) from None
+        unknown = sorted(set(self.options) - set(source_format.option_names))
+        if unknown:
+            takes = (
+                f"its options are {list(source_format.option_names)}"
+                if source_format.option_names
+                else "it takes none"
+            )
+            raise fail("options", f"unknown option(s) {unknown} for format {self.format!r}; {takes}")
+        parameters = function_parameters(source_format.read)
+        for key, value in self.options.items():
+            problem = type_problem(parameters[key][0], value)
+            if problem:
+                raise fail("options", f"option {key!r} of format {self.format!r}: {problem}, got {value!r}")
         if self.task_type is not None and self.task_type not in TASK_TYPES:
             raise fail("task_type", f"got {self.task_type!r}; expected one of {list(TASK_TYPES)}")
-        for name in ("query_instruction", "document_instruction"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
-                raise fail(name, "expected a string or null")
-        if self.max_rows is not None and (not isinstance(self.max_rows, int) or self.max_rows < 1):
+        if self.max_rows is not None and self.max_rows < 1:
             raise fail("max_rows", f"got {self.max_rows!r}; expected a positive integer")
-        if not isinstance(self.options, dict):
-            raise fail("options", "expected a mapping of format options")
         if not self.data_files:
             raise fail("data_files", "expected a path, glob or list of them")
 
@@ -98,6 +118,10 @@ class BuildRecipe:
                     f"{self.origin}: source {spec.name!r} appears twice for split {spec.split!r}; list several data_files in one source instead"
                 )
             seen.add(key)
+        # Every task is a folder and every split part of a file name in the output: on Windows and
+        # macOS names that differ only in case are the same file.
+        check_distinct_names(dict.fromkeys(spec.name for spec in self.sources), "task", self.origin)
+        check_distinct_names(self.splits, "split", self.origin)
 
     @property
     def splits(self) -> list[str]:

@@ -24,6 +24,7 @@ from hf_unified_embed.evaluation.inputs import EvaluationDataError
 from hf_unified_embed.evaluation.kinds import (
     EVALUATION_KINDS,
     EvaluationKind,
+    ForgettingEvaluator,
     get_evaluation_kind,
     register_evaluation_kind,
 )
@@ -37,6 +38,7 @@ from hf_unified_embed.evaluation.suite import (
     build_sequential_evaluator,
     load_suite,
     run_suite,
+    set_reference_model,
 )
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "EvaluationDataError",
     "EvaluationKind",
     "EvaluationSuite",
+    "ForgettingEvaluator",
     "GradedInformationRetrievalEvaluator",
     "PairClassificationEvaluator",
     "STSEvaluator",
@@ -63,5 +66,6 @@ __all__ = [
     "load_suite",
     "register_evaluation_kind",
     "run_suite",
+    "set_reference_model",
     "token_matrix_diagnostics",
 ]

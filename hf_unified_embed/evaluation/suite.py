@@ -37,6 +37,7 @@ kind                          evaluator                                         
 ``retrieval``                 :class:`GradedInformationRetrievalEvaluator`           nDCG@10*, MRR@10, Recall@10/100
 ``reranking``                 :class:`AnswerRerankingEvaluator` (``RerankingEvaluator``) MAP*, MRR@10, nDCG@10
 ``pair_classification``       :class:`PairClassificationEvaluator` (``BinaryClassificationEvaluator``) AP*, F1, accuracy
+``forgetting``                :class:`~hf_unified_embed.evaluation.kinds.forgetting.ForgettingEvaluator`  neighbour overlap@10*, pair-similarity Spearman vs a reference model (no labels)
 ============================  ====================================================  ======================
 
 (* the primary metric.) Rows are read through the unified data adapters, so STS files, BEIR folders,
@@ -65,6 +66,7 @@ from hf_unified_embed.evaluation.inputs import entry_files
 from hf_unified_embed.evaluation.kinds import EvaluationKind, get_evaluation_kind
 from hf_unified_embed.evaluation.results import EntryResult, SuiteResults
 from hf_unified_embed.naming import split_name_problem, task_name_problem
+from hf_unified_embed.typecheck import mismatched_field, type_problem
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
 if TYPE_CHECKING:
@@ -129,6 +131,9 @@ class SuiteEntry:
         problem = task_name_problem(self.name)
         if problem:
             raise SuiteError(f"entry {self.name!r}, field 'name': {problem}")
+        mismatch = mismatched_field(SuiteEntry, {f.name: getattr(self, f.name) for f in fields(self) if f.init})
+        if mismatch:
+            raise fail(*mismatch)
         try:
             self.evaluation_kind = get_evaluation_kind(self.kind)
         except SuiteError as error:
@@ -149,9 +154,6 @@ class SuiteEntry:
         problem = split_name_problem(self.split)
         if problem:
             raise fail("split", problem)
-        for name in ("options", "evaluator"):
-            if not isinstance(getattr(self, name), dict):
-                raise fail(name, "expected a mapping")
         problem = _max_rows_problem(self.max_rows)
         if problem:
             raise fail("max_rows", problem)
@@ -168,6 +170,16 @@ class SuiteEntry:
         if self.source == "beir":
             return {"qrels_split": self.split, **self.options}
         return dict(self.options)
+
+
+#: A suite file's top-level fields besides ``evaluations``, as YAML writes them.
+_TOP_LEVEL: dict[str, Any] = {
+    "name": str,
+    "data_root": str | None,
+    "batch_size": int,
+    "diagnostics": bool | dict[str, Any] | None,
+    "max_rows": int | None,
+}
 
 
 @dataclass
@@ -209,10 +221,15 @@ class EvaluationSuite:
             raise SuiteError(
                 f"{origin}: expected a mapping with an 'evaluations' list (or a bare list of evaluations)"
             )
-        known_top = {"name", "data_root", "batch_size", "diagnostics", "max_rows", "evaluations"}
-        unknown_top = sorted(set(data) - known_top)
+        unknown_top = sorted(set(data) - {*_TOP_LEVEL, "evaluations"})
         if unknown_top:
-            raise SuiteError(f"{origin}: unknown top-level field(s) {unknown_top}; fields are {sorted(known_top)}")
+            raise SuiteError(
+                f"{origin}: unknown top-level field(s) {unknown_top}; fields are {sorted({*_TOP_LEVEL, 'evaluations'})}"
+            )
+        for key, annotation in _TOP_LEVEL.items():
+            problem = type_problem(annotation, data[key]) if key in data else None
+            if problem:
+                raise SuiteError(f"{origin}: {key}: {problem}, got {data[key]!r}")
         known = {f.name for f in fields(SuiteEntry) if f.init}
         entries = []
         for index, item in enumerate(data["evaluations"]):
@@ -286,6 +303,19 @@ def load_suite(
     if data_root is not None:
         loaded.data_root = Path(data_root).expanduser()
     return loaded
+
+
+def set_reference_model(suite: EvaluationSuite, reference: str | Path) -> EvaluationSuite:
+    """Fill ``reference`` into the entries whose kind compares with a reference model and that leave it out.
+
+    A training run or merge search knows its base model; a suite written for many runs (a
+    ``forgetting`` entry without ``evaluator: {reference: ...}``) takes it from here. Entries that
+    name their own reference keep it. Returns ``suite`` (changed in place).
+    """
+    for entry in suite.entries:
+        if entry.evaluation_kind.uses_reference_model and entry.evaluator.get("reference") is None:
+            entry.evaluator["reference"] = str(reference)
+    return suite
 
 
 def load_entry_rows(suite: EvaluationSuite) -> dict[str, Dataset]:

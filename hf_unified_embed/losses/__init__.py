@@ -9,6 +9,7 @@ from hf_unified_embed.losses.distill_kl import DistillKLLoss
 from hf_unified_embed.losses.distill_margin_mse import DistillMarginMSELoss
 from hf_unified_embed.losses.gur import GURLoss
 from hf_unified_embed.losses.instructor import InstructorLoss
+from hf_unified_embed.losses.keep_base import KeepBaseLoss
 from hf_unified_embed.losses.mid_layer_infonce import MidLayerInfoNCELoss
 from hf_unified_embed.losses.multi_positive_infonce import MultiPositiveInfoNCELoss
 from hf_unified_embed.losses.parts import LossParts
@@ -26,6 +27,7 @@ __all__ = [
     "EmbeddingLoss",
     "GURLoss",
     "InstructorLoss",
+    "KeepBaseLoss",
     "LossParts",
     "MidLayerInfoNCELoss",
     "MultiPositiveInfoNCELoss",

@@ -8,7 +8,9 @@ left out). The difference between the two probes is the activation memory of ``k
 costs (weights cast by autocast, workspaces): divided by their padded tokens it gives the bytes per
 token, the same on every device and deterministic. The budget is ``mini_batch_memory_budget`` bytes, or by
 default a share of the free device memory (CUDA) or of the available RAM (otherwise), less the memory the
-first optimiser step will still claim. The choice is logged and kept for the rest of the run.
+first optimiser step will still claim. Under ``torch.distributed`` every process probes its own shard and
+the smallest choice is kept by all (one collective, at the first step only). The choice is logged and kept
+for the rest of the run.
 
 The probes run in ``no_sync`` under DDP and with the random state forked, so the training run draws the
 same dropout masks as with the chosen size given by hand.
@@ -23,9 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 import torch
+import torch.distributed as dist
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
+from hf_unified_embed.errors import LossOptionError
 from hf_unified_embed.losses._minibatches import plan_minibatches, select_rows
 
 if TYPE_CHECKING:
@@ -106,12 +110,17 @@ def _default_budget(loss: EmbeddingLoss, device: torch.device) -> tuple[int, str
         free, _ = torch.cuda.mem_get_info(device)
         free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         source = "free CUDA memory"
-    else:
+    elif device.type in ("cpu", "mps"):  # MPS: the GPU shares the system's memory
         free = psutil.virtual_memory().available
         source = "available RAM"
+    else:
+        raise LossOptionError(
+            f"mini_batch 'auto' cannot read the free memory of a {device.type!r} device; give "
+            "mini_batch_memory_budget (bytes) or a fixed mini_batch_size / mini_batch_num_tokens."
+        )
     budget = int(SAFETY * (free - OPTIMISER_BYTES_PER_PARAMETER_BYTE * trainable))
     if budget <= 0:
-        raise ValueError(
+        raise LossOptionError(
             f"mini_batch 'auto' found no memory for activations ({free / 2**20:.0f} MiB of {source}, of which "
             f"{OPTIMISER_BYTES_PER_PARAMETER_BYTE}x the {trainable / 2**20:.0f} MiB of trainable parameters go to "
             "gradients and optimiser state); give mini_batch_memory_budget (bytes) or a fixed size."
@@ -149,21 +158,38 @@ def _bytes_per_token(loss: EmbeddingLoss, sentence_features: list[dict[str, Any]
     return max(_saved_activation_bytes(loss, double, context, twice) - once, 1) / tokens
 
 
+def device_of(sentence_features: list[dict[str, Any]]) -> torch.device:
+    return next(t.device for column in sentence_features for t in column.values() if isinstance(t, Tensor))
+
+
+def _smallest_across_processes(chosen: int, device: torch.device) -> tuple[int, int]:
+    """The smallest of every process's choice, and the number of processes: each probed its own shard (and,
+    by default, its own free memory), but the run keeps one size, which must fit on every device."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return chosen, 1
+    value = torch.tensor([chosen], dtype=torch.int64, device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    return int(value.item()), dist.get_world_size()
+
+
 def choose_auto(
     loss: EmbeddingLoss, sentence_features: list[dict[str, Any]], context: Any, memory_budget: int | None
 ) -> AutoMiniBatch:
     """Measure the activation bytes per token on the batch's longest rows and size the mini-batches to the budget."""
     bytes_per_token = _bytes_per_token(loss, sentence_features, context)
     if memory_budget is None:
-        device = next(t.device for t in sentence_features[0].values() if isinstance(t, Tensor))
-        memory_budget, source = _default_budget(loss, device)
+        memory_budget, source = _default_budget(loss, device_of(sentence_features))
     else:
         source = "mini_batch_memory_budget"
     tokens_in_budget = int(memory_budget / (bytes_per_token * PEAK_OVER_SAVED))
     if loss.mini_batch_size == AUTO:
-        size, num_tokens = max(1, tokens_in_budget // _longest_row_tokens(loss, sentence_features)), None
+        chosen = max(1, tokens_in_budget // _longest_row_tokens(loss, sentence_features))
     else:
-        size, num_tokens = None, max(1, tokens_in_budget)
+        chosen = max(1, tokens_in_budget)
+    chosen, processes = _smallest_across_processes(chosen, device_of(sentence_features))
+    if processes > 1:
+        source += f"; the smallest choice of {processes} processes"
+    size, num_tokens = (chosen, None) if loss.mini_batch_size == AUTO else (None, chosen)
     choice = AutoMiniBatch(size, num_tokens, bytes_per_token, memory_budget, source)
     logger.info("%s: %s", type(loss).__name__, choice.describe())
     return choice

@@ -30,6 +30,8 @@ import torch
 from sentence_transformers.base.losses.gradcache import _create_minibatch, _get_batch_size
 from torch import Tensor
 
+from hf_unified_embed.errors import LossOptionError
+
 
 @dataclass(frozen=True)
 class MiniBatchPlan:
@@ -113,7 +115,7 @@ def _real_lengths(column: dict[str, Any]) -> list[int]:
         return [end - begin for begin, end in pairwise(starts)]
     mask = column.get("attention_mask")
     if not isinstance(mask, Tensor) or mask.ndim != 2:
-        raise ValueError(
+        raise LossOptionError(
             "mini_batch_num_tokens needs every input column's token counts, but a column has neither an "
             "attention_mask nor cu_seq_lens_q; use mini_batch_size instead."
         )

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hf_unified_embed.losses._checks import as_float, require_columns
-from hf_unified_embed.losses.base import EmbeddingLoss, MiniBatchOption
+from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 
 
@@ -28,7 +28,7 @@ class TeacherScoreLoss(EmbeddingLoss):
         positives_per_query: int = 1,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,
-        mini_batch_memory_budget: int | None = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         super().__init__(model, mini_batch_size, mini_batch_num_tokens, mini_batch_memory_budget)
         if positives_per_query < 1:

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import as_float, require_labels, require_pairs, zero_loss
 from hf_unified_embed.losses._citations import ANGLE
 from hf_unified_embed.losses._text_identity import text_ids_of
-from hf_unified_embed.losses.base import EmbeddingLoss, MiniBatchOption
+from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.parts import LossParts
 
@@ -38,7 +38,7 @@ class AnglEJointLoss(EmbeddingLoss):
         mask_false_negatives: bool = True,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,
-        mini_batch_memory_budget: int | None = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""The full AnglE objective (Eq. 8): ``w1·L_cos + w2·L_ibn + w3·L_angle`` on scored sentence pairs.
 

@@ -11,14 +11,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
+from annotated_types import Ge
 from sentence_transformers.base.losses.gradcache import has_static_embedding_input
 from sentence_transformers.base.losses.merged_forward import embed_columns
 from sentence_transformers.base.model import BaseModel
 from torch import Tensor, nn
 
+from hf_unified_embed.errors import LossOptionError
 from hf_unified_embed.losses._auto_mini_batch import AUTO, AutoMiniBatch, choose_auto
 from hf_unified_embed.losses._gradcache import cached_loss
 from hf_unified_embed.losses.columns import ColumnLayout
@@ -27,8 +29,11 @@ from hf_unified_embed.losses.parts import LossOutput, LossParts, total_loss, wit
 #: The view holding the final sentence embeddings: the first argument of ``compute_loss_from_embeddings``.
 FINAL = "embeddings"
 
-#: A mini-batch size or token budget: a positive integer, ``"auto"`` (sized to memory) or ``None`` (off).
-MiniBatchOption = int | Literal["auto"] | None
+#: A mini-batch size or token budget: a positive integer, ``"auto"`` (sized to memory) or ``None`` (off). The
+#: bound is part of the annotation so that a recipe's preflight rejects 0 before any data are loaded.
+MiniBatchOption = Annotated[int, Ge(1)] | Literal["auto"] | None
+#: Bytes of activations one mini-batch may take, for ``"auto"`` (``None``: from the free memory).
+MemoryBudget = Annotated[int, Ge(1)] | None
 
 
 @dataclass
@@ -82,7 +87,7 @@ class EmbeddingLoss(nn.Module, ABC):
         model: nn.Module,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,
-        mini_batch_memory_budget: int | None = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         super().__init__()
         for name, value in {
@@ -90,24 +95,27 @@ class EmbeddingLoss(nn.Module, ABC):
             "mini_batch_num_tokens": mini_batch_num_tokens,
         }.items():
             if value is not None and value != AUTO and not _positive_int(value):
-                raise ValueError(f"{name} must be a positive integer, 'auto' or None, got {value!r}.")
+                raise LossOptionError(
+                    f"{type(self).__name__}: {name} must be a positive integer, 'auto' or None, got {value!r}."
+                )
         if mini_batch_size is not None and mini_batch_num_tokens is not None:
-            raise ValueError(
-                "Give mini_batch_size or mini_batch_num_tokens, not both: a token budget replaces the row count "
+            raise LossOptionError(
+                f"{type(self).__name__}: give mini_batch_size or mini_batch_num_tokens, not both: a token budget replaces the row count "
                 "(sentence-transformers' cached losses ignore mini_batch_size when mini_batch_num_tokens is set)."
             )
         if mini_batch_memory_budget is not None:
             if not _positive_int(mini_batch_memory_budget):
-                raise ValueError(
-                    f"mini_batch_memory_budget must be a positive number of bytes, got {mini_batch_memory_budget!r}."
+                raise LossOptionError(
+                    f"{type(self).__name__}: mini_batch_memory_budget must be a positive number of bytes, got {mini_batch_memory_budget!r}."
                 )
             if AUTO not in (mini_batch_size, mini_batch_num_tokens):
-                raise ValueError(
-                    "mini_batch_memory_budget sizes an 'auto' mini_batch_size or mini_batch_num_tokens; set one of them to 'auto'."
+                raise LossOptionError(
+                    f"{type(self).__name__}: mini_batch_memory_budget sizes an 'auto' mini_batch_size or "
+                    "mini_batch_num_tokens; set one of them to 'auto'."
                 )
         cached = mini_batch_size is not None or mini_batch_num_tokens is not None
         if cached and isinstance(model, BaseModel) and has_static_embedding_input(model):
-            raise ValueError(
+            raise LossOptionError(
                 f"{type(self).__name__} with mini-batches cannot run on a StaticEmbedding model, whose inputs "
                 "have no batch axis to split into mini-batches; leave mini_batch_size and "
                 "mini_batch_num_tokens unset."

@@ -12,7 +12,7 @@ from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._distributed import all_gather_with_grad
 from hf_unified_embed.losses._hidden_states import embed_columns_with_layer
 from hf_unified_embed.losses._text_identity import gather_ids, text_ids_of
-from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss, MiniBatchOption
+from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss, MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.mid_layer_infonce import thresholded_infonce
 from hf_unified_embed.losses.parts import LossParts
@@ -39,7 +39,7 @@ class CoDiEmbSTSLoss(EmbeddingLoss):
         mask_false_negatives: bool = True,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,
-        mini_batch_memory_budget: int | None = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""The STS objective of CoDiEmb: a weighted sum of list-wise and contrastive terms on sentence pairs::
 

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import as_float, require_columns, require_labels, zero_loss
 from hf_unified_embed.losses._citations import DATA_CUBE
 from hf_unified_embed.losses._text_identity import same_text, text_ids_of
-from hf_unified_embed.losses.base import EmbeddingLoss, MiniBatchOption
+from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 
 
@@ -25,7 +25,7 @@ class CurriculumInfoNCELoss(EmbeddingLoss):
         mask_false_negatives: bool = True,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,
-        mini_batch_memory_budget: int | None = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""In-batch InfoNCE of Data-CUBE (Eq. 3) with its binary mask on too-difficult instances (Eq. 9).
 

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hf_unified_embed.losses._teacher_scores import TeacherScoreLoss
-from hf_unified_embed.losses.base import MiniBatchOption
+from hf_unified_embed.losses.base import MemoryBudget, MiniBatchOption
 
 RANKING_DISTILLATION_CITATION = """
 @inproceedings{ren2021rocketqav2,
@@ -27,20 +27,29 @@ class DistillKLLoss(TeacherScoreLoss):
         positives_per_query: int = 1,
         student_temperature: float = 0.02,
         teacher_temperature: float = 0.01,
+        scale_by_student_temperature: bool = True,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,
-        mini_batch_memory_budget: int | None = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""List-wise knowledge distillation: for each query, the KL divergence from the teacher's softmax over
         its documents to the student's (RocketQAv2's list-wise distillation; FlagEmbedding's
         ``knowledge_distillation`` up to the teacher's entropy, a constant)::
 
             p_ij = softmax_j(t_ij / τ_t),   q_ij = softmax_j(cos(q_i, d_ij) / τ_s)
-            loss = (1 / B) Σ_i Σ_j p_ij (log p_ij − log q_ij)
+            loss = τ_s² · (1 / B) Σ_i Σ_j p_ij (log p_ij − log q_ij)
 
         over the row's own documents ``d_i1..d_iK`` (``K+`` positives then ``K−`` hard negatives) with the
         teacher's scores ``t_ij`` from the unified ``positive_scores`` / ``negative_scores``. No in-batch
         documents: the teacher has scored only the row's own.
+
+        The ``τ_s²`` factor is sentence-transformers' ``DistillKLDivLoss`` scaling (Hinton et al.'s
+        distillation), so the loss, its gradient and a learning rate carry over between the two: this
+        loss equals ``DistillKLDivLoss(model, similarity_fct=pairwise_cos_sim, student_temperature=τ_s,
+        teacher_temperature=τ_t)`` on the same columns and labels (tested, values and gradients). At a
+        small ``τ_s`` it is a small number (0.0004 × the bare KL at 0.02); ``scale_by_student_temperature=False``
+        gives the bare KL, a cross-entropy on the scale of an InfoNCE loss at the same temperature (what
+        :class:`KeepBaseLoss` adds to a task loss).
 
         ``hf-unified-embed mine-negatives`` stores a bi-encoder teacher's cosine as ``t = (cos + 1) / 2``,
         so ``softmax(t / τ_t) = softmax(cos / (2 τ_t))``: with the defaults ``τ_t = τ_s / 2`` a student
@@ -52,6 +61,8 @@ class DistillKLLoss(TeacherScoreLoss):
             positives_per_query: ``K+``, positive columns after the query (the rest are hard negatives).
             student_temperature: ``τ_s`` of the student's softmax (0.02, CoDiEmb's retrieval temperature).
             teacher_temperature: ``τ_t`` of the teacher's softmax, on the stored [0, 1] score scale.
+            scale_by_student_temperature: Multiply the KL divergence by ``τ_s²`` as sentence-transformers'
+                ``DistillKLDivLoss`` does (default); ``False`` leaves the bare KL divergence.
             mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache);
                 ``None`` embeds the whole batch at once.
             mini_batch_num_tokens: Instead of ``mini_batch_size``, a token budget per mini-batch (rows sorted
@@ -61,8 +72,8 @@ class DistillKLLoss(TeacherScoreLoss):
 
         References:
             - RocketQAv2 (Ren et al., 2021), list-wise distillation: https://arxiv.org/abs/2110.07367
-            - FlagEmbedding ``knowledge_distillation``; sentence-transformers' ``DistillKLDivLoss`` (one
-              temperature, dot-product student scores).
+            - FlagEmbedding ``knowledge_distillation`` (the bare KL); sentence-transformers' ``DistillKLDivLoss``
+              (student and teacher temperatures, dot-product student scores by default, ``τ_s²`` scaling).
 
         Requirements:
             1. Rows with teacher scores for every positive and hard negative (``mine-negatives`` writes them).
@@ -104,17 +115,20 @@ class DistillKLLoss(TeacherScoreLoss):
                 raise ValueError(f"{name} must be positive, got {value}.")
         self.student_temperature = student_temperature
         self.teacher_temperature = teacher_temperature
+        self.scale_by_student_temperature = scale_by_student_temperature
 
     def loss_from_scores(self, student: Tensor, teacher: Tensor) -> Tensor:
         log_target = F.log_softmax(teacher / self.teacher_temperature, dim=1)
         log_predicted = F.log_softmax(student / self.student_temperature, dim=1)
-        return F.kl_div(log_predicted, log_target, reduction="batchmean", log_target=True)
+        loss = F.kl_div(log_predicted, log_target, reduction="batchmean", log_target=True)
+        return loss * self.student_temperature**2 if self.scale_by_student_temperature else loss
 
     def get_config_dict(self) -> dict[str, Any]:
         return {
             "positives_per_query": self.positives_per_query,
             "student_temperature": self.student_temperature,
             "teacher_temperature": self.teacher_temperature,
+            "scale_by_student_temperature": self.scale_by_student_temperature,
             **super().get_config_dict(),
         }
 

@@ -7,7 +7,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from hf_unified_embed.losses._teacher_scores import TeacherScoreLoss
-from hf_unified_embed.losses.base import MiniBatchOption
+from hf_unified_embed.losses.base import MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 
 MARGIN_MSE_CITATION = """
@@ -30,7 +30,7 @@ class DistillMarginMSELoss(TeacherScoreLoss):
         teacher_scale: float = 2.0,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,
-        mini_batch_memory_budget: int | None = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""MarginMSE (Hofstätter et al.): the student's margin between each positive and each hard negative
         regresses the teacher's margin::

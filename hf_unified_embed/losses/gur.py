@@ -18,7 +18,7 @@ from transformers.activations import ACT2FN
 
 from hf_unified_embed.losses._checks import as_float, zero_loss
 from hf_unified_embed.losses._text_identity import copies_elsewhere, text_ids_of
-from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss, MiniBatchOption
+from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss, MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.parts import LossParts
 
@@ -126,7 +126,7 @@ class GURLoss(EmbeddingLoss):
         mask_false_negatives: bool = True,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,
-        mini_batch_memory_budget: int | None = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""GUR's joint objective: masked-LM on span-masked inputs plus symmetric in-batch InfoNCE (Eq. 1–3).
 

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import as_float, require_columns
 from hf_unified_embed.losses._citations import INSTRUCTOR
 from hf_unified_embed.losses._text_identity import copies_elsewhere, same_text, text_ids_of
-from hf_unified_embed.losses.base import EmbeddingLoss, MiniBatchOption
+from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.parts import LossParts
 
@@ -26,7 +26,7 @@ class InstructorLoss(EmbeddingLoss):
         mask_false_negatives: bool = True,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,
-        mini_batch_memory_budget: int | None = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""The training objective of INSTRUCTOR (§2.2): a softmax over good and bad candidates, in both directions.
 

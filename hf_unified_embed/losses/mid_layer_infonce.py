@@ -12,7 +12,7 @@ from hf_unified_embed.losses._checks import as_float, require_labels, require_pa
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._hidden_states import embed_columns_with_layer
 from hf_unified_embed.losses._text_identity import copies_elsewhere, text_ids_of
-from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss, MiniBatchOption
+from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss, MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 
 
@@ -52,7 +52,7 @@ class MidLayerInfoNCELoss(EmbeddingLoss):
         mask_false_negatives: bool = True,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,
-        mini_batch_memory_budget: int | None = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""In-batch InfoNCE on the sentence embeddings of an *intermediate* Transformer layer (CoDiEmb Eq. 9).
 

@@ -13,7 +13,7 @@ from hf_unified_embed.losses._checks import as_float, require_columns
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._distributed import all_gather_with_grad
 from hf_unified_embed.losses._text_identity import gather_ids, same_text, text_ids_of
-from hf_unified_embed.losses.base import EmbeddingLoss, MiniBatchOption
+from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 
 
@@ -28,7 +28,7 @@ class MultiPositiveInfoNCELoss(EmbeddingLoss):
         mask_false_negatives: bool = True,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,
-        mini_batch_memory_budget: int | None = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""InfoNCE with K+ positives and K− hard negatives per query, the retrieval loss of CoDiEmb (Eq. 2).
 

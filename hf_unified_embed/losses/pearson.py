@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import zero_loss
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._pair_scores import PairScoreLoss
-from hf_unified_embed.losses.base import MiniBatchOption
+from hf_unified_embed.losses.base import MemoryBudget, MiniBatchOption
 
 # Below this product of the two spreads the correlation is undefined; clamping keeps r = 0 and the gradient finite.
 _MIN_SPREAD = 1e-12
@@ -20,7 +20,7 @@ class PearsonLoss(PairScoreLoss):
         model: nn.Module,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,
-        mini_batch_memory_budget: int | None = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""``1 − r``, where ``r`` is Pearson's correlation between the predicted cosine scores of a batch of
         pairs and their gold similarity scores (CoDiEmb Eq. 4, from Pcc-tuning).

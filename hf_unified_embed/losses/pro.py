@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import zero_loss
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._pair_scores import PairScoreLoss
-from hf_unified_embed.losses.base import MiniBatchOption
+from hf_unified_embed.losses.base import MemoryBudget, MiniBatchOption
 
 
 class PROLoss(PairScoreLoss):
@@ -20,7 +20,7 @@ class PROLoss(PairScoreLoss):
         temperature: float = 0.05,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,
-        mini_batch_memory_budget: int | None = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""Preference Rank Optimisation (PRO) over the pairs of a batch, as adapted by CoDiEmb (Eq. 8).
 

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import zero_loss
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._pair_scores import PairScoreLoss
-from hf_unified_embed.losses.base import MiniBatchOption
+from hf_unified_embed.losses.base import MemoryBudget, MiniBatchOption
 
 
 def average_descending_ranks(values: Tensor) -> Tensor:
@@ -29,7 +29,7 @@ class RankKLLoss(PairScoreLoss):
         reduction: Literal["batchmean", "sum"] = "batchmean",
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,
-        mini_batch_memory_budget: int | None = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""KL divergence from a target distribution built from the *ranks* of the gold scores to the
         softmax of the predicted cosine scores (CoDiEmb Eq. 6).

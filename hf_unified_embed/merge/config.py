@@ -43,6 +43,7 @@ from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.methods import get_merge_method
 from hf_unified_embed.merge.model_ids import check_hub_id
 from hf_unified_embed.merge.writer import parse_size
+from hf_unified_embed.typecheck import mismatched_field
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
 DEFAULT_MAX_SHARD_SIZE = "2GB"
@@ -114,6 +115,13 @@ class SearchConfig:
         in_memory: merge candidates in memory (``True``), via scratch files (``False``) or by size (``"auto"``).
         data_root: overrides the suite's ``data_root``.
         device: where candidates are evaluated (default: CUDA when available).
+        constraint: keep the base: ``{epsilon: ε, metrics: [...]}``. The merge's ``base`` is evaluated
+            on the suite too, and a candidate is admissible only when none of ``metrics`` (default: the
+            objective's keys plus every entry of a kind that compares with a reference model, e.g.
+            ``forgetting``) is below the base's value by more than ``ε``; the best admissible candidate
+            wins ("best mean subject to no column worse than the base by more than ε"). ``epsilon``
+            is one number or ``{metric: ε, default: ε}``. The base scores 1 on a ``forgetting`` entry,
+            so its ε there is the largest drop of neighbour overlap allowed.
     """
 
     suite: str | Path | dict[str, Any]
@@ -122,6 +130,7 @@ class SearchConfig:
     in_memory: bool | str = "auto"
     data_root: str | None = None
     device: str | None = None
+    constraint: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.parameters, Mapping) or not self.parameters:
@@ -134,6 +143,14 @@ class SearchConfig:
                 raise MergeError(f"search.objective: the weight of {key!r} must be a number, got {weight!r}")
         if self.in_memory not in (True, False, "auto"):
             raise MergeError(f"search.in_memory: expected true, false or auto, got {self.in_memory!r}")
+        if self.constraint is not None:
+            self.constraint = _constraint(self.constraint)
+
+    def epsilon(self, metric: str) -> float:
+        """The constraint's allowed drop below the base for ``metric``."""
+        assert self.constraint is not None
+        epsilon = self.constraint["epsilon"]
+        return float(epsilon.get(metric, epsilon["default"]) if isinstance(epsilon, Mapping) else epsilon)
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "search") -> SearchConfig:
@@ -150,6 +167,33 @@ class SearchConfig:
         """Every combination of the searched values, over the config's other parameters."""
         names = list(self.parameters)
         return [{**base, **dict(zip(names, values))} for values in itertools.product(*self.parameters.values())]
+
+
+def _constraint(spec: Any) -> dict[str, Any]:
+    """``search.constraint`` checked: ``epsilon`` (a number ≥ 0, or ``{metric: ε, default: ε}``) and optional ``metrics``."""
+    if not isinstance(spec, Mapping) or "epsilon" not in spec or set(spec) - {"epsilon", "metrics"}:
+        raise MergeError(
+            f"search.constraint: expected {{epsilon: ε, metrics: [...]}} (metrics optional), got {spec!r}"
+        )
+
+    def number(value: Any, where: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+            raise MergeError(f"search.constraint.{where}: expected a number >= 0, got {value!r}")
+        return float(value)
+
+    epsilon = spec["epsilon"]
+    if isinstance(epsilon, Mapping):
+        if "default" not in epsilon:
+            raise MergeError("search.constraint.epsilon: a mapping needs a 'default' for the metrics it does not name")
+        epsilon = {str(key): number(value, f"epsilon.{key}") for key, value in epsilon.items()}
+    else:
+        epsilon = number(epsilon, "epsilon")
+    metrics = spec.get("metrics")
+    if metrics is not None and (
+        not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics)
+    ):
+        raise MergeError(f"search.constraint.metrics: expected a non-empty list of metric names, got {metrics!r}")
+    return {"epsilon": epsilon, "metrics": metrics}
 
 
 def _values(name: str, spec: Any) -> list[Any]:
@@ -246,6 +290,8 @@ class MergeConfig:
             card_keys = {field.name for field in dataclasses.fields(CardConfig)}
             if unknown := sorted(set(self.card) - card_keys):
                 raise MergeError(f"unknown key card.{unknown[0]}; known: {', '.join(sorted(card_keys))}")
+            if mismatch := mismatched_field(CardConfig, self.card):
+                raise MergeError(f"card.{mismatch[0]}: {mismatch[1]}")
             self.card = CardConfig(**self.card)
         elif not isinstance(self.card, CardConfig):
             raise MergeError(f"card: expected a mapping of card options, got {self.card!r}")
@@ -271,7 +317,11 @@ class MergeConfig:
         values = dict(data)
         values.setdefault("models", [])
         try:
-            return cls(**values)
+            config = cls(**values)
+            if config.search is None:
+                # The method's parameters are part of the file: a wrong one is reported with its name.
+                get_merge_method(config.method).from_params([spec.path for spec in config.models], config.parameters)
+            return config
         except MergeError as error:
             raise MergeError(f"{source}: {error}") from error
 

@@ -14,6 +14,9 @@ A search is a merge config plus a ``search:`` section::
         stsb-dev: 1.0                  # an entry's primary metric …
         trecqa-dev/map: 1.0            # … or entry/metric
       in_memory: auto                  # merge candidates in memory (true), via disk (false), auto: < 2 GB
+      constraint:                      # optional: keep the base (evaluated too; needs a method with a base)
+        epsilon: {default: 0.005, forgetting-dev: 0.3}   # allowed drop below the base per metric
+        metrics: null                  # default: the objective's keys + every forgetting entry
 
 Each candidate is merged by the streaming engine — into memory and loaded into one evaluation model
 for small models, or written to scratch space and read back shard by shard otherwise — and scored
@@ -74,9 +77,19 @@ class Candidate:
     metrics: dict[str, float]
     score: float
     results: SuiteResults | None = dataclasses.field(default=None, repr=False)
+    #: Under a constraint: the largest drop below the base beyond its ε over the constrained metrics
+    #: (≤ 0: admissible); ``None`` without a constraint.
+    violation: float | None = None
+
+    @property
+    def admissible(self) -> bool:
+        return self.violation is None or self.violation <= 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"parameters": self.parameters, "metrics": self.metrics, "score": self.score}
+        data = {"parameters": self.parameters, "metrics": self.metrics, "score": self.score}
+        if self.violation is not None:
+            data |= {"violation": self.violation, "admissible": self.admissible}
+        return data
 
 
 @dataclasses.dataclass
@@ -87,6 +100,8 @@ class SearchResult:
     objective: dict[str, float]
     best_index: int
     output_dir: Path | None = None
+    #: Under a constraint: ``{"epsilon": {metric: ε}, "base": {metric: the base's value}}``.
+    constraint: dict[str, Any] | None = None
 
     @property
     def best(self) -> Candidate:
@@ -95,34 +110,55 @@ class SearchResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], output_dir: Path | None = None) -> SearchResult:
         """A search read back from ``merge_search.json`` (:meth:`to_dict`); suite results are not kept."""
-        candidates = [Candidate(c["parameters"], c["metrics"], c["score"]) for c in data["candidates"]]
-        return cls(candidates, dict(data["objective"]), int(data["best"]), output_dir)
+        candidates = [
+            Candidate(c["parameters"], c["metrics"], c["score"], violation=c.get("violation"))
+            for c in data["candidates"]
+        ]
+        return cls(candidates, dict(data["objective"]), int(data["best"]), output_dir, data.get("constraint"))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "objective": self.objective,
             "best": self.best_index,
             "candidates": [candidate.to_dict() for candidate in self.candidates],
         }
+        if self.constraint is not None:
+            data["constraint"] = self.constraint
+        return data
 
     def markdown(self, plot: str | None = None) -> str:
         """The card section: the objective, one row per candidate (4 digits), the plot."""
         names = list(self.candidates[0].parameters)
-        metrics = list(self.objective)
+        metrics = list(self.candidates[0].metrics)
         formula = " + ".join(f"{weight:g} × {metric}" for metric, weight in self.objective.items())
+        constrained = self.constraint is not None
+        rule = ""
+        if self.constraint is not None:
+            bounds = ", ".join(f"{metric} ≥ base − {eps:g}" for metric, eps in self.constraint["epsilon"].items())
+            rule = (
+                f" Constraint (keep the base): a candidate is admissible only if {bounds}; the best admissible "
+                "one is chosen (the least violating one when none is)."
+            )
         lines = [
             "## Merge search",
             "",
             f"The merge parameters were chosen on development sets by `hf-unified-embed merge search`: "
-            f"{len(self.candidates)} candidates, score = {formula}. The chosen one is in bold.",
+            f"{len(self.candidates)} candidates, score = {formula}.{rule} The chosen one is in bold.",
             "",
-            "| # | " + " | ".join([*names, *metrics, "score"]) + " |",
-            "|--:|" + "--:|" * (len(names) + len(metrics) + 1),
+            "| # | " + " | ".join([*names, *metrics, "score", *(["admissible"] if constrained else [])]) + " |",
+            "|--:|" + "--:|" * (len(names) + len(metrics) + 1 + constrained),
         ]
+        if self.constraint is not None:
+            base = self.constraint["base"]
+            cells = ["base" if i == 0 else "" for i in range(len(names))]
+            cells += [f"{base[m]:.{METRIC_DIGITS}f}" if m in base else "" for m in metrics]
+            lines.append("| — | " + " | ".join([*cells, "", ""]) + " |")
         for index, candidate in enumerate(self.candidates):
             cells = [_cell(candidate.parameters[name]) for name in names]
             cells += [f"{candidate.metrics[metric]:.{METRIC_DIGITS}f}" for metric in metrics]
             cells.append(f"{candidate.score:.{METRIC_DIGITS}f}")
+            if constrained:
+                cells.append("yes" if candidate.admissible else "no")
             if index == self.best_index:
                 cells = [f"**{cell}**" for cell in cells]
             lines.append(f"| {index} | " + " | ".join(cells) + " |")
@@ -151,7 +187,7 @@ class SearchResult:
             else [float(i) for i in range(len(self.candidates))]
         )
         figure, axes = plt.subplots(figsize=(7.0, 4.2))
-        for metric in self.objective:
+        for metric in self.candidates[0].metrics:
             axes.plot(x, [candidate.metrics[metric] for candidate in self.candidates], marker="o", label=metric)
         axes.plot(x, [candidate.score for candidate in self.candidates], marker="s", color="black", label="score")
         axes.axvline(x[self.best_index], color="grey", linestyle="--", linewidth=1)
@@ -180,8 +216,8 @@ def _scalar(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def objective_metrics(results: SuiteResults, objective: Mapping[str, float]) -> dict[str, float]:
-    """The value of each objective key in a suite's results (``entry`` → its primary metric)."""
+def objective_metrics(results: SuiteResults, objective: Mapping[str, float] | Sequence[str]) -> dict[str, float]:
+    """The value of each objective key (or listed metric) in a suite's results (``entry`` → its primary metric)."""
     metrics = {}
     for key in objective:
         name, _, metric = key.partition("/")
@@ -225,23 +261,48 @@ def load_weights(model: SentenceTransformer, tensors: Mapping[str, torch.Tensor]
 class _Evaluator:
     """Merges candidates and scores them with one evaluation model (loaded once from the reference)."""
 
-    def __init__(self, config: MergeConfig, search: SearchConfig, opened: OpenedInputs, scratch: Path) -> None:
+    def __init__(
+        self, config: MergeConfig, search: SearchConfig, opened: OpenedInputs, scratch: Path, base: Path | None
+    ) -> None:
         from sentence_transformers import SentenceTransformer
 
-        from hf_unified_embed.evaluation import load_suite
+        from hf_unified_embed.evaluation import load_suite, set_reference_model
 
         self.config, self.search, self.opened, self.scratch = config, search, opened, scratch
         self.suite = load_suite(search.suite, search.data_root)
+        if base is not None:
+            # Entries that compare with a reference model (forgetting) compare with the merge's base.
+            set_reference_model(self.suite, base)
         names = {entry.name for entry in self.suite.entries}
-        for key in search.objective:
+        self.metrics = list(search.objective)
+        self.constrained: list[str] = []
+        if search.constraint is not None:
+            if base is None:
+                raise MergeError("search.constraint: the method has no base to keep; give the merge a 'base'")
+            referenced = [e.name for e in self.suite.entries if e.evaluation_kind.uses_reference_model]
+            constrained = search.constraint["metrics"] or list(dict.fromkeys([*search.objective, *referenced]))
+            self.metrics = list(dict.fromkeys([*self.metrics, *constrained]))
+            self.constrained = constrained
+        for key in self.metrics:
             if key.partition("/")[0] not in names:
                 raise MergeError(
                     f"search.objective: no evaluation {key.partition('/')[0]!r}; the suite has {sorted(names)}"
                 )
-        device = search.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.model = SentenceTransformer(str(opened.reference.path), device=device)
+        self.device = search.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.model = SentenceTransformer(str(opened.reference.path), device=self.device)
         size = sum(opened.reference.info(name).nbytes for name in opened.reference.names)
         self.in_memory = search.in_memory if isinstance(search.in_memory, bool) else size < IN_MEMORY_LIMIT
+
+    def score_base(self, base: Path) -> dict[str, float]:
+        """The base model's values of the constrained metrics (what a candidate may not fall below by more than ε)."""
+        from sentence_transformers import SentenceTransformer
+
+        from hf_unified_embed.evaluation import run_suite
+
+        results = run_suite(
+            SentenceTransformer(str(base), device=self.device), self.suite, diagnostics=False, show_progress_bar=False
+        )
+        return objective_metrics(results, self.constrained)
 
     def score(self, method: MergeMethod, show_progress: bool) -> tuple[dict[str, float], SuiteResults]:
         from hf_unified_embed.evaluation import run_suite
@@ -268,7 +329,7 @@ class _Evaluator:
                 load_weights(self.model, tensors, module_paths)
                 shard.unlink()
         results = run_suite(self.model, self.suite, diagnostics=False, show_progress_bar=False)
-        return objective_metrics(results, self.search.objective), results
+        return objective_metrics(results, self.metrics), results
 
 
 def run_search(config: MergeConfig, show_progress: bool = True) -> SearchResult:
@@ -282,19 +343,35 @@ def run_search(config: MergeConfig, show_progress: bool = True) -> SearchResult:
     reference = reference_input(config, methods[0])
     searched = list(search.parameters)
     candidates: list[Candidate] = []
+    base = next((path for path, roles in methods[0].input_roles().items() if "base" in roles), None)
     with (
         StagedOutput(config.output_dir, overwrite=config.overwrite, inputs=inputs) as stage,
         open_inputs(inputs, reference, stage.scratch) as opened,
     ):
-        evaluator = _Evaluator(config, search, opened, stage.scratch)
+        evaluator = _Evaluator(config, search, opened, stage.scratch, base)
+        constraint = None
+        if search.constraint is not None and base is not None:
+            epsilon = {metric: search.epsilon(metric) for metric in evaluator.constrained}
+            constraint = {"epsilon": epsilon, "base": evaluator.score_base(base)}
+            logger.info("constraint: base %s, epsilon %s", constraint["base"], epsilon)
         for index, method in enumerate(methods):
             metrics, results = evaluator.score(method, show_progress)
             score = math.fsum(weight * metrics[key] for key, weight in search.objective.items())
             values = {name: settings[index][name] for name in searched}
-            candidates.append(Candidate(values, metrics, score, results))
+            violation = (
+                max(constraint["base"][m] - eps - metrics[m] for m, eps in constraint["epsilon"].items())
+                if constraint is not None
+                else None
+            )
+            candidates.append(Candidate(values, metrics, score, results, violation))
             logger.info("candidate %d/%d %s: score %.4f %s", index + 1, len(methods), values, score, metrics)
-        best = max(range(len(candidates)), key=lambda i: (candidates[i].score, -i))
-        result = SearchResult(candidates, dict(search.objective), best, config.output_dir)
+        best = choose_best(candidates)
+        if not candidates[best].admissible:
+            logger.warning(
+                "no candidate keeps every constrained metric within epsilon of the base; chose the least violating (%s)",
+                candidates[best].parameters,
+            )
+        result = SearchResult(candidates, dict(search.objective), best, config.output_dir, constraint)
         del evaluator
 
         def section(folder: Path) -> str:
@@ -313,6 +390,14 @@ def run_search(config: MergeConfig, show_progress: bool = True) -> SearchResult:
     return result
 
 
+def choose_best(candidates: Sequence[Candidate]) -> int:
+    """The highest score among admissible candidates (first on ties); when none is, the least violating one."""
+    admissible = [i for i, candidate in enumerate(candidates) if candidate.admissible]
+    if admissible:
+        return max(admissible, key=lambda i: (candidates[i].score, -i))
+    return min(range(len(candidates)), key=lambda i: (candidates[i].violation, -candidates[i].score, i))
+
+
 def search_merge(
     models: Sequence[str | Path],
     method: str,
@@ -324,6 +409,7 @@ def search_merge(
     in_memory: bool | str = "auto",
     data_root: str | None = None,
     device: str | None = None,
+    constraint: Mapping[str, Any] | None = None,
     model_ids: Sequence[str | None] | Mapping[str | Path, str | None] | None = None,
     model_name: str | None = None,
     overwrite: bool = False,
@@ -339,6 +425,7 @@ def search_merge(
         suite: the evaluation suite of dev sets.
         search: candidate values per parameter (a list, or ``{"min", "max", "steps"}``).
         objective: ``{metric: weight}``, metrics named ``entry`` or ``entry/metric``.
+        constraint: ``{"epsilon": ε, "metrics": [...]}``: keep the base (see :class:`SearchConfig`).
 
     Example::
 
@@ -366,6 +453,7 @@ def search_merge(
             in_memory=in_memory,
             data_root=data_root,
             device=device,
+            constraint=dict(constraint) if constraint is not None else None,
         ),
     )
     return run_search(config, show_progress=show_progress)

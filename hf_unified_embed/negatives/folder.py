@@ -90,14 +90,24 @@ def mine_negatives_folder(
 
     Every task of ``split`` is written (the unmined ones unchanged) with the input card's sources and
     a ``hard_negatives`` section per mined task (teacher, k, margins, counts dropped). ``output`` is
-    staged (:class:`~hf_unified_embed.outputs.StagedOutput`) and checked before any model is loaded;
-    embeddings and Arrow files live in its scratch folder. Models given by name are loaded on ``device``.
+    staged (:class:`~hf_unified_embed.outputs.StagedOutput`) and checked before any model is loaded: it
+    may not be, contain or lie inside ``data``, ``corpus`` or a model folder. Embeddings and every Arrow
+    file (datasets' copy of the input too) live in its scratch folder. Models given by name are loaded on
+    ``device``.
     """
     from sentence_transformers import CrossEncoder, SentenceTransformer
 
-    inputs = [path for path in (data, corpus) if path is not None and looks_local(path)]
+    # The models are inputs too: a mined dataset written into the teacher's folder would change the model.
+    named = (
+        data,
+        corpus,
+        model if isinstance(model, str) else None,
+        cross_encoder if isinstance(cross_encoder, str) else None,
+    )
+    inputs = [path for path in named if path is not None and looks_local(path)]
     with StagedOutput(output, overwrite=overwrite, inputs=inputs) as stage:
-        loaded = load_unified(data, split=split)
+        # datasets' Arrow copy of every task lives in the staging folder, not in the user's datasets cache.
+        loaded = load_unified(data, split=split, cache_dir=str(stage.scratch / "cache"))
         external = read_corpus(corpus) if corpus is not None else None
         names: dict[str, Any] = {
             "teacher_name": model if isinstance(model, str) else None,

@@ -13,6 +13,7 @@ rank collated, in order, to ``OUT_DIR/<scenario>.rank<r>.json``:
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from datetime import timedelta
@@ -72,6 +73,12 @@ def main(model_dir: str, out_dir: str) -> None:
         trainer.train()
         Path(out_dir, f"{name}.rank{rank}.json").write_text(json.dumps(recorder.batches))
         dist.barrier()
+    # The DDP reducer must die while the process group is still registered: if it held the last
+    # reference, its destructor (which keeps the GIL) would join gloo's worker threads while one of them
+    # waits for the GIL to free a finished all-gather's tensors — a deadlock at exit seen on a busy
+    # machine (pytorch/pytorch#56297). destroy_process_group() drops the group without the GIL.
+    del trainer, model, recorder
+    gc.collect()
     dist.destroy_process_group()
 
 

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-from datasets.exceptions import DatasetNotFoundError
+from datasets.exceptions import DatasetGenerationError, DatasetNotFoundError
 
 from hf_unified_embed.data.readers import parse_score, record_field, record_text, record_texts, score_bounds
 from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, register_source_format
-from hf_unified_embed.errors import InputNotFoundError
+from hf_unified_embed.errors import InputError, InputNotFoundError, one_line
 
 
 def _columns(value: str | Sequence[str] | None) -> list[str]:
@@ -35,6 +35,22 @@ def _columns(value: str | Sequence[str] | None) -> list[str]:
 
 def _is_saved_dataset(path: Path) -> bool:
     return (path / "dataset_info.json").is_file() and (path / "state.json").is_file()
+
+
+def _folder_hint(path: Path | str) -> str:
+    """What a local folder that is no dataset holds, to show what it is instead (e.g. a model's files)."""
+    if not isinstance(path, Path) or not path.is_dir():
+        return ""
+    names = sorted(entry.name for entry in path.iterdir())
+    if (path / "config.json").is_file() or (path / "modules.json").is_file():
+        kind = "it looks like a model folder"
+    else:
+        kind = "it holds"
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    return (
+        f" ({kind}: {shown}; a hub source needs a Hub dataset id or a folder of parquet/json/csv data files,"
+        " or one written by Dataset.save_to_disk)"
+    )
 
 
 def open_dataset(
@@ -63,6 +79,14 @@ def open_dataset(
     except (FileNotFoundError, ConnectionError, DatasetNotFoundError) as error:
         local = "" if isinstance(path, Path) else " (no local folder of that name either)"
         raise InputNotFoundError(f"{where} cannot be loaded{local}: {error}") from error
+    except DatasetGenerationError as error:
+        # datasets picked a builder by the files it found (JSON for a model folder's config.json) and
+        # failed reading them; its own message says only that generation failed, the cause says why.
+        cause = error.__cause__ or error.__context__ or error
+        raise InputError(
+            f"{where}: datasets cannot read it as a dataset: {type(cause).__name__}: {one_line(cause, 300)}"
+            f"{_folder_hint(path)}"
+        ) from error
     except ValueError as error:  # an unknown config or split, a malformed card or data file
         raise SourceFormatError(
             f"{where}: {error}", field="options", expected="an existing config and split"

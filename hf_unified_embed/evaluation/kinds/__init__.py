@@ -1,4 +1,4 @@
-"""Evaluation kinds: ``sts``, ``retrieval``, ``reranking``, ``pair_classification``, and the registry a new one joins.
+"""Evaluation kinds: ``sts``, ``retrieval``, ``reranking``, ``pair_classification``, ``forgetting``, and the registry a new one joins.
 
 Each kind is one class in one module here (or in the user's own module); see
 :class:`~hf_unified_embed.evaluation.kinds.base.EvaluationKind`.
@@ -11,6 +11,7 @@ from hf_unified_embed.evaluation.kinds.base import (
     get_evaluation_kind,
     register_evaluation_kind,
 )
+from hf_unified_embed.evaluation.kinds.forgetting import ForgettingEvaluator, ForgettingKind
 from hf_unified_embed.evaluation.kinds.pair_classification import PairClassificationKind
 from hf_unified_embed.evaluation.kinds.reranking import RerankingKind
 from hf_unified_embed.evaluation.kinds.retrieval import RetrievalKind
@@ -19,6 +20,8 @@ from hf_unified_embed.evaluation.kinds.sts import STSKind
 __all__ = [
     "EVALUATION_KINDS",
     "EvaluationKind",
+    "ForgettingEvaluator",
+    "ForgettingKind",
     "PairClassificationKind",
     "RerankingKind",
     "RetrievalKind",

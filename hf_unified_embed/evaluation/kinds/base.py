@@ -32,10 +32,8 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
@@ -45,6 +43,7 @@ from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
 from hf_unified_embed.errors import SuiteError
 from hf_unified_embed.plugins import import_object, is_import_path
 from hf_unified_embed.schema import TASK_TYPES
+from hf_unified_embed.typecheck import constructor_parameters, type_problem
 
 if TYPE_CHECKING:
     from hf_unified_embed.evaluation.suite import SuiteEntry
@@ -68,6 +67,9 @@ class EvaluationKind(ABC):
         set_by_kind: constructor arguments with a default that the kind always sets (``name`` and the
             similarity); arguments without a default are the inputs and are set by the kind too.
         takes_corpus_files: whether entries may add ``corpus_files`` (extra documents).
+        uses_reference_model: whether the evaluator compares with a reference model (its ``reference``
+            option), which :func:`~hf_unified_embed.evaluation.suite.set_reference_model` fills in
+            where the entry leaves it out (e.g. with the base model of a training run or merge search).
     """
 
     name: ClassVar[str]
@@ -79,6 +81,7 @@ class EvaluationKind(ABC):
     kind_options: ClassVar[Mapping[str, Any]] = {}
     set_by_kind: ClassVar[tuple[str, ...]] = ("name",)
     takes_corpus_files: ClassVar[bool] = False
+    uses_reference_model: ClassVar[bool] = False
 
     @abstractmethod
     def build_evaluator(
@@ -111,7 +114,7 @@ class EvaluationKind(ABC):
 
     def allowed_options(self) -> dict[str, Any]:
         """Option name → type annotation (``Any`` where none resolves) the entry's ``evaluator`` may set."""
-        parameters = _constructor_parameters(cast(Hashable, self.evaluator_class))
+        parameters = constructor_parameters(cast(Hashable, self.evaluator_class))
         allowed = {
             name: annotation
             for name, (annotation, has_default) in parameters.items()
@@ -123,7 +126,7 @@ class EvaluationKind(ABC):
         """Refuse an option the evaluator does not take, or a value that does not fit its annotation."""
         allowed = self.allowed_options()
         for key, value in options.items():
-            if key in _constructor_parameters(cast(Hashable, self.evaluator_class)) and key not in allowed:
+            if key in constructor_parameters(cast(Hashable, self.evaluator_class)) and key not in allowed:
                 raise SuiteError(f"option {key!r} is set by kind {self.name!r} itself")
             if key not in allowed:
                 close = difflib.get_close_matches(str(key), allowed, n=1)
@@ -132,7 +135,7 @@ class EvaluationKind(ABC):
                     f"{self.evaluator_class.__name__} has no option {key!r}; {hint}options of kind {self.name!r}: "
                     f"{', '.join(sorted(allowed))}"
                 )
-            problem = _type_problem(allowed[key], value)
+            problem = type_problem(allowed[key], value)
             if problem:
                 raise SuiteError(f"option {key!r}: {problem}, got {value!r}")
 
@@ -168,71 +171,6 @@ class SentencePairKind(EvaluationKind):
     def num_examples(self, evaluator: BaseEvaluator, rows: Dataset) -> int:
         pairs: Any = evaluator
         return len(pairs.sentences1)
-
-
-def _type_problem(annotation: Any, value: Any) -> str | None:
-    """Why ``value`` does not fit ``annotation`` (pydantic's strict check), or ``None``."""
-    from pydantic import ValidationError
-
-    adapter = _adapter(annotation)
-    if adapter is None:
-        return None
-    try:
-        adapter.validate_python(value, strict=True)
-    except ValidationError as error:
-        first = error.errors()[0]
-        location = "".join(f"[{part!r}]" for part in first["loc"])
-        return f"{location} {first['msg'][0].lower()}{first['msg'][1:]}".strip()
-    return None
-
-
-@cache
-def _adapter(annotation: Any) -> Any:
-    """A pydantic ``TypeAdapter`` for ``annotation``; ``None`` for ``Any`` or a type pydantic cannot check."""
-    from pydantic import PydanticUserError, TypeAdapter
-
-    if annotation is Any:
-        return None
-    try:
-        return TypeAdapter(annotation)
-    except PydanticUserError:  # e.g. a bare class without a schema: left unchecked
-        return None
-
-
-@cache
-def _constructor_parameters(cls: Hashable) -> dict[str, tuple[Any, bool]]:
-    """``{name: (annotation, has_default)}`` of ``cls(...)``, following ``**kwargs`` to the base classes."""
-    parameters: dict[str, tuple[Any, bool]] = {}
-    for klass in cast(type, cls).__mro__:
-        if "__init__" not in vars(klass):
-            continue
-        module = getattr(sys.modules.get(klass.__module__), "__dict__", {})
-        takes_more = False
-        for name, parameter in inspect.signature(vars(klass)["__init__"]).parameters.items():
-            if name == "self":
-                continue
-            if parameter.kind is inspect.Parameter.VAR_KEYWORD:
-                takes_more = True
-            elif parameter.kind is not inspect.Parameter.VAR_POSITIONAL and name not in parameters:
-                parameters[name] = (
-                    _resolve(parameter.annotation, module),
-                    parameter.default is not inspect.Parameter.empty,
-                )
-        if not takes_more:
-            break
-    return parameters
-
-
-def _resolve(annotation: Any, namespace: Mapping[str, Any]) -> Any:
-    if annotation is inspect.Parameter.empty:
-        return Any
-    if isinstance(annotation, str):
-        try:
-            # A library's own annotation, evaluated in its module as typing.get_type_hints does.
-            return eval(annotation, dict(namespace))
-        except NameError:  # a name imported only for type checkers: left unchecked
-            return Any
-    return annotation
 
 
 KindT = TypeVar("KindT", bound=type[EvaluationKind])

@@ -29,6 +29,7 @@ import torch
 
 from hf_unified_embed.errors import MergeError
 from hf_unified_embed.plugins import import_object, is_import_path
+from hf_unified_embed.typecheck import mismatched_field
 
 if TYPE_CHECKING:
     from hf_unified_embed.merge.loader import LazyCheckpoint
@@ -75,6 +76,8 @@ class MergeMethod(ABC):
             raise MergeError(
                 f"method {cls.name!r} has no parameter {unknown[0]!r}; its parameters: {', '.join(known)}"
             )
+        if mismatch := mismatched_field(cls, params):
+            raise MergeError(f"method {cls.name!r}: parameter {mismatch[0]!r}: {mismatch[1]}")
         try:
             return cls(models=[Path(model) for model in models], **params)
         except TypeError as error:  # a parameter of the wrong type (a number where a path is expected…)
