@@ -185,7 +185,10 @@ def bad_choices(config: ConfigFile) -> st.SearchStrategy[tuple[str, bytes]]:
     def mutate(draw: st.DrawFn) -> tuple[str, bytes]:
         path = draw(st.sampled_from(sorted(config.choices, key=str)))
         name = draw(st.text("abcdefghijklmnopqrstuvwxyz_-0123456789", min_size=1, max_size=10))
-        assume(name not in config.choices[path])
+        current: Any = config.data
+        for part in path:
+            current = current[part]
+        assume(name not in config.choices[path] and name != current)  # a name equal to the current one breaks nothing
         return f"{'.'.join(map(str, path))} = {name!r}", _dump(replaced(config.data, path, name))
 
     return mutate()
