@@ -16,6 +16,7 @@ class                      meaning                                              
 ``SuiteError``             an evaluation suite is malformed (suite, entry, field)        ``ValueError``
 ``EvaluationDataError``    an evaluation set's rows do not fit its kind (set, row)       ``SuiteError``
 ``MergeError``             inputs that cannot be merged (input, tensor)                  ``ValueError``
+``LossOptionError``        a loss's options are out of range or do not fit together      ``ValueError``
 ``InputNotFoundError``     a named input (file, folder, model) does not exist            ``FileNotFoundError``
 ``OutputError``            the output cannot be written where asked                      ``OSError``
 ``OutputExistsError``      the output exists and ``overwrite`` was not given             ``FileExistsError``
@@ -133,6 +134,10 @@ class EvaluationDataError(SuiteError):
 
 class MergeError(HfUnifiedEmbedError, ValueError):
     """Inputs that cannot be merged: the message names the input, the tensor and what was expected."""
+
+
+class LossOptionError(HfUnifiedEmbedError, ValueError):
+    """A loss's options are out of range or do not fit together; the message names the option and the value."""
 
 
 class InputNotFoundError(HfUnifiedEmbedError, FileNotFoundError):

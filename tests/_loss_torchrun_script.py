@@ -6,9 +6,10 @@ global batch with an identical encoder, and writes both losses and both gradient
 to ``<output>.json``.
 
 With a model folder as second argument it also runs the gradient-cached cases: a DDP-wrapped
-SentenceTransformer, ``mini_batch_size`` smaller than each process's shard, gathering and the
-false-negative mask on texts duplicated across the processes, against the plain loss on the global batch
-in one process.
+SentenceTransformer, ``mini_batch_size`` smaller than each process's shard, or a token budget that cuts
+the two processes' shards into different numbers of mini-batches (fixed, or ``"auto"`` from a byte
+budget), gathering and the false-negative mask on texts duplicated across the processes, against the
+plain loss on the global batch in one process.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import gc
 import json
 import sys
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -23,6 +25,7 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from hf_unified_embed.losses import CoDiEmbSTSLoss, KeepBaseLoss, MultiPositiveInfoNCELoss
+from hf_unified_embed.losses._minibatches import plan_minibatches
 from hf_unified_embed.losses.parts import total_loss
 
 LOCAL_BATCH = 4
@@ -91,8 +94,14 @@ CACHED_NEGATIVES = [
 CACHED_LABELS = [1.0, 0.9, 0.1, 0.85, 0.3, 0.95, 0.6, 0.2]
 
 
+# Token budgets that cut rank 0's and rank 1's rows into 4 and 3 (four columns), 3 and 2 (two columns) mini-batches.
+MULTI_POSITIVE_TOKENS, STS_TOKENS = 44, 28
+# Bytes of activations per mini-batch for "auto": about 50 tokens of the tiny BERT (3.4 KiB saved per token).
+AUTO_BUDGET = 250_000
+
+
 def run_cached_case(
-    name: str, model_path: str, columns: list[list[str]], labels: list[float] | None, factory
+    name: str, model_path: str, columns: list[list[str]], labels: list[float] | None, factory, **cache
 ) -> dict[str, float]:
     from sentence_transformers import SentenceTransformer
 
@@ -101,7 +110,7 @@ def run_cached_case(
     model = SentenceTransformer(model_path, device="cpu").eval()  # no dropout: the reference runs elsewhere
     # BERT's pooler is not used by sentence-transformers: DDP must be told some parameters get no gradient.
     wrapped = DistributedDataParallel(model, find_unused_parameters=True)
-    loss = factory(wrapped, gather=True, mini_batch_size=3)
+    loss = factory(wrapped, gather=True, **cache)
     features = [dict(model.preprocess(column[rows])) for column in columns]
     local_labels = torch.tensor(labels[rows]) if labels is not None else None
     local_value = total_loss(loss(features, local_labels))
@@ -110,11 +119,16 @@ def run_cached_case(
     dist.all_reduce(gathered_value)
     gathered_value /= world_size
     gathered_grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    mini_batches = len(plan_minibatches(features, *loss.mini_batch_sizes(features, None)))
+    # What "auto" chose on each rank (probed on different shards): the same everywhere.
+    chosen = loss.auto_mini_batch
+    choices: list[Any] = [None] * world_size
+    dist.all_gather_object(choices, None if chosen is None else chosen.mini_batch_size or chosen.mini_batch_num_tokens)
 
     result: dict[str, float] = {}
     if rank == 0:
         single = SentenceTransformer(model_path, device="cpu").eval()
-        loss = factory(single, gather=False, mini_batch_size=None)
+        loss = factory(single, gather=False)
         features = [dict(single.preprocess(column)) for column in columns]
         single_value = total_loss(loss(features, torch.tensor(labels) if labels is not None else None))
         single_value.backward()
@@ -124,6 +138,8 @@ def run_cached_case(
             f"{name}_loss_single": single_value.item(),
             f"{name}_grad_max_abs_diff": (gathered_grads - single_grads).abs().max().item(),
             f"{name}_grad_max_abs": single_grads.abs().max().item(),
+            f"{name}_mini_batches_rank0": mini_batches,
+            f"{name}_auto_choices": choices,
         }
     return result
 
@@ -141,23 +157,41 @@ def perturbed_base(model_path: str) -> nn.Module:
 
 
 def run_cached_cases(model_path: str) -> dict[str, float]:
-    results = run_cached_case(
-        "cached_multi_positive",
+    retrieval = [CACHED_QUERIES, CACHED_POSITIVES, CACHED_POSITIVES[::-1], CACHED_NEGATIVES]
+
+    def multi_positive(model, gather, **cache):
+        return MultiPositiveInfoNCELoss(model, positives_per_query=2, gather_across_devices=gather, **cache)
+
+    def codiemb_sts(model, gather, **cache):
+        return CoDiEmbSTSLoss(model, infonce_weight=1.0, gather_across_devices=gather, **cache)
+
+    results = run_cached_case("cached_multi_positive", model_path, retrieval, None, multi_positive, mini_batch_size=3)
+    results |= run_cached_case(
+        "cached_multi_positive_tokens",
         model_path,
-        [CACHED_QUERIES, CACHED_POSITIVES, CACHED_POSITIVES[::-1], CACHED_NEGATIVES],
+        retrieval,
         None,
-        lambda model, gather, mini_batch_size: MultiPositiveInfoNCELoss(
-            model, positives_per_query=2, gather_across_devices=gather, mini_batch_size=mini_batch_size
-        ),
+        multi_positive,
+        mini_batch_num_tokens=MULTI_POSITIVE_TOKENS,
     )
     results |= run_cached_case(
-        "cached_codiemb_sts",
+        "cached_multi_positive_auto",
         model_path,
-        [CACHED_QUERIES, CACHED_POSITIVES],
-        CACHED_LABELS,
-        lambda model, gather, mini_batch_size: CoDiEmbSTSLoss(
-            model, infonce_weight=1.0, gather_across_devices=gather, mini_batch_size=mini_batch_size
-        ),
+        retrieval,
+        None,
+        multi_positive,
+        mini_batch_num_tokens="auto",
+        mini_batch_memory_budget=AUTO_BUDGET,
+    )
+
+    def keep_base(model, gather, **cache):
+        task = MultiPositiveInfoNCELoss(model, gather_across_devices=gather, **cache)
+        return KeepBaseLoss(task, base=perturbed_base(model_path))
+
+    pairs = [CACHED_QUERIES, CACHED_POSITIVES]
+    results |= run_cached_case("cached_codiemb_sts", model_path, pairs, CACHED_LABELS, codiemb_sts, mini_batch_size=3)
+    results |= run_cached_case(
+        "cached_codiemb_sts_tokens", model_path, pairs, CACHED_LABELS, codiemb_sts, mini_batch_num_tokens=STS_TOKENS
     )
     # Self-distillation from a frozen base: the base's and the student's documents gathered alike.
     results |= run_cached_case(
@@ -165,10 +199,17 @@ def run_cached_cases(model_path: str) -> dict[str, float]:
         model_path,
         [CACHED_QUERIES, CACHED_POSITIVES, CACHED_NEGATIVES],
         None,
-        lambda model, gather, mini_batch_size: KeepBaseLoss(
-            MultiPositiveInfoNCELoss(model, gather_across_devices=gather, mini_batch_size=mini_batch_size),
-            base=perturbed_base(model_path),
-        ),
+        keep_base,
+        mini_batch_size=3,
+    )
+    results |= run_cached_case(
+        "cached_keep_base_auto",
+        model_path,
+        [CACHED_QUERIES, CACHED_POSITIVES, CACHED_NEGATIVES],
+        None,
+        keep_base,
+        mini_batch_size="auto",
+        mini_batch_memory_budget=AUTO_BUDGET,
     )
     return results
 

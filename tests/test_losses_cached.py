@@ -1,4 +1,5 @@
-"""GradCache mode (``mini_batch_size``) of every loss: same loss parts and parameter gradients as without it."""
+"""GradCache mode of every loss, by rows (``mini_batch_size``) or by a token budget (``mini_batch_num_tokens``):
+same loss parts and parameter gradients as without it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from typing import Any
 import pytest
 import torch
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.base.losses.gradcache import _create_minibatch
 from sentence_transformers.sentence_transformer.losses import MatryoshkaLoss
 
 from hf_unified_embed.losses import (
@@ -20,12 +20,14 @@ from hf_unified_embed.losses import (
     EmbeddingLoss,
     GURLoss,
     InstructorLoss,
+    KeepBaseLoss,
     MidLayerInfoNCELoss,
     MultiPositiveInfoNCELoss,
     PearsonLoss,
     PROLoss,
     RankKLLoss,
 )
+from hf_unified_embed.losses._minibatches import plan_minibatches
 from hf_unified_embed.losses.base import FINAL
 from hf_unified_embed.losses.parts import total_loss, with_means
 
@@ -110,8 +112,14 @@ CASES: dict[str, tuple[Callable[..., EmbeddingLoss], list[list[str]], list[Any] 
     "gur": (GURLoss, PAIRS, None),
     "distill_kl": (DistillKLLoss, RETRIEVAL, TEACHER_SCORES),
     "distill_margin_mse": (DistillMarginMSELoss, RETRIEVAL, TEACHER_SCORES),
+    # The wrapper takes the task loss's options and runs the cache itself (the base: a frozen copy, no dropout).
+    "keep_base": (lambda m, **kw: KeepBaseLoss(MultiPositiveInfoNCELoss(m, **kw)), RETRIEVAL, None),
 }
 MINI_BATCH = 3  # 8 rows -> mini-batches of 3, 3 and 2
+# Padded tokens of all columns per mini-batch: 2 to 4 of the 8 pairs (12-16 tokens a row), 1 to 2 of the
+# retrieval rows (18-41 tokens a row), so mini-batches of different sizes and single rows.
+TOKEN_BUDGET = 60
+CACHE_OPTIONS = {"rows": {"mini_batch_size": MINI_BATCH}, "tokens": {"mini_batch_num_tokens": TOKEN_BUDGET}}
 
 
 @pytest.fixture
@@ -154,14 +162,15 @@ def assert_same(
         torch.testing.assert_close(cached_grads[name], gradient, rtol=1e-4, atol=1e-5 * scale, msg=name)
 
 
+@pytest.mark.parametrize("cut", sorted(CACHE_OPTIONS))
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_cached_equals_uncached_without_dropout(tiny_model: SentenceTransformer, name: str) -> None:
+def test_cached_equals_uncached_without_dropout(tiny_model: SentenceTransformer, name: str, cut: str) -> None:
     factory, columns, labels = CASES[name]
     tiny_model.eval()
     torch.manual_seed(0)  # GURLoss draws its MLM head at random: the same one for both
     reference = run(factory(tiny_model), tiny_model, columns, labels, seed=1)
     torch.manual_seed(0)
-    cached_loss = factory(tiny_model, mini_batch_size=MINI_BATCH)
+    cached_loss = factory(tiny_model, **CACHE_OPTIONS[cut])
     assert cached_loss.uses_gradient_cache
     assert_same(run(cached_loss, tiny_model, columns, labels, seed=1), reference)
 
@@ -172,7 +181,8 @@ def partitioned_reference(
     """The uncached loss with the forward passes cut into the same mini-batches, run from the same seed.
 
     The random state then advances exactly as in the cached first pass, so each mini-batch draws the same
-    dropout masks: the cached gradients equal these only if the backward pass replays those masks.
+    dropout masks: the cached gradients equal these only if the backward pass replays those masks. Each
+    row's embedding is put back at its batch position by hand (the cut runs over length-sorted rows).
     """
     loss.zero_grad(set_to_none=True)
     features = features_of(model, columns)
@@ -182,21 +192,24 @@ def partitioned_reference(
     if isinstance(loss, GURLoss):
         features, context = loss._masked_columns(features)  # the draw a forward pass makes first
     rows = len(columns[0])
-    views: dict[str, list[list[torch.Tensor]]] = {}
+    plan = plan_minibatches(features, loss.mini_batch_size, loss.mini_batch_num_tokens)  # type: ignore[arg-type]
+    assert len(plan) > 1
+    views: dict[str, list[list[torch.Tensor | None]]] = {}
     sums: dict[str, list[torch.Tensor]] = {}
     counts: dict[str, int] = {}
-    for begin in range(0, rows, MINI_BATCH):
-        end = min(begin + MINI_BATCH, rows)
-        minibatch = [_create_minibatch(column, begin, end) for column in features]
-        embedded = loss.embed(minibatch, context, slice(begin, end))
+    for index in range(len(plan)):
+        batch_rows = plan.batch_rows(index)
+        embedded = loss.embed(plan.features(features, index), context, batch_rows)
+        positions = torch.arange(rows)[batch_rows].tolist()
         for view, tensors in embedded.views.items():
-            views.setdefault(view, [[] for _ in tensors])
+            views.setdefault(view, [[None] * rows for _ in tensors])
             for collected, tensor in zip(views[view], tensors):
-                collected.append(tensor)
+                for position, row in zip(positions, tensor):
+                    collected[position] = row
         for part, (total, count) in embedded.means.items():
             sums.setdefault(part, []).append(total)
             counts[part] = counts.get(part, 0) + count
-    joined = {view: [torch.cat(parts) for parts in tensors] for view, tensors in views.items()}
+    joined = {view: [torch.stack(by_row) for by_row in tensors] for view, tensors in views.items()}  # type: ignore[misc]
     output = loss.compute_loss_from_embeddings(
         joined.pop(FINAL), torch.tensor(labels) if labels is not None else None, **joined, **inputs
     )
@@ -207,12 +220,13 @@ def partitioned_reference(
     return {name: value.detach() for name, value in parts.items()}, gradients
 
 
+@pytest.mark.parametrize("cut", sorted(CACHE_OPTIONS))
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_cached_replays_dropout(tiny_model: SentenceTransformer, name: str) -> None:
+def test_cached_replays_dropout(tiny_model: SentenceTransformer, name: str, cut: str) -> None:
     factory, columns, labels = CASES[name]
     tiny_model.train()
     assert tiny_model[0].auto_model.config.hidden_dropout_prob > 0
-    loss = factory(tiny_model, mini_batch_size=MINI_BATCH)
+    loss = factory(tiny_model, **CACHE_OPTIONS[cut])
     reference = partitioned_reference(loss, tiny_model, columns, labels, seed=3)
     cached = run(loss, tiny_model, columns, labels, seed=3)
     assert_same(cached, reference)
@@ -221,9 +235,10 @@ def test_cached_replays_dropout(tiny_model: SentenceTransformer, name: str) -> N
         assert not torch.allclose(total_loss(other[0]), total_loss(cached[0]))
 
 
-def test_cached_replays_autocast(tiny_model: SentenceTransformer) -> None:
+@pytest.mark.parametrize("cut", sorted(CACHE_OPTIONS))
+def test_cached_replays_autocast(tiny_model: SentenceTransformer, cut: str) -> None:
     tiny_model.train()
-    loss = MultiPositiveInfoNCELoss(tiny_model, mini_batch_size=MINI_BATCH)
+    loss = MultiPositiveInfoNCELoss(tiny_model, **CACHE_OPTIONS[cut])
     with torch.autocast("cpu", dtype=torch.bfloat16):
         reference = partitioned_reference(loss, tiny_model, RETRIEVAL, None, seed=5)
         cached = run(loss, tiny_model, RETRIEVAL, None, seed=5)

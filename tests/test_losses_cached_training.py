@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 from datasets import DatasetDict
 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 from torch import nn
 
+import hf_unified_embed.losses.base as loss_base
 from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
 from hf_unified_embed.recipe import recipe_from_dict
 from hf_unified_embed.sampling import CurriculumBatchSampler
@@ -48,16 +52,43 @@ def test_recipe_losses_take_the_cache_and_in_batch_options() -> None:
     loss = MultiPositiveInfoNCELoss(model, **{k: v for k, v in recipe.losses["retrieval"].items() if k != "name"})
     assert loss.uses_gradient_cache and loss.get_config_dict()["mini_batch_size"] == 32
     assert not loss.in_batch_negatives
+    recipe = recipe_from_dict(
+        {
+            "data": "unified",
+            "losses": {"retrieval": {"name": "MultiPositiveInfoNCELoss", "mini_batch_num_tokens": "auto"}},
+            "output_dir": "out",
+        }
+    )
+    options = {k: v for k, v in recipe.losses["retrieval"].items() if k != "name"}
+    assert MultiPositiveInfoNCELoss(model, **options).get_config_dict()["mini_batch_num_tokens"] == "auto"
 
 
-def test_cached_and_uncached_tasks_train_together(tiny_model_path: str, tmp_path: Path) -> None:
+CACHE_OPTIONS: dict[str, dict[str, Any]] = {
+    "rows": {"mini_batch_size": MINI_BATCH},
+    "tokens": {"mini_batch_num_tokens": 40},
+    # About 60 tokens of the tiny BERT's activations: several mini-batches of the 12 rows x 4 columns.
+    "auto": {"mini_batch_num_tokens": "auto", "mini_batch_memory_budget": 300_000},
+}
+
+
+@pytest.mark.parametrize("cut", sorted(CACHE_OPTIONS))
+def test_cached_and_uncached_tasks_train_together(
+    tiny_model_path: str,
+    tmp_path: Path,
+    cut: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     model = SentenceTransformer(tiny_model_path, device="cpu")
     train = tasks()
+    choices = []
+    choose = loss_base.choose_auto
+    monkeypatch.setattr(loss_base, "choose_auto", lambda *args: choices.append(choose(*args)) or choices[-1])
     losses = losses_for_tasks(
         model,
         train,
         {
-            "retrieval": (MultiPositiveInfoNCELoss, {"positives_per_query": 2, "mini_batch_size": MINI_BATCH}),
+            "retrieval": (MultiPositiveInfoNCELoss, {"positives_per_query": 2, **CACHE_OPTIONS[cut]}),
             "sts": CoDiEmbSTSLoss,
         },
     )
@@ -85,8 +116,15 @@ def test_cached_and_uncached_tasks_train_together(tiny_model_path: str, tmp_path
     trainer = SentenceTransformerTrainer(
         model=model, args=args, train_dataset=train, loss=losses, data_collator=collator
     )
-    trainer.train()
+    with caplog.at_level(logging.INFO, logger="hf_unified_embed.losses._auto_mini_batch"):
+        trainer.train()
     assert seen == {"qa": [RETRIEVAL_BATCH] * 2, "sts": [STS_BATCH] * 2}
+    if cut == "auto":  # sized once, at the first retrieval step, logged, and kept for the second
+        assert len(choices) == 1 and losses["qa"].auto_mini_batch is choices[0]
+        assert [r.getMessage() for r in caplog.records] == [f"MultiPositiveInfoNCELoss: {choices[0].describe()}"]
+        assert 1 < choices[0].mini_batch_num_tokens < 12 * 30  # type: ignore[operator]
+    else:
+        assert not choices
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert len(logged) == 4 and all(math.isfinite(entry["loss"]) for entry in logged)
     assert any("pearson" in entry for entry in logged)  # the STS steps log their parts

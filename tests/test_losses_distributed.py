@@ -6,6 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,16 +37,34 @@ def torchrun_results(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: 
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("name", ["cached_multi_positive", "cached_codiemb_sts", "cached_keep_base"])
-def test_cached_gathered_loss_equals_single_process_loss(torchrun_results: dict[str, float], name: str) -> None:
-    # Gradient caching (mini-batches of 3 of each process's 4 rows) + gathering + false negatives across
-    # processes, on a DDP-wrapped tiny BERT: float32, so equal to rounding.
+@pytest.mark.parametrize(
+    "name",
+    [
+        "cached_multi_positive",
+        "cached_multi_positive_tokens",
+        "cached_multi_positive_auto",
+        "cached_codiemb_sts",
+        "cached_codiemb_sts_tokens",
+        "cached_keep_base",
+        "cached_keep_base_auto",
+    ],
+)
+def test_cached_gathered_loss_equals_single_process_loss(torchrun_results: dict[str, Any], name: str) -> None:
+    # Gradient caching (mini-batches of 3 of each process's 4 rows; or a token budget, fixed or "auto", that
+    # cuts the two processes' rows into different numbers of mini-batches) + gathering + false negatives
+    # across processes, on a DDP-wrapped tiny BERT: float32, so equal to rounding.
     assert torchrun_results[f"{name}_loss_gathered"] == pytest.approx(
         torchrun_results[f"{name}_loss_single"], rel=1e-5
     )
     scale = torchrun_results[f"{name}_grad_max_abs"]
     assert scale > 0
     assert torchrun_results[f"{name}_grad_max_abs_diff"] < 1e-4 * scale
+    assert torchrun_results[f"{name}_mini_batches_rank0"] > 1
+    choices = torchrun_results[f"{name}_auto_choices"]
+    if name.endswith("_auto"):  # probed on each rank's own shard, agreed on across the ranks
+        assert choices[0] is not None and choices == [choices[0]] * 2
+    else:
+        assert choices == [None, None]
 
 
 @pytest.mark.multiprocess

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from hf_unified_embed import (
     KeepBaseLoss,
     MultiPositiveInfoNCELoss,
 )
+from hf_unified_embed.losses._minibatches import plan_minibatches
 from hf_unified_embed.losses.parts import total_loss
 
 
@@ -154,21 +156,35 @@ def test_gradient_cached_keep_base_equals_uncached(tiny_model_path: str) -> None
     with torch.no_grad():
         for parameter in base.parameters():  # a base that differs from the student: a non-zero term
             parameter.add_(0.05 * torch.randn(parameter.shape, generator=torch.Generator().manual_seed(0)))
-    for mini_batch_size in (None, 2):
+    # Uncached; 2 rows per mini-batch; a token budget (2 of the 5 rows of 3 columns per mini-batch, the rows
+    # sorted by length); "auto" from a byte budget (about 60 tokens of the tiny BERT's activations).
+    options: list[dict[str, Any]] = [
+        {},
+        {"mini_batch_size": 2},
+        {"mini_batch_num_tokens": 48},
+        {"mini_batch_num_tokens": "auto", "mini_batch_memory_budget": 300_000},
+    ]
+    for cache in options:
         model = SentenceTransformer(tiny_model_path).eval()
-        loss = KeepBaseLoss(MultiPositiveInfoNCELoss(model, mini_batch_size=mini_batch_size), base=base)
-        assert loss.mini_batch_size == mini_batch_size
-        parts = loss([dict(model.preprocess(column)) for column in texts], None)
+        loss = KeepBaseLoss(MultiPositiveInfoNCELoss(model, **cache), base=base)
+        assert loss.uses_gradient_cache == bool(cache)
+        assert {key: getattr(loss, key) for key in cache} == cache
+        features = [dict(model.preprocess(column)) for column in texts]
+        parts = loss(features, None)
         total_loss(parts).backward()
+        if cache:
+            assert len(plan_minibatches(features, *loss.mini_batch_sizes(features, None))) > 1
         gradient = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
         results.append((parts["task"].item(), parts["keep_base"].item(), gradient))
-    (task, keep, gradient), (cached_task, cached_keep, cached_gradient) = results
+    (task, keep, gradient), *cached = results
     assert keep > 0
-    assert cached_task == pytest.approx(task, rel=1e-5)
-    assert cached_keep == pytest.approx(keep, rel=1e-5)
-    # float32: equal up to rounding, relative to the largest gradient
-    assert (cached_gradient - gradient).abs().max() < 1e-4 * gradient.abs().max()
+    for cached_task, cached_keep, cached_gradient in cached:
+        assert cached_task == pytest.approx(task, rel=1e-5)
+        assert cached_keep == pytest.approx(keep, rel=1e-5)
+        # float32: equal up to rounding, relative to the largest gradient
+        assert (cached_gradient - gradient).abs().max() < 1e-4 * gradient.abs().max()
     assert all(parameter.grad is None for parameter in base.parameters())
+    assert "mini_batch_chosen" in loss.get_config_dict()  # the "auto" loss says what it chose
 
 
 @pytest.mark.real_model

@@ -195,6 +195,17 @@ def no_data_load(monkeypatch: pytest.MonkeyPatch) -> None:
             r"losses\.retrieval\.temperature \(of MultiPositiveInfoNCELoss\): input should be a valid number, got 'hot'",
         ),
         (
+            {"losses": {"retrieval": {"name": "MultiPositiveInfoNCELoss", "mini_batch_num_tokens": "lots"}}},
+            RecipeError,
+            r"losses\.retrieval\.mini_batch_num_tokens \(of MultiPositiveInfoNCELoss\): input should be "
+            r"Union\[Annotated\[int, Ge\(ge=1\)\], Literal\['auto'\], NoneType\], got 'lots'",
+        ),
+        (
+            {"losses": {"retrieval": {"name": "MultiPositiveInfoNCELoss", "mini_batch_size": 0}}},
+            RecipeError,
+            r"r\.yaml: losses\.retrieval\.mini_batch_size \(of MultiPositiveInfoNCELoss\): input should be .*got 0",
+        ),
+        (
             {"losses": {"sts": {"name": "CoDiEmbSTSLoss", "rank_kl_reduction": "mean"}}},
             RecipeError,
             r"losses\.sts\.rank_kl_reduction \(of CoDiEmbSTSLoss\): input should be 'batchmean' or 'sum', got 'mean'",

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hf_unified_embed.losses._checks import as_float, require_columns
-from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 
 
@@ -22,8 +22,15 @@ class TeacherScoreLoss(EmbeddingLoss):
     :class:`ColumnLayout` with ``label="teacher_scores"``). Subclasses implement :meth:`loss_from_scores`.
     """
 
-    def __init__(self, model: nn.Module, positives_per_query: int = 1, mini_batch_size: int | None = None) -> None:
-        super().__init__(model, mini_batch_size)
+    def __init__(
+        self,
+        model: nn.Module,
+        positives_per_query: int = 1,
+        mini_batch_size: MiniBatchOption = None,
+        mini_batch_num_tokens: MiniBatchOption = None,
+        mini_batch_memory_budget: MemoryBudget = None,
+    ) -> None:
+        super().__init__(model, mini_batch_size, mini_batch_num_tokens, mini_batch_memory_budget)
         if positives_per_query < 1:
             raise ValueError(f"positives_per_query must be at least 1, got {positives_per_query}.")
         self.positives_per_query = positives_per_query

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import as_float, require_labels, require_pairs, zero_loss
 from hf_unified_embed.losses._citations import ANGLE
 from hf_unified_embed.losses._text_identity import text_ids_of
-from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.parts import LossParts
 
@@ -36,7 +36,9 @@ class AnglEJointLoss(EmbeddingLoss):
         angle_scale: float = 1.0,
         positive_threshold: float = 0.8,
         mask_false_negatives: bool = True,
-        mini_batch_size: int | None = None,
+        mini_batch_size: MiniBatchOption = None,
+        mini_batch_num_tokens: MiniBatchOption = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""The full AnglE objective (Eq. 8): ``w1·L_cos + w2·L_ibn + w3·L_angle`` on scored sentence pairs.
 
@@ -75,6 +77,10 @@ class AnglEJointLoss(EmbeddingLoss):
             mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache): the
                 batch-wide terms see the whole batch, with the same value and gradients. ``None`` embeds the
                 whole batch at once.
+            mini_batch_num_tokens: Instead of ``mini_batch_size``, a token budget per mini-batch (rows sorted
+                by length, the padded tokens of all columns counted). Either may be ``"auto"``: sized to the
+                memory at the first step (see :class:`EmbeddingLoss`).
+            mini_batch_memory_budget: Bytes one mini-batch's activations may take, for ``"auto"``.
 
         References:
             - AnglE-optimized Text Embeddings, Section 3, Equations 1-8: https://arxiv.org/abs/2309.12871
@@ -111,7 +117,7 @@ class AnglEJointLoss(EmbeddingLoss):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
         """
-        super().__init__(model, mini_batch_size)
+        super().__init__(model, mini_batch_size, mini_batch_num_tokens, mini_batch_memory_budget)
         weights = {"cosine_weight": cosine_weight, "ibn_weight": ibn_weight, "angle_weight": angle_weight}
         for name, weight in weights.items():
             if weight < 0:

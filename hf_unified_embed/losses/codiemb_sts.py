@@ -12,7 +12,7 @@ from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._distributed import all_gather_with_grad
 from hf_unified_embed.losses._hidden_states import embed_columns_with_layer
 from hf_unified_embed.losses._text_identity import gather_ids, text_ids_of
-from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss
+from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss, MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.mid_layer_infonce import thresholded_infonce
 from hf_unified_embed.losses.parts import LossParts
@@ -37,7 +37,9 @@ class CoDiEmbSTSLoss(EmbeddingLoss):
         rank_kl_reduction: Literal["batchmean", "sum"] = "batchmean",
         gather_across_devices: bool = False,
         mask_false_negatives: bool = True,
-        mini_batch_size: int | None = None,
+        mini_batch_size: MiniBatchOption = None,
+        mini_batch_num_tokens: MiniBatchOption = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""The STS objective of CoDiEmb: a weighted sum of list-wise and contrastive terms on sentence pairs::
 
@@ -84,6 +86,10 @@ class CoDiEmbSTSLoss(EmbeddingLoss):
             mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache): the
                 list-wise terms still rank the whole batch, with the same value and gradients. ``None``
                 embeds the whole batch at once.
+            mini_batch_num_tokens: Instead of ``mini_batch_size``, a token budget per mini-batch (rows sorted
+                by length, the padded tokens of all columns counted). Either may be ``"auto"``: sized to the
+                memory at the first step (see :class:`EmbeddingLoss`).
+            mini_batch_memory_budget: Bytes one mini-batch's activations may take, for ``"auto"``.
 
         References:
             - CoDiEmb, Section 2.2 (Equations 4, 6, 8, 9): https://github.com/TencentCloudADP/youtu-embedding
@@ -120,7 +126,7 @@ class CoDiEmbSTSLoss(EmbeddingLoss):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
         """
-        super().__init__(model, mini_batch_size)
+        super().__init__(model, mini_batch_size, mini_batch_num_tokens, mini_batch_memory_budget)
         weights = {
             "pearson_weight": pearson_weight,
             "rank_kl_weight": rank_kl_weight,
@@ -152,7 +158,7 @@ class CoDiEmbSTSLoss(EmbeddingLoss):
         self.rank_kl = RankKLLoss(model, temperature=temperature, reduction=rank_kl_reduction)
         self.pro = PROLoss(model, temperature=temperature)
 
-    def embed(self, sentence_features: list[dict[str, Any]], context: Any, rows: slice) -> Embedded:
+    def embed(self, sentence_features: list[dict[str, Any]], context: Any, rows: slice | Tensor) -> Embedded:
         """Final embeddings and, while ``mid_layer_weight > 0``, the intermediate layer's, from one forward pass."""
         if not self.mid_layer_weight:
             return super().embed(sentence_features, context, rows)

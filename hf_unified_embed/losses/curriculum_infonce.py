@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import as_float, require_columns, require_labels, zero_loss
 from hf_unified_embed.losses._citations import DATA_CUBE
 from hf_unified_embed.losses._text_identity import same_text, text_ids_of
-from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 
 
@@ -23,7 +23,9 @@ class CurriculumInfoNCELoss(EmbeddingLoss):
         difficulty_threshold: float | None = None,
         in_batch_negatives: bool = True,
         mask_false_negatives: bool = True,
-        mini_batch_size: int | None = None,
+        mini_batch_size: MiniBatchOption = None,
+        mini_batch_num_tokens: MiniBatchOption = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""In-batch InfoNCE of Data-CUBE (Eq. 3) with its binary mask on too-difficult instances (Eq. 9).
 
@@ -67,6 +69,10 @@ class CurriculumInfoNCELoss(EmbeddingLoss):
             mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache): the
                 loss of a large batch on the memory of a small one, same value and gradients. ``None``
                 embeds the whole batch at once.
+            mini_batch_num_tokens: Instead of ``mini_batch_size``, a token budget per mini-batch (rows sorted
+                by length, the padded tokens of all columns counted). Either may be ``"auto"``: sized to the
+                memory at the first step (see :class:`EmbeddingLoss`).
+            mini_batch_memory_budget: Bytes one mini-batch's activations may take, for ``"auto"``.
 
         References:
             - Data-CUBE: Data Curriculum for Instruction-based Sentence Representation Learning, Eq. 3, 8, 9
@@ -107,7 +113,7 @@ class CurriculumInfoNCELoss(EmbeddingLoss):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
         """
-        super().__init__(model, mini_batch_size)
+        super().__init__(model, mini_batch_size, mini_batch_num_tokens, mini_batch_memory_budget)
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}.")
         self.temperature = temperature

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hf_unified_embed.losses._teacher_scores import TeacherScoreLoss
+from hf_unified_embed.losses.base import MemoryBudget, MiniBatchOption
 
 RANKING_DISTILLATION_CITATION = """
 @inproceedings{ren2021rocketqav2,
@@ -27,7 +28,9 @@ class DistillKLLoss(TeacherScoreLoss):
         student_temperature: float = 0.02,
         teacher_temperature: float = 0.01,
         scale_by_student_temperature: bool = True,
-        mini_batch_size: int | None = None,
+        mini_batch_size: MiniBatchOption = None,
+        mini_batch_num_tokens: MiniBatchOption = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""List-wise knowledge distillation: for each query, the KL divergence from the teacher's softmax over
         its documents to the student's (RocketQAv2's list-wise distillation; FlagEmbedding's
@@ -62,6 +65,10 @@ class DistillKLLoss(TeacherScoreLoss):
                 ``DistillKLDivLoss`` does (default); ``False`` leaves the bare KL divergence.
             mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache);
                 ``None`` embeds the whole batch at once.
+            mini_batch_num_tokens: Instead of ``mini_batch_size``, a token budget per mini-batch (rows sorted
+                by length, the padded tokens of all columns counted). Either may be ``"auto"``: sized to the
+                memory at the first step (see :class:`EmbeddingLoss`).
+            mini_batch_memory_budget: Bytes one mini-batch's activations may take, for ``"auto"``.
 
         References:
             - RocketQAv2 (Ren et al., 2021), list-wise distillation: https://arxiv.org/abs/2110.07367
@@ -99,7 +106,7 @@ class DistillKLLoss(TeacherScoreLoss):
                 )
                 trainer.train()
         """
-        super().__init__(model, positives_per_query, mini_batch_size)
+        super().__init__(model, positives_per_query, mini_batch_size, mini_batch_num_tokens, mini_batch_memory_budget)
         for name, value in (
             ("student_temperature", student_temperature),
             ("teacher_temperature", teacher_temperature),

@@ -7,6 +7,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from hf_unified_embed.losses._teacher_scores import TeacherScoreLoss
+from hf_unified_embed.losses.base import MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 
 MARGIN_MSE_CITATION = """
@@ -27,7 +28,9 @@ class DistillMarginMSELoss(TeacherScoreLoss):
         model: nn.Module,
         positives_per_query: int = 1,
         teacher_scale: float = 2.0,
-        mini_batch_size: int | None = None,
+        mini_batch_size: MiniBatchOption = None,
+        mini_batch_num_tokens: MiniBatchOption = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""MarginMSE (Hofstätter et al.): the student's margin between each positive and each hard negative
         regresses the teacher's margin::
@@ -50,6 +53,10 @@ class DistillMarginMSELoss(TeacherScoreLoss):
             teacher_scale: ``s``, the factor from the stored teacher margins to cosine margins.
             mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache);
                 ``None`` embeds the whole batch at once.
+            mini_batch_num_tokens: Instead of ``mini_batch_size``, a token budget per mini-batch (rows sorted
+                by length, the padded tokens of all columns counted). Either may be ``"auto"``: sized to the
+                memory at the first step (see :class:`EmbeddingLoss`).
+            mini_batch_memory_budget: Bytes one mini-batch's activations may take, for ``"auto"``.
 
         References:
             - Hofstätter et al., "Improving Efficient Neural Ranking Models with Cross-Architecture Knowledge
@@ -86,7 +93,7 @@ class DistillMarginMSELoss(TeacherScoreLoss):
                 )
                 trainer.train()
         """
-        super().__init__(model, positives_per_query, mini_batch_size)
+        super().__init__(model, positives_per_query, mini_batch_size, mini_batch_num_tokens, mini_batch_memory_budget)
         if not teacher_scale > 0:
             raise ValueError(f"teacher_scale must be positive, got {teacher_scale}.")
         self.teacher_scale = teacher_scale

@@ -18,7 +18,7 @@ from transformers.activations import ACT2FN
 
 from hf_unified_embed.losses._checks import as_float, zero_loss
 from hf_unified_embed.losses._text_identity import copies_elsewhere, text_ids_of
-from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss
+from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss, MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.parts import LossParts
 
@@ -124,7 +124,9 @@ class GURLoss(EmbeddingLoss):
         span_mode: int = 3,
         max_span: int = 10,
         mask_false_negatives: bool = True,
-        mini_batch_size: int | None = None,
+        mini_batch_size: MiniBatchOption = None,
+        mini_batch_num_tokens: MiniBatchOption = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""GUR's joint objective: masked-LM on span-masked inputs plus symmetric in-batch InfoNCE (Eq. 1–3).
 
@@ -167,6 +169,10 @@ class GURLoss(EmbeddingLoss):
                 contrastive part still sees the whole batch (same value and gradients), and the masked-LM
                 part, a mean over the masked tokens, is computed mini-batch by mini-batch. ``None`` embeds
                 the whole batch at once.
+            mini_batch_num_tokens: Instead of ``mini_batch_size``, a token budget per mini-batch (rows sorted
+                by length, the padded tokens of all columns counted). Either may be ``"auto"``: sized to the
+                memory at the first step (see :class:`EmbeddingLoss`).
+            mini_batch_memory_budget: Bytes one mini-batch's activations may take, for ``"auto"``.
 
         References:
             - GUR: Generate to Understand for Representation, Section III-A/B, Eq. 1–3
@@ -210,7 +216,7 @@ class GURLoss(EmbeddingLoss):
                 trainer.train()
                 loss.save_mlm_head("output/final")  # only when the MLM head should be kept
         """
-        super().__init__(model, mini_batch_size)
+        super().__init__(model, mini_batch_size, mini_batch_num_tokens, mini_batch_memory_budget)
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}.")
         if not mlm_weight >= 0:
@@ -342,7 +348,7 @@ class GURLoss(EmbeddingLoss):
     def loss_inputs(self, sentence_features: list[dict[str, Any]]) -> dict[str, Any]:
         return {"text_ids": text_ids_of(sentence_features)} if self.mask_false_negatives else {}
 
-    def embed(self, sentence_features: list[dict[str, Any]], context: Any, rows: slice) -> Embedded:
+    def embed(self, sentence_features: list[dict[str, Any]], context: Any, rows: slice | Tensor) -> Embedded:
         """Sentence embeddings of the masked inputs and the summed masked-LM loss of their masked tokens."""
         # The targets of these rows, cut to the width of their (possibly trimmed) mini-batch.
         targets = [t[rows, : column["input_ids"].size(1)] for t, column in zip(context, sentence_features)]

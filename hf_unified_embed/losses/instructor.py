@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import as_float, require_columns
 from hf_unified_embed.losses._citations import INSTRUCTOR
 from hf_unified_embed.losses._text_identity import copies_elsewhere, same_text, text_ids_of
-from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.parts import LossParts
 
@@ -24,7 +24,9 @@ class InstructorLoss(EmbeddingLoss):
         bidirectional: bool = True,
         in_batch_negatives: bool = True,
         mask_false_negatives: bool = True,
-        mini_batch_size: int | None = None,
+        mini_batch_size: MiniBatchOption = None,
+        mini_batch_num_tokens: MiniBatchOption = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""The training objective of INSTRUCTOR (§2.2): a softmax over good and bad candidates, in both directions.
 
@@ -64,6 +66,10 @@ class InstructorLoss(EmbeddingLoss):
             mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache): the
                 loss of a large batch on the memory of a small one, same value and gradients. ``None``
                 embeds the whole batch at once.
+            mini_batch_num_tokens: Instead of ``mini_batch_size``, a token budget per mini-batch (rows sorted
+                by length, the padded tokens of all columns counted). Either may be ``"auto"``: sized to the
+                memory at the first step (see :class:`EmbeddingLoss`).
+            mini_batch_memory_budget: Bytes one mini-batch's activations may take, for ``"auto"``.
 
         References:
             - One Embedder, Any Task: Instruction-Finetuned Text Embeddings, §2.2: https://arxiv.org/abs/2212.09741
@@ -111,7 +117,7 @@ class InstructorLoss(EmbeddingLoss):
                 )
                 trainer.train()
         """
-        super().__init__(model, mini_batch_size)
+        super().__init__(model, mini_batch_size, mini_batch_num_tokens, mini_batch_memory_budget)
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}.")
         if bidirectional and not in_batch_negatives:

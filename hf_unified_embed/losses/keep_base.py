@@ -11,8 +11,10 @@ import torch.nn.functional as F
 from sentence_transformers.util import all_gather, get_rank
 from torch import Tensor, nn
 
+from hf_unified_embed.losses._auto_mini_batch import device_of
 from hf_unified_embed.losses._checks import as_float
 from hf_unified_embed.losses._distributed import all_gather_with_grad
+from hf_unified_embed.losses._minibatches import plan_minibatches
 from hf_unified_embed.losses._teacher_scores import TeacherScoreLoss
 from hf_unified_embed.losses.base import Embedded, EmbeddingLoss
 from hf_unified_embed.losses.columns import ColumnLayout
@@ -120,7 +122,7 @@ class KeepBaseLoss(EmbeddingLoss):
             )
         if not weight >= 0:
             raise ValueError(f"weight must be non-negative, got {weight}.")
-        super().__init__(loss.model, loss.mini_batch_size)
+        super().__init__(loss.model, loss.mini_batch_size, loss.mini_batch_num_tokens, loss.mini_batch_memory_budget)
         self.loss = loss
         self.weight = weight
         if distillation is None:
@@ -184,7 +186,7 @@ class KeepBaseLoss(EmbeddingLoss):
         self.base.eval()  # the teacher never trains: no dropout, whatever the trainer switches
         return self
 
-    def embed(self, sentence_features: list[dict[str, Any]], context: Any, rows: slice) -> Embedded:
+    def embed(self, sentence_features: list[dict[str, Any]], context: Any, rows: slice | Tensor) -> Embedded:
         return self.loss.embed(sentence_features, context, rows)
 
     def loss_inputs(self, sentence_features: list[dict[str, Any]]) -> dict[str, Any]:
@@ -192,25 +194,20 @@ class KeepBaseLoss(EmbeddingLoss):
 
     @torch.no_grad()
     def base_embeddings(self, sentence_features: list[dict[str, Any]]) -> list[Tensor]:
-        """The frozen base's embedding of every column (in mini-batches when the task loss has them)."""
-        from sentence_transformers.base.losses.gradcache import _create_minibatch, _get_batch_size
+        """The frozen base's embedding of every column (in the task's mini-batches when it has them)."""
         from sentence_transformers.base.losses.merged_forward import embed_columns
 
-        device = next(
-            tensor.device for column in sentence_features for tensor in column.values() if isinstance(tensor, Tensor)
-        )
+        device = device_of(sentence_features)
         parameter = next(self.base.parameters(), None)
         if parameter is not None and parameter.device != device:
             self.base.to(device)
-        rows = _get_batch_size(sentence_features[0])
-        step = self.mini_batch_size or rows
-        parts = [
-            embed_columns(
-                self.base, [_create_minibatch(column, begin, min(begin + step, rows)) for column in sentence_features]
-            )
-            for begin in range(0, rows, step)
-        ]
-        return [torch.cat([part[column] for part in parts]) for column in range(len(sentence_features))]
+        if not self.uses_gradient_cache:
+            return embed_columns(self.base, sentence_features)
+        plan = plan_minibatches(sentence_features, *self.mini_batch_sizes(sentence_features, None))
+        parts = [embed_columns(self.base, plan.features(sentence_features, index)) for index in range(len(plan))]
+        columns = [torch.cat([part[column] for part in parts]) for column in range(len(sentence_features))]
+        order = plan.batch_order()
+        return columns if order is None else [column.index_select(0, order) for column in columns]
 
     def compute_loss_from_embeddings(
         self,
@@ -256,6 +253,7 @@ class KeepBaseLoss(EmbeddingLoss):
         return self.loss.column_layout(task_type, negatives_per_query)
 
     def get_config_dict(self) -> dict[str, Any]:
+        config = super().get_config_dict()  # what "auto" chose: the wrapper runs the gradient cache
         return {
             "loss": type(self.loss).__name__,
             **self.loss.get_config_dict(),
@@ -265,6 +263,7 @@ class KeepBaseLoss(EmbeddingLoss):
                 **{k: v for k, v in self.distillation.get_config_dict().items() if k != "mini_batch_size"},
             },
             "keep_base_gather_across_devices": self.gather_across_devices,
+            **({"mini_batch_chosen": config["mini_batch_chosen"]} if "mini_batch_chosen" in config else {}),
         }
 
     @property

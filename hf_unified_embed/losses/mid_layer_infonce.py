@@ -12,7 +12,7 @@ from hf_unified_embed.losses._checks import as_float, require_labels, require_pa
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._hidden_states import embed_columns_with_layer
 from hf_unified_embed.losses._text_identity import copies_elsewhere, text_ids_of
-from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss
+from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss, MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 
 
@@ -50,7 +50,9 @@ class MidLayerInfoNCELoss(EmbeddingLoss):
         temperature: float = 0.02,
         positive_threshold: float = 0.8,
         mask_false_negatives: bool = True,
-        mini_batch_size: int | None = None,
+        mini_batch_size: MiniBatchOption = None,
+        mini_batch_num_tokens: MiniBatchOption = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""In-batch InfoNCE on the sentence embeddings of an *intermediate* Transformer layer (CoDiEmb Eq. 9).
 
@@ -80,6 +82,10 @@ class MidLayerInfoNCELoss(EmbeddingLoss):
                 its denominator (identity read from the token ids in ``forward``).
             mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache); the
                 loss still sees the whole batch. ``None`` embeds the whole batch at once.
+            mini_batch_num_tokens: Instead of ``mini_batch_size``, a token budget per mini-batch (rows sorted
+                by length, the padded tokens of all columns counted). Either may be ``"auto"``: sized to the
+                memory at the first step (see :class:`EmbeddingLoss`).
+            mini_batch_memory_budget: Bytes one mini-batch's activations may take, for ``"auto"``.
 
         References:
             - CoDiEmb, Section 2.2, Equation 9: https://github.com/TencentCloudADP/youtu-embedding
@@ -117,7 +123,7 @@ class MidLayerInfoNCELoss(EmbeddingLoss):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
         """
-        super().__init__(model, mini_batch_size)
+        super().__init__(model, mini_batch_size, mini_batch_num_tokens, mini_batch_memory_budget)
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}.")
         self.layer = layer
@@ -125,7 +131,7 @@ class MidLayerInfoNCELoss(EmbeddingLoss):
         self.positive_threshold = positive_threshold
         self.mask_false_negatives = mask_false_negatives
 
-    def embed(self, sentence_features: list[dict[str, Any]], context: Any, rows: slice) -> Embedded:
+    def embed(self, sentence_features: list[dict[str, Any]], context: Any, rows: slice | Tensor) -> Embedded:
         """The intermediate-layer sentence embeddings (this loss's ``embeddings``)."""
         _, intermediate = embed_columns_with_layer(self.model, sentence_features, self.layer)
         return Embedded({FINAL: intermediate})

@@ -13,7 +13,7 @@ from hf_unified_embed.losses._checks import as_float, require_columns
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._distributed import all_gather_with_grad
 from hf_unified_embed.losses._text_identity import gather_ids, same_text, text_ids_of
-from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption
 from hf_unified_embed.losses.columns import ColumnLayout
 
 
@@ -26,7 +26,9 @@ class MultiPositiveInfoNCELoss(EmbeddingLoss):
         gather_across_devices: bool = False,
         in_batch_negatives: bool = True,
         mask_false_negatives: bool = True,
-        mini_batch_size: int | None = None,
+        mini_batch_size: MiniBatchOption = None,
+        mini_batch_num_tokens: MiniBatchOption = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""InfoNCE with K+ positives and K− hard negatives per query, the retrieval loss of CoDiEmb (Eq. 2).
 
@@ -65,6 +67,10 @@ class MultiPositiveInfoNCELoss(EmbeddingLoss):
             mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache):
                 the loss of a large batch on the memory of a small one, same value and gradients.
                 ``None`` embeds the whole batch at once.
+            mini_batch_num_tokens: Instead of ``mini_batch_size``, a token budget per mini-batch (rows sorted
+                by length, the padded tokens of all columns counted). Either may be ``"auto"``: sized to the
+                memory at the first step (see :class:`EmbeddingLoss`).
+            mini_batch_memory_budget: Bytes one mini-batch's activations may take, for ``"auto"``.
 
         References:
             - CoDiEmb, Section 2.2, Equation 2: https://github.com/TencentCloudADP/youtu-embedding
@@ -105,7 +111,7 @@ class MultiPositiveInfoNCELoss(EmbeddingLoss):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
         """
-        super().__init__(model, mini_batch_size)
+        super().__init__(model, mini_batch_size, mini_batch_num_tokens, mini_batch_memory_budget)
         if positives_per_query < 1:
             raise ValueError(f"positives_per_query must be at least 1, got {positives_per_query}.")
         if not temperature > 0:

@@ -8,13 +8,20 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import zero_loss
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._pair_scores import PairScoreLoss
+from hf_unified_embed.losses.base import MemoryBudget, MiniBatchOption
 
 # Below this product of the two spreads the correlation is undefined; clamping keeps r = 0 and the gradient finite.
 _MIN_SPREAD = 1e-12
 
 
 class PearsonLoss(PairScoreLoss):
-    def __init__(self, model: nn.Module, mini_batch_size: int | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        mini_batch_size: MiniBatchOption = None,
+        mini_batch_num_tokens: MiniBatchOption = None,
+        mini_batch_memory_budget: MemoryBudget = None,
+    ) -> None:
         r"""``1 − r``, where ``r`` is Pearson's correlation between the predicted cosine scores of a batch of
         pairs and their gold similarity scores (CoDiEmb Eq. 4, from Pcc-tuning).
 
@@ -33,6 +40,10 @@ class PearsonLoss(PairScoreLoss):
             mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache): the
                 loss still ranks the whole batch, with the same value and gradients. ``None`` embeds the
                 whole batch at once.
+            mini_batch_num_tokens: Instead of ``mini_batch_size``, a token budget per mini-batch (rows sorted
+                by length, the padded tokens of all columns counted). Either may be ``"auto"``: sized to the
+                memory at the first step (see :class:`EmbeddingLoss`).
+            mini_batch_memory_budget: Bytes one mini-batch's activations may take, for ``"auto"``.
 
         References:
             - CoDiEmb, Section 2.2, Equation 4: https://github.com/TencentCloudADP/youtu-embedding
@@ -71,7 +82,7 @@ class PearsonLoss(PairScoreLoss):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
         """
-        super().__init__(model, mini_batch_size)
+        super().__init__(model, mini_batch_size, mini_batch_num_tokens, mini_batch_memory_budget)
 
     def loss_from_scores(self, scores: Tensor, labels: Tensor) -> Tensor:
         if labels.numel() < 2 or bool((labels == labels[0]).all()):

@@ -10,10 +10,18 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import zero_loss
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._pair_scores import PairScoreLoss
+from hf_unified_embed.losses.base import MemoryBudget, MiniBatchOption
 
 
 class PROLoss(PairScoreLoss):
-    def __init__(self, model: nn.Module, temperature: float = 0.05, mini_batch_size: int | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        temperature: float = 0.05,
+        mini_batch_size: MiniBatchOption = None,
+        mini_batch_num_tokens: MiniBatchOption = None,
+        mini_batch_memory_budget: MemoryBudget = None,
+    ) -> None:
         r"""Preference Rank Optimisation (PRO) over the pairs of a batch, as adapted by CoDiEmb (Eq. 8).
 
         Sort the batch by gold score; every pair ``i`` becomes the positive of a softmax over itself and
@@ -38,6 +46,10 @@ class PROLoss(PairScoreLoss):
             mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache): the
                 loss still ranks the whole batch, with the same value and gradients. ``None`` embeds the
                 whole batch at once.
+            mini_batch_num_tokens: Instead of ``mini_batch_size``, a token budget per mini-batch (rows sorted
+                by length, the padded tokens of all columns counted). Either may be ``"auto"``: sized to the
+                memory at the first step (see :class:`EmbeddingLoss`).
+            mini_batch_memory_budget: Bytes one mini-batch's activations may take, for ``"auto"``.
 
         References:
             - CoDiEmb, Section 2.2, Equation 8: https://github.com/TencentCloudADP/youtu-embedding
@@ -76,7 +88,7 @@ class PROLoss(PairScoreLoss):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
         """
-        super().__init__(model, mini_batch_size)
+        super().__init__(model, mini_batch_size, mini_batch_num_tokens, mini_batch_memory_budget)
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}.")
         self.temperature = temperature

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import zero_loss
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._pair_scores import PairScoreLoss
+from hf_unified_embed.losses.base import MemoryBudget, MiniBatchOption
 
 
 def average_descending_ranks(values: Tensor) -> Tensor:
@@ -26,7 +27,9 @@ class RankKLLoss(PairScoreLoss):
         model: nn.Module,
         temperature: float = 0.05,
         reduction: Literal["batchmean", "sum"] = "batchmean",
-        mini_batch_size: int | None = None,
+        mini_batch_size: MiniBatchOption = None,
+        mini_batch_num_tokens: MiniBatchOption = None,
+        mini_batch_memory_budget: MemoryBudget = None,
     ) -> None:
         r"""KL divergence from a target distribution built from the *ranks* of the gold scores to the
         softmax of the predicted cosine scores (CoDiEmb Eq. 6).
@@ -52,6 +55,10 @@ class RankKLLoss(PairScoreLoss):
             mini_batch_size: Embed in mini-batches of this many rows with gradient caching (GradCache): the
                 loss still ranks the whole batch, with the same value and gradients. ``None`` embeds the
                 whole batch at once.
+            mini_batch_num_tokens: Instead of ``mini_batch_size``, a token budget per mini-batch (rows sorted
+                by length, the padded tokens of all columns counted). Either may be ``"auto"``: sized to the
+                memory at the first step (see :class:`EmbeddingLoss`).
+            mini_batch_memory_budget: Bytes one mini-batch's activations may take, for ``"auto"``.
 
         References:
             - CoDiEmb, Section 2.2, Equation 6: https://github.com/TencentCloudADP/youtu-embedding
@@ -88,7 +95,7 @@ class RankKLLoss(PairScoreLoss):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
         """
-        super().__init__(model, mini_batch_size)
+        super().__init__(model, mini_batch_size, mini_batch_num_tokens, mini_batch_memory_budget)
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}.")
         if reduction not in ("batchmean", "sum"):
