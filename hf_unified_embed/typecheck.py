@@ -51,9 +51,36 @@ def type_problem(annotation: Any, value: Any) -> str | None:
                 return None
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         # pydantic reports every member's failure; the annotation itself says it in a few words.
-        return f"input should be {inspect.formatannotation(annotation).replace('typing.', '')}"
+        return "input should be " + " or ".join(_in_words(member) for member in typing.get_args(annotation))
     location = "".join(f"[{part!r}]" for part in errors[0]["loc"])
     return f"{location} {errors[0]['msg'][0].lower()}{errors[0]['msg'][1:]}".strip()
+
+
+#: How a recipe's author reads the members of a union (YAML words: null, true/false).
+_WORDS = {
+    type(None): "null",
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    Path: "a path",
+}
+
+
+def _in_words(annotation: Any) -> str:
+    """``Annotated[int, Ge(1)]`` as "an integer >= 1", ``Literal['auto']`` as "'auto'", ``None`` as "null"."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        base, *metadata = typing.get_args(annotation)
+        bounds = [
+            f"{symbol} {getattr(item, name)}"
+            for item in metadata
+            for name, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+            if getattr(item, name, None) is not None
+        ]
+        return " ".join([_in_words(base), *bounds])
+    if typing.get_origin(annotation) is typing.Literal:
+        return " or ".join(repr(value) for value in typing.get_args(annotation))
+    return _WORDS.get(annotation, inspect.formatannotation(annotation).replace("typing.", ""))
 
 
 def _errors(adapter: Any, value: Any) -> list[Any]:
