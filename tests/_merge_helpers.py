@@ -34,6 +34,20 @@ def noisy_copy(
     return edited_copy(source, target, lambda _, t: t + scale * torch.randn(t.shape, generator=generator), file)
 
 
+def fine_tunes(base: Path, root: Path, count: int = 3) -> list[Path]:
+    """``count`` noisy copies of ``base`` whose ``2_Dense`` head also moves (each copy's own seed)."""
+    tuned = []
+    for seed in range(count):
+        path = noisy_copy(base, root / f"tuned-{seed}", seed)
+        generator = torch.Generator().manual_seed(100 + seed)
+        head = {
+            k: v + 0.01 * torch.randn(v.shape, generator=generator) for k, v in read_weights(path / "2_Dense").items()
+        }
+        save_file(head, str(path / "2_Dense" / "model.safetensors"), metadata={"format": "pt"})
+        tuned.append(path)
+    return tuned
+
+
 #: Every mergekit method with inputs and parameters to test it on: ``method → (number of fine-tunes, base
 #: given, parameters)`` (``test_merge_mergekit`` gives sentence-transformers the same ``parameters``).
 MERGEKIT_CASES: dict[str, tuple[int, bool, dict[str, Any]]] = {

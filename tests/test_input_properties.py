@@ -94,22 +94,22 @@ class ConfigFile:
         return found
 
 
-def replaced(data: Any, path: Path_, value: Any) -> Any:
+def _edited(data: Any, path: Path_, edit: Callable[[Any, Any], None]) -> Any:
+    """A deep copy of ``data`` with ``edit(parent, last key)`` applied where ``path`` points."""
     copy = yaml.safe_load(yaml.safe_dump(data))
     node = copy
     for part in path[:-1]:
         node = node[part]
-    node[path[-1]] = value
+    edit(node, path[-1])
     return copy
+
+
+def replaced(data: Any, path: Path_, value: Any) -> Any:
+    return _edited(data, path, lambda node, last: node.__setitem__(last, value))
 
 
 def renamed(data: Any, path: Path_, key: str) -> Any:
-    copy = yaml.safe_load(yaml.safe_dump(data))
-    node = copy
-    for part in path[:-1]:
-        node = node[part]
-    node[key] = node.pop(path[-1])
-    return copy
+    return _edited(data, path, lambda node, last: node.__setitem__(key, node.pop(last)))
 
 
 def _dump(data: Any) -> bytes:

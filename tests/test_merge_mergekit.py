@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 from _merge_helpers import MERGEKIT_CASES as CASES
-from _merge_helpers import noisy_copy, read_weights
+from _merge_helpers import fine_tunes, read_weights
 
 from hf_unified_embed.merge import available_merge_methods, merge_models
 
@@ -29,7 +29,6 @@ def family(minilm_path: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     The embedding is cut to 512 rows (the tokenizer is MiniLM's; nothing is encoded) to keep the
     twenty merges, each run twice, quick.
     """
-    from safetensors.torch import save_file
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Dense, Pooling, Transformer
     from transformers import AutoTokenizer, BertConfig, BertModel
@@ -50,15 +49,7 @@ def family(minilm_path: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     model = SentenceTransformer(modules=[transformer, Pooling(32, "mean"), Dense(32, 16)])
     base = root / "base"
     model.save(str(base))
-    tuned = []
-    for seed in range(3):
-        path = noisy_copy(base, root / f"tuned{seed}", seed)
-        generator = torch.Generator().manual_seed(100 + seed)
-        head = {
-            k: v + 0.01 * torch.randn(v.shape, generator=generator) for k, v in read_weights(path / "2_Dense").items()
-        }
-        save_file(head, str(path / "2_Dense" / "model.safetensors"), metadata={"format": "pt"})
-        tuned.append(path)
+    tuned = fine_tunes(base, root)
     return base, tuned
 
 

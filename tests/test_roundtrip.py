@@ -196,8 +196,7 @@ BASE_ID = "org/tiny-base"
 def merge_family(tiny_model_path: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
     """A tiny random BERT with a Dense head (the base) and three noisy fine-tunes of it, carded as such."""
     import torch
-    from _merge_helpers import noisy_copy, read_weights
-    from safetensors.torch import save_file
+    from _merge_helpers import fine_tunes
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Dense
 
@@ -208,15 +207,7 @@ def merge_family(tiny_model_path: str, tmp_path_factory: pytest.TempPathFactory)
     base = root / "base"
     model.save(str(base))
     (base / "README.md").write_text(f"---\nbase_model: {BASE_ID}\n---\n# a tiny base\n", encoding="utf-8")
-    tuned = []
-    for seed in range(3):
-        path = noisy_copy(base, root / f"tuned-{seed}", seed)
-        generator = torch.Generator().manual_seed(100 + seed)
-        head = {
-            k: v + 0.01 * torch.randn(v.shape, generator=generator) for k, v in read_weights(path / "2_Dense").items()
-        }
-        save_file(head, str(path / "2_Dense" / "model.safetensors"), metadata={"format": "pt"})
-        tuned.append(path)
+    tuned = fine_tunes(base, root)
     return base, tuned
 
 
