@@ -106,13 +106,17 @@ def test_drift_report_puts_each_failure_on_the_package_that_raised(tmp_path: Pat
     junit = tmp_path / "junit.xml"
     site = "/v/lib/python3.11/site-packages"
     junit.write_text(
-        f"""<testsuites><testsuite tests="3" failures="1" errors="1" skipped="0" time="12.5">
+        f"""<testsuites><testsuite tests="4" failures="2" errors="1" skipped="0" time="12.5">
 <testcase classname="tests.test_a" name="test_lora"><failure message="ValueError: The version of PEFT">
 {REPO}/tests/test_a.py:10: in test_lora
 {site}/hf_unified_embed/x.py:5: in f
 {site}/transformers/integrations/peft.py:408: in add_adapter
 E   ValueError: The version of PEFT you are using is not compatible</failure></testcase>
 <testcase classname="tests.test_b" name="test_x"><error message="boom">{REPO}/tests/test_b.py:3: AssertionError</error></testcase>
+<testcase classname="tests.test_d" name="test_example"><failure message="AssertionError: exit code 2">
+{REPO}/tests/test_d.py:7: AssertionError
+E   AssertionError: exit code 2
+stderr: error: ex.py: peft: (LoRA) needs peft&gt;=0.22.0 (transformers 5.24.0 requires it), but peft 0.21.2 is installed</failure></testcase>
 <testcase classname="tests.test_c" name="test_ok"/>
 </testsuite></testsuites>""",
         encoding="utf-8",
@@ -122,10 +126,10 @@ E   ValueError: The version of PEFT you are using is not compatible</failure></t
     )
     assert completed.returncode == 1
     report = completed.stdout
-    assert "suite: 1 passed, 1 failed, 1 errors, 0 skipped in 12 s" in report
+    assert "suite: 1 passed, 2 failed, 1 errors, 0 skipped in 12 s" in report
     assert "moved (" in report and "transformers 0.0.1 -> " in report
     assert (
-        f"- transformers {Version(stack.metadata.version('transformers'))} (lock 0.0.1): 1 test(s); first tests/test_a.py::test_lora"
+        f"- transformers {Version(stack.metadata.version('transformers'))} (lock 0.0.1): 2 test(s); first tests/test_a.py::test_lora"
         in report
     )
     assert "ValueError: The version of PEFT you are using is not compatible" in report
