@@ -468,21 +468,30 @@ def test_every_broken_file_is_one_located_error(kind: str, inputs: dict[str, Pat
     @PROPERTY
     @given(broken(config))
     def check(mutation: tuple[str, bytes]) -> None:
-        what, content = mutation
-        with tempfile.TemporaryDirectory(dir=inputs["root"]) as folder:
-            work = Path(folder)
-            path = work / config.name
-            path.write_bytes(content)
-            before = snapshot(work, *read_only(inputs))
+        what = mutation[0]
+        with written(config, mutation, inputs) as (work, path):
             code, err = run_in_process(config.command(path, work), work)
             check_one_located_error(code, err, path, what)
-            assert snapshot(work, *read_only(inputs)) == before, what
 
     check()
 
 
 def read_only(inputs: dict[str, Path]) -> list[Path]:
     return [inputs[name] for name in ("unified", "model", "second", "cache")]
+
+
+@contextlib.contextmanager
+def written(config: ConfigFile, mutation: tuple[str, bytes], inputs: dict[str, Path]) -> Iterator[tuple[Path, Path]]:
+    """The mutated content as the config file in a fresh working folder; on leaving, that folder, the inputs and
+    the datasets cache must be exactly as they were before the command ran."""
+    what, content = mutation
+    with tempfile.TemporaryDirectory(dir=inputs["root"]) as folder:
+        work = Path(folder)
+        path = work / config.name
+        path.write_bytes(content)
+        before = snapshot(work, *read_only(inputs))
+        yield work, path
+        assert snapshot(work, *read_only(inputs)) == before, what
 
 
 @pytest.mark.multiprocess
@@ -494,12 +503,8 @@ def test_broken_recipes_under_torchrun_exit_2(inputs: dict[str, Path]) -> None:
     @settings(PROPERTY, max_examples=2)
     @given(st.one_of(wrong_types(config), key_typos(config)))
     def check(mutation: tuple[str, bytes]) -> None:
-        what, content = mutation
-        with tempfile.TemporaryDirectory(dir=inputs["root"]) as folder:
-            work = Path(folder)
-            path = work / config.name
-            path.write_bytes(content)
-            before = snapshot(work, *read_only(inputs))
+        what = mutation[0]
+        with written(config, mutation, inputs) as (work, path):
             command = [
                 sys.executable,
                 "-m",
@@ -512,6 +517,5 @@ def test_broken_recipes_under_torchrun_exit_2(inputs: dict[str, Path]) -> None:
             )
             assert completed.returncode == 2, f"{what}\n{failure(completed)}"
             check_one_located_error(completed.returncode, completed.stderr, path, what)
-            assert snapshot(work, *read_only(inputs)) == before, what
 
     check()

@@ -128,21 +128,10 @@ def test_keep_base_recipe_distils_from_the_base_and_the_card_reports_forgetting(
     import json
 
     from hf_unified_embed.train import EVALUATION_FILENAME, train_from_recipe
+    from tests.test_evaluation_forgetting import suite as forgetting_suite
 
     out = tmp_path / "model"
-    suite = {
-        "data_root": str(REPO / "examples" / "data"),
-        "diagnostics": False,
-        "evaluations": [
-            {
-                "name": "forgetting-sample",
-                "kind": "forgetting",
-                "source": "beir",
-                "data_files": "msmarco-dl-sample",
-                "evaluator": {"k": 5, "max_texts": 100},
-            }
-        ],
-    }
+    suite = forgetting_suite(max_texts=100)
     raw = _recipe(
         unified_dir,
         tiny_model_path,
