@@ -60,8 +60,9 @@ A row whose evaluation exists in ``--output-dir`` is reused with ``--resume``. A
 check: ``--max-steps 5 --max-rows-per-task 64 --eval-rows 32``. The reduced CPU setting of
 docs/quality.md (same code, fewer steps, shorter texts, evaluation slices)::
 
-    flock /work/.bench.lock .venv/bin/python bench/quality.py --max-steps 120 --max-seq-length 64 \
-        --eval-max-seq-length 128 --eval-rows 400 --forgetting-texts 1000 --seeds 1 2 3 \
+    OMP_NUM_THREADS=1 .venv/bin/python bench/quality.py --max-steps 20 --batch-size 32 \
+        --learning-rate 1e-4 --max-seq-length 48 --eval-max-seq-length 64 --eval-rows 30 \
+        --msmarco-queries 6 --forgetting-texts 200 --max-rows-per-task 300 --seeds 1 2 3 \
         --report-name quality-cpu --output-dir outputs/quality-cpu --markdown docs/quality.md --resume
 """
 

@@ -195,6 +195,16 @@ def no_data_load(monkeypatch: pytest.MonkeyPatch) -> None:
             r"losses\.retrieval\.temperature \(of MultiPositiveInfoNCELoss\): input should be a valid number, got 'hot'",
         ),
         (
+            {"losses": {"retrieval": {"name": "MultiPositiveInfoNCELoss", "temperature": 0}}},
+            RecipeError,
+            r"losses\.retrieval\.temperature \(of MultiPositiveInfoNCELoss\): input should be greater than 0, got 0",
+        ),
+        (
+            {"losses": {"sts": {"name": "CoDiEmbSTSLoss", "pro_weight": -0.5}}},
+            RecipeError,
+            r"losses\.sts\.pro_weight \(of CoDiEmbSTSLoss\): input should be greater than or equal to 0, got -0\.5",
+        ),
+        (
             {"losses": {"retrieval": {"name": "MultiPositiveInfoNCELoss", "mini_batch_num_tokens": "lots"}}},
             RecipeError,
             r"losses\.retrieval\.mini_batch_num_tokens \(of MultiPositiveInfoNCELoss\): input should be "

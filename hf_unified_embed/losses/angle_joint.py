@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import as_float, require_labels, require_pairs, zero_loss
 from hf_unified_embed.losses._citations import ANGLE
 from hf_unified_embed.losses._text_identity import text_ids_of
-from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption
+from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption, NonNegative, Positive
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.parts import LossParts
 
@@ -28,12 +28,12 @@ class AnglEJointLoss(EmbeddingLoss):
     def __init__(
         self,
         model: nn.Module,
-        cosine_weight: float = 1.0,
-        ibn_weight: float = 1.0,
-        angle_weight: float = 1.0,
-        cosine_scale: float = 20.0,
-        ibn_scale: float = 20.0,
-        angle_scale: float = 1.0,
+        cosine_weight: NonNegative = 1.0,
+        ibn_weight: NonNegative = 1.0,
+        angle_weight: NonNegative = 1.0,
+        cosine_scale: Positive = 20.0,
+        ibn_scale: Positive = 20.0,
+        angle_scale: Positive = 1.0,
         positive_threshold: float = 0.8,
         mask_false_negatives: bool = True,
         mini_batch_size: MiniBatchOption = None,

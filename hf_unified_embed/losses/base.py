@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import torch
-from annotated_types import Ge
+from annotated_types import Ge, Gt
 from sentence_transformers.base.losses.gradcache import has_static_embedding_input
 from sentence_transformers.base.losses.merged_forward import embed_columns
 from sentence_transformers.base.model import BaseModel
@@ -34,6 +34,11 @@ FINAL = "embeddings"
 MiniBatchOption = Annotated[int, Ge(1)] | Literal["auto"] | None
 #: Bytes of activations one mini-batch may take, for ``"auto"`` (``None``: from the free memory).
 MemoryBudget = Annotated[int, Ge(1)] | None
+#: A temperature or scale (a number > 0), a loss weight (>= 0), a count of columns (>= 1): the constructors
+#: check these too, but in the annotation a recipe's preflight refuses ``temperature: 0`` before the model loads.
+Positive = Annotated[float, Gt(0)]
+NonNegative = Annotated[float, Ge(0)]
+AtLeastOne = Annotated[int, Ge(1)]
 
 
 @dataclass

@@ -12,7 +12,15 @@ from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._distributed import all_gather_with_grad
 from hf_unified_embed.losses._hidden_states import embed_columns_with_layer
 from hf_unified_embed.losses._text_identity import gather_ids, text_ids_of
-from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss, MemoryBudget, MiniBatchOption
+from hf_unified_embed.losses.base import (
+    FINAL,
+    Embedded,
+    EmbeddingLoss,
+    MemoryBudget,
+    MiniBatchOption,
+    NonNegative,
+    Positive,
+)
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.mid_layer_infonce import thresholded_infonce
 from hf_unified_embed.losses.parts import LossParts
@@ -25,13 +33,13 @@ class CoDiEmbSTSLoss(EmbeddingLoss):
     def __init__(
         self,
         model: nn.Module,
-        pearson_weight: float = 2.0,
-        rank_kl_weight: float = 5.0,
-        pro_weight: float = 0.5,
-        mid_layer_weight: float = 1.0,
-        infonce_weight: float = 0.0,
-        temperature: float = 0.05,
-        infonce_temperature: float = 0.02,
+        pearson_weight: NonNegative = 2.0,
+        rank_kl_weight: NonNegative = 5.0,
+        pro_weight: NonNegative = 0.5,
+        mid_layer_weight: NonNegative = 1.0,
+        infonce_weight: NonNegative = 0.0,
+        temperature: Positive = 0.05,
+        infonce_temperature: Positive = 0.02,
         positive_threshold: float = 0.8,
         layer: int | None = None,
         rank_kl_reduction: Literal["batchmean", "sum"] = "batchmean",

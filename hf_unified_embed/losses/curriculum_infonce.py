@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import as_float, require_columns, require_labels, zero_loss
 from hf_unified_embed.losses._citations import DATA_CUBE
 from hf_unified_embed.losses._text_identity import same_text, text_ids_of
-from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption
+from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption, Positive
 from hf_unified_embed.losses.columns import ColumnLayout
 
 
@@ -19,7 +19,7 @@ class CurriculumInfoNCELoss(EmbeddingLoss):
     def __init__(
         self,
         model: nn.Module,
-        temperature: float = 0.01,
+        temperature: Positive = 0.01,
         difficulty_threshold: float | None = None,
         in_batch_negatives: bool = True,
         mask_false_negatives: bool = True,

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hf_unified_embed.losses._teacher_scores import TeacherScoreLoss
-from hf_unified_embed.losses.base import MemoryBudget, MiniBatchOption
+from hf_unified_embed.losses.base import AtLeastOne, MemoryBudget, MiniBatchOption, Positive
 
 RANKING_DISTILLATION_CITATION = """
 @inproceedings{ren2021rocketqav2,
@@ -24,9 +24,9 @@ class DistillKLLoss(TeacherScoreLoss):
     def __init__(
         self,
         model: nn.Module,
-        positives_per_query: int = 1,
-        student_temperature: float = 0.02,
-        teacher_temperature: float = 0.01,
+        positives_per_query: AtLeastOne = 1,
+        student_temperature: Positive = 0.02,
+        teacher_temperature: Positive = 0.01,
         scale_by_student_temperature: bool = True,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,

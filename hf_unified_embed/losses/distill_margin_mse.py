@@ -7,7 +7,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from hf_unified_embed.losses._teacher_scores import TeacherScoreLoss
-from hf_unified_embed.losses.base import MemoryBudget, MiniBatchOption
+from hf_unified_embed.losses.base import AtLeastOne, MemoryBudget, MiniBatchOption, Positive
 from hf_unified_embed.losses.columns import ColumnLayout
 
 MARGIN_MSE_CITATION = """
@@ -26,8 +26,8 @@ class DistillMarginMSELoss(TeacherScoreLoss):
     def __init__(
         self,
         model: nn.Module,
-        positives_per_query: int = 1,
-        teacher_scale: float = 2.0,
+        positives_per_query: AtLeastOne = 1,
+        teacher_scale: Positive = 2.0,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,
         mini_batch_memory_budget: MemoryBudget = None,

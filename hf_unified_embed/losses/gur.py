@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from annotated_types import Gt, Le, Lt
 from safetensors import safe_open
 from safetensors.torch import save_file
 from sentence_transformers.base.losses.merged_forward import merge_feature_batches
@@ -18,7 +19,16 @@ from transformers.activations import ACT2FN
 
 from hf_unified_embed.losses._checks import as_float, zero_loss
 from hf_unified_embed.losses._text_identity import copies_elsewhere, text_ids_of
-from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss, MemoryBudget, MiniBatchOption
+from hf_unified_embed.losses.base import (
+    FINAL,
+    AtLeastOne,
+    Embedded,
+    EmbeddingLoss,
+    MemoryBudget,
+    MiniBatchOption,
+    NonNegative,
+    Positive,
+)
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.parts import LossParts
 
@@ -117,12 +127,12 @@ class GURLoss(EmbeddingLoss):
     def __init__(
         self,
         model: nn.Module,
-        mlm_weight: float = 1.0,
-        temperature: float = 0.1,
-        mask_ratio: float = 0.15,
-        span_p: float = 0.66,
-        span_mode: int = 3,
-        max_span: int = 10,
+        mlm_weight: NonNegative = 1.0,
+        temperature: Positive = 0.1,
+        mask_ratio: Annotated[float, Gt(0), Lt(1)] = 0.15,
+        span_p: Annotated[float, Gt(0), Le(1)] = 0.66,
+        span_mode: AtLeastOne = 3,
+        max_span: AtLeastOne = 10,
         mask_false_negatives: bool = True,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,

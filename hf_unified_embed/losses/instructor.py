@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import as_float, require_columns
 from hf_unified_embed.losses._citations import INSTRUCTOR
 from hf_unified_embed.losses._text_identity import copies_elsewhere, same_text, text_ids_of
-from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption
+from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption, Positive
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.parts import LossParts
 
@@ -20,7 +20,7 @@ class InstructorLoss(EmbeddingLoss):
     def __init__(
         self,
         model: nn.Module,
-        temperature: float = 0.01,
+        temperature: Positive = 0.01,
         bidirectional: bool = True,
         in_batch_negatives: bool = True,
         mask_false_negatives: bool = True,

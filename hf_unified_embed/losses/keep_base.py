@@ -16,7 +16,7 @@ from hf_unified_embed.losses._checks import as_float
 from hf_unified_embed.losses._distributed import all_gather_with_grad
 from hf_unified_embed.losses._minibatches import plan_minibatches
 from hf_unified_embed.losses._teacher_scores import TeacherScoreLoss
-from hf_unified_embed.losses.base import Embedded, EmbeddingLoss
+from hf_unified_embed.losses.base import Embedded, EmbeddingLoss, NonNegative
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.distill_kl import DistillKLLoss
 from hf_unified_embed.losses.parts import LossOutput, LossParts
@@ -41,7 +41,7 @@ class KeepBaseLoss(EmbeddingLoss):
     def __init__(
         self,
         loss: EmbeddingLoss,
-        weight: float = 1.0,
+        weight: NonNegative = 1.0,
         distillation: TeacherScoreLoss | None = None,
         base: nn.Module | str | None = None,
         gather_across_devices: bool | None = None,
@@ -147,7 +147,7 @@ class KeepBaseLoss(EmbeddingLoss):
     def for_tasks(
         cls,
         task_losses: Mapping[str, nn.Module],
-        weight: float = 1.0,
+        weight: NonNegative = 1.0,
         distillation: Callable[[nn.Module], TeacherScoreLoss] | None = None,
         base: nn.Module | str | None = None,
     ) -> dict[str, nn.Module]:

@@ -12,7 +12,7 @@ from hf_unified_embed.losses._checks import as_float, require_labels, require_pa
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._hidden_states import embed_columns_with_layer
 from hf_unified_embed.losses._text_identity import copies_elsewhere, text_ids_of
-from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss, MemoryBudget, MiniBatchOption
+from hf_unified_embed.losses.base import FINAL, Embedded, EmbeddingLoss, MemoryBudget, MiniBatchOption, Positive
 from hf_unified_embed.losses.columns import ColumnLayout
 
 
@@ -47,7 +47,7 @@ class MidLayerInfoNCELoss(EmbeddingLoss):
         self,
         model: nn.Module,
         layer: int | None = None,
-        temperature: float = 0.02,
+        temperature: Positive = 0.02,
         positive_threshold: float = 0.8,
         mask_false_negatives: bool = True,
         mini_batch_size: MiniBatchOption = None,

@@ -13,7 +13,7 @@ from hf_unified_embed.losses._checks import as_float, require_columns
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._distributed import all_gather_with_grad
 from hf_unified_embed.losses._text_identity import gather_ids, same_text, text_ids_of
-from hf_unified_embed.losses.base import EmbeddingLoss, MemoryBudget, MiniBatchOption
+from hf_unified_embed.losses.base import AtLeastOne, EmbeddingLoss, MemoryBudget, MiniBatchOption, Positive
 from hf_unified_embed.losses.columns import ColumnLayout
 
 
@@ -21,8 +21,8 @@ class MultiPositiveInfoNCELoss(EmbeddingLoss):
     def __init__(
         self,
         model: nn.Module,
-        positives_per_query: int = 1,
-        temperature: float = 0.02,
+        positives_per_query: AtLeastOne = 1,
+        temperature: Positive = 0.02,
         gather_across_devices: bool = False,
         in_batch_negatives: bool = True,
         mask_false_negatives: bool = True,

@@ -10,14 +10,14 @@ from torch import Tensor, nn
 from hf_unified_embed.losses._checks import zero_loss
 from hf_unified_embed.losses._citations import CODIEMB
 from hf_unified_embed.losses._pair_scores import PairScoreLoss
-from hf_unified_embed.losses.base import MemoryBudget, MiniBatchOption
+from hf_unified_embed.losses.base import MemoryBudget, MiniBatchOption, Positive
 
 
 class PROLoss(PairScoreLoss):
     def __init__(
         self,
         model: nn.Module,
-        temperature: float = 0.05,
+        temperature: Positive = 0.05,
         mini_batch_size: MiniBatchOption = None,
         mini_batch_num_tokens: MiniBatchOption = None,
         mini_batch_memory_budget: MemoryBudget = None,
