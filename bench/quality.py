@@ -461,7 +461,6 @@ def main(argv: list[str] | None = None) -> int:
     from hf_unified_embed.negatives import HardNegativeConfig, mine_hard_negatives
     from hf_unified_embed.sampling import CurriculumBatchSampler
 
-    started = time.perf_counter()
     options.output_dir.mkdir(parents=True, exist_ok=True)
     suite = evaluation_suite(options, SUITE, data_root=options.data_root)
     suite["evaluations"] = [*suite["evaluations"], forgetting_entry(options)]
@@ -700,11 +699,11 @@ def main(argv: list[str] | None = None) -> int:
             results[key] = json.loads(saved.read_text(encoding="utf-8"))
             print(f"[{key}] done in {evaluation.extra['seconds']:.0f} s", flush=True)
             # Written after every row, so an interrupted run still leaves the rows it finished.
-            report(results, options, argv, started)
+            report(results, options, argv)
             reported = True
 
     if not reported:
-        report(results, options, argv, started)
+        report(results, options, argv)
     return 0
 
 
@@ -771,7 +770,7 @@ def forgetting_entry(options: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def report(results: Mapping[str, Any], options: argparse.Namespace, argv: list[str] | None, started: float) -> None:
+def report(results: Mapping[str, Any], options: argparse.Namespace, argv: list[str] | None) -> None:
     """Print the tables and write ``quality.json`` (and the Markdown blocks) for the rows so far."""
     ratios = step_ratios(results)
     per_row: dict[str, list[dict[str, float]]] = defaultdict(list)
@@ -785,7 +784,9 @@ def report(results: Mapping[str, Any], options: argparse.Namespace, argv: list[s
         "command": command,
         "settings": {key: str(value) for key, value in vars(options).items()},
         "machine": machine_note(options.device),
-        "seconds": time.perf_counter() - started,
+        # Each row's own wall time (training, merge search, evaluation) summed, so that a --resume-d or
+        # --report-only run states what the whole table cost, not how long this invocation took.
+        "seconds": sum(float(result.get("seconds") or 0.0) for result in results.values()),
         "rows_missing": [row for row in options.rows if row not in per_row],
         "training": {key: result.get("training") for key, result in results.items()},
         "step_time_vs_st_baseline": ratios,

@@ -22,6 +22,18 @@ def quality():
     return module
 
 
+def suite_metrics(quality, sts: float) -> dict:
+    """A suite result for every column of the table: ``sts`` on STS12–15, fixed values elsewhere."""
+    return {
+        **{name: {"metrics": {"spearman_cosine": sts}} for name in quality.STS_MEAN},
+        "stsb-dev": {"metrics": {"spearman_cosine": 0.8}},
+        "sick-trial": {"metrics": {"spearman_cosine": 0.7}},
+        "msmarco-dl": {"metrics": {"cosine_ndcg@10": 0.6}},
+        "trecqa-test": {"metrics": {"cosine_map": 0.75}},
+        "msrp-test": {"metrics": {"cosine_ap": 0.85}},
+    }
+
+
 def test_many_task_setting_splits_the_shared_train_files_into_at_least_20_tasks(
     quality, shared_data: Path, tmp_path: Path
 ) -> None:
@@ -101,14 +113,7 @@ def test_report_tables_step_ratios_and_markdown_blocks(quality, tmp_path: Path) 
 
 def test_seeds_aggregate_to_mean_and_spread_with_the_forgetting_column(quality) -> None:
     def result(sts: float, kept: float | None, seconds: float | None) -> dict:
-        metrics = {
-            **{name: {"metrics": {"spearman_cosine": sts}} for name in quality.STS_MEAN},
-            "stsb-dev": {"metrics": {"spearman_cosine": 0.8}},
-            "sick-trial": {"metrics": {"spearman_cosine": 0.7}},
-            "msmarco-dl": {"metrics": {"cosine_ndcg@10": 0.6}},
-            "trecqa-test": {"metrics": {"cosine_map": 0.75}},
-            "msrp-test": {"metrics": {"cosine_ap": 0.85}},
-        }
+        metrics = suite_metrics(quality, sts=sts)
         if kept is not None:
             metrics[quality.FORGETTING] = {"metrics": {"neighbour_overlap@10": kept, "similarity_spearman": 0.9}}
         training = {"steps": 5, "timed_steps": 4, "seconds": seconds} if seconds else None
@@ -139,6 +144,22 @@ def test_seeds_aggregate_to_mean_and_spread_with_the_forgetting_column(quality) 
     assert lines[4].startswith("| codiemb | **0.8000 ± 0.1000** |")
     # The six-column mean leaves the forgetting column out.
     assert lines[4].split(" | ")[-2] == f"**{(0.8 + 0.8 + 0.7 + 0.6 + 0.75 + 0.85) / 6:.4f}**"
+
+
+def test_report_states_the_rows_own_time_so_a_resumed_table_is_not_0_min(quality, tmp_path: Path) -> None:
+    """--resume and --report-only reuse rows; the "min in all" of the table is what its rows took, summed."""
+    import argparse
+
+    metrics = suite_metrics(quality, sts=0.7)
+    results = {"base": {"results": metrics, "seconds": 300.0}, "codiemb@1": {"results": metrics, "seconds": 900.0}}
+    doc = tmp_path / "quality.md"
+    doc.write_text("<!-- q-main:begin -->\n<!-- q-main:end -->\n", encoding="utf-8")
+    options = argparse.Namespace(
+        output_dir=tmp_path, rows=["base", "codiemb"], device="cpu", markdown=doc, report_name="q"
+    )
+    quality.report(results, options, ["--report-only"])
+    assert json.loads((tmp_path / "quality.json").read_text(encoding="utf-8"))["seconds"] == 1200.0
+    assert "; 20.0 min in all." in doc.read_text(encoding="utf-8")
 
 
 def test_reduced_beir_keeps_the_first_queries_and_their_judged_passages(quality, tmp_path: Path) -> None:
