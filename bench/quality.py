@@ -33,7 +33,13 @@ choice made here.
   search`` on ``examples/suites/dev.yaml`` (λ ∈ ``KEPT_MERGE_WEIGHTS``), objective the mean of the dev
   metrics, subject to no dev metric below the base by more than ``KEPT_MERGE_EPSILON`` and the
   ``forgetting-dev`` neighbour overlap not below the base's (1) by more than ``KEPT_MERGE_FORGETTING``
-  (both fixed before any run). Trains nothing beyond ``codiemb``.
+  (both fixed before any run). Trains nothing beyond ``codiemb``;
+* ``codiemb+tau05``: (3) with the retrieval loss at τ = 0.05 (``RETRIEVAL_TAU05``: the scale 20 of
+  ``MultipleNegativesRankingLoss``, which all-MiniLM-L6-v2 was trained with) instead of CoDiEmb's 0.02;
+  ``codiemb+tau05+mined`` and ``codiemb+tau05+kept-merge`` combine it with the options above.
+
+A keep-the-base row's name is ``codiemb`` and its options (``+tau05``, ``+mined``, ``+keep-base``,
+``+kept-merge``, in that order); ``+kept-merge`` merges the same seed's row without it.
 
 Every model is also scored by a ``forgetting`` entry (neighbour overlap@10 with the base over
 ``--forgetting-texts`` MS MARCO passages, no labels; the table's "kept" column). ``--seeds`` trains
@@ -91,10 +97,22 @@ from hf_unified_embed.example_cli import evaluation_suite, example_parser, parse
 REPO = Path(__file__).resolve().parent.parent
 SUITE = REPO / "examples" / "suites" / "shared.yaml"
 MAIN_ROWS = ("base", "st-baseline", "codiemb", "codiemb+curriculum", "hierarchical-merge")
-KEEP_ROWS = ("codiemb+mined", "codiemb+keep-base", "codiemb+mined+keep-base", "codiemb+kept-merge")
+KEEP_ROWS = (
+    "codiemb+mined",
+    "codiemb+keep-base",
+    "codiemb+mined+keep-base",
+    "codiemb+kept-merge",
+    "codiemb+tau05",
+    "codiemb+tau05+mined",
+    "codiemb+tau05+kept-merge",
+)
 MANY_ROWS = ("many-shuffled", "many-curriculum")
 ROWS = MAIN_ROWS + KEEP_ROWS + MANY_ROWS
 DEV_SUITE = REPO / "examples" / "suites" / "dev.yaml"
+#: The options a keep-the-base row's name may add to ``codiemb``, in the order they are written.
+KEEP_OPTIONS = ("tau05", "mined", "keep-base", "kept-merge")
+#: The retrieval τ of the ``+tau05`` rows (CoDiEmb's own is 0.02, ``MultiPositiveInfoNCELoss``'s default).
+RETRIEVAL_TAU05 = 0.05
 #: The kept-merge row's candidates and constraint, fixed before any run.
 KEPT_MERGE_WEIGHTS = (0.25, 0.5, 0.75, 1.0)
 KEPT_MERGE_EPSILON = 0.005
@@ -429,6 +447,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--seeds", type=int, nargs="+", help="train every trained row once per seed (default: --seed); mean ± s.d."
     )
+    parser.add_argument(
+        "--sts-infonce-temperature",
+        type=float,
+        default=0.02,
+        help="CoDiEmbSTSLoss's (middle-layer) InfoNCE τ in every CoDiEmb row (default: CoDiEmb's 0.02)",
+    )
     parser.add_argument("--keep-base-weight", type=float, default=1.0, help="KeepBaseLoss weight (default: 1)")
     parser.add_argument(
         "--forgetting-texts", type=int, default=2000, help="MS MARCO passages of the forgetting column (default: 2000)"
@@ -475,9 +499,10 @@ def main(argv: list[str] | None = None) -> int:
                 entry["data_files"] = str(folder.resolve())  # not relative to the suite's data root
     codiemb_losses = {
         "retrieval": MultiPositiveInfoNCELoss,
-        "sts": CoDiEmbSTSLoss,
+        "sts": (CoDiEmbSTSLoss, {"infonce_temperature": options.sts_infonce_temperature}),
         "pair_classification": CoDiEmbSTSLoss,
     }
+    tau05_losses = {**codiemb_losses, "retrieval": (MultiPositiveInfoNCELoss, {"temperature": RETRIEVAL_TAU05})}
     shuffled = CurriculumBatchSampler.configure(interleave="shuffled")
     settings: dict[str, Any] = {}
 
@@ -532,13 +557,13 @@ def main(argv: list[str] | None = None) -> int:
                 )
         return mined["main"]
 
-    def kept_merge(name: str, seed: int) -> Trained:
-        """The seed's codiemb run interpolated with the base, λ chosen under the keep-the-base constraint."""
-        run_key = key_of("codiemb", seed)
+    def kept_merge(name: str, run_row: str, seed: int) -> Trained:
+        """The seed's ``run_row`` run interpolated with the base, λ chosen under the keep-the-base constraint."""
+        run_key = key_of(run_row, seed)
         run = options.output_dir / run_key
         training = results.get(run_key, {}).get("training")
         if not (run / "modules.json").is_file() or training is None:
-            raise SystemExit(f"{name}: needs the {run_key} row first (put codiemb before it in --rows)")
+            raise SystemExit(f"{name}: needs the {run_key} row first (put {run_row} before it in --rows)")
         dev = evaluation_suite(options, DEV_SUITE, data_root=options.data_root)
         dev_metrics = [entry["name"] for entry in dev["evaluations"] if entry["kind"] != "forgetting"]
         result = search_merge(
@@ -639,20 +664,23 @@ def main(argv: list[str] | None = None) -> int:
                 steps(),
                 options,
             )
-        if row == "codiemb":
-            return train(name, main_tasks(), codiemb_losses, shuffled, steps(), options)
-        if row == "codiemb+mined":
-            return train(name, mined_main(), codiemb_losses, shuffled, steps(), options)
-        if row == "codiemb+keep-base":
-            return train(name, main_tasks(), codiemb_losses, shuffled, steps(), options, keep_base=True)
-        if row == "codiemb+mined+keep-base":
-            return train(name, mined_main(), codiemb_losses, shuffled, steps(), options, keep_base=True)
-        if row == "codiemb+kept-merge":
-            return kept_merge(name, seed)
         if row == "codiemb+curriculum":
             return curriculum_run(name, "main", "exact")  # 4 tasks: all 24 orders
         if row == "hierarchical-merge":
             return merge_run()
+        if row == "codiemb" or row in KEEP_ROWS:
+            options_of_row = keep_row_options(row)
+            if options_of_row[-1:] == ["kept-merge"]:
+                return kept_merge(name, row.removesuffix("+kept-merge"), seed)
+            return train(
+                name,
+                mined_main() if "mined" in options_of_row else main_tasks(),
+                tau05_losses if "tau05" in options_of_row else codiemb_losses,
+                shuffled,
+                steps(),
+                options,
+                keep_base="keep-base" in options_of_row,
+            )
         if row == "many-shuffled":
             return train(name, setting("many")[0], codiemb_losses, shuffled, setting("many")[1], options)
         return curriculum_run(name, "many", "annealing")  # many-curriculum
@@ -705,6 +733,23 @@ def main(argv: list[str] | None = None) -> int:
     if not reported:
         report(results, options, argv)
     return 0
+
+
+def keep_row_options(row: str) -> list[str]:
+    """The options of a keep-the-base row, ``codiemb+tau05+kept-merge`` → ``["tau05", "kept-merge"]``.
+
+    Options come in the order of ``KEEP_OPTIONS`` (so one configuration has one name, one output folder).
+    """
+    head, *options = row.split("+")
+    if (
+        head != "codiemb"
+        or any(o not in KEEP_OPTIONS for o in options)
+        or options != sorted(options, key=KEEP_OPTIONS.index)
+    ):
+        raise ValueError(f"{row!r}: expected codiemb followed by +options from {KEEP_OPTIONS}, in that order")
+    if len(set(options)) != len(options):
+        raise ValueError(f"{row!r}: an option is repeated")
+    return options
 
 
 def row_of(key: str) -> str:

@@ -185,3 +185,14 @@ def test_reduced_beir_keeps_the_first_queries_and_their_judged_passages(quality,
     header = (folder / "qrels" / "test.tsv").read_text(encoding="utf-8").split("\n")[0]
     assert header == "query-id\tcorpus-id\tscore"  # the source's header is kept
     assert json.loads((folder / "queries.jsonl").read_text(encoding="utf-8").split("\n")[0])["_id"]
+
+
+def test_keep_rows_name_their_options_once_in_one_order(quality) -> None:
+    """A keep-the-base row is codiemb plus options; the name decides the data, losses, distillation and merge."""
+    for row in quality.KEEP_ROWS:
+        assert quality.keep_row_options(row), row
+    assert quality.keep_row_options("codiemb") == []
+    assert quality.keep_row_options("codiemb+tau05+kept-merge") == ["tau05", "kept-merge"]
+    for wrong in ("codiemb+mined+tau05", "codiemb+tau05+tau05", "codiemb+fast", "st-baseline+mined"):
+        with pytest.raises(ValueError, match="codiemb"):
+            quality.keep_row_options(wrong)
