@@ -7,18 +7,23 @@ evaluated with ``examples/suites/shared.yaml``. No evaluation file is used for t
 choice made here.
 
 **Main setting** (four tasks: STS-B train + SICK train as ``sts``, WikiQA train + TrecQA train as
-``retrieval``, built from ``--data-root`` by this package's adapters):
+``retrieval``, built from ``--data-root`` by this package's adapters; ``--main-tasks stsb sick wikiqa
+trecqa msrp`` adds MSRP train as ``pair_classification``, the five tasks ``examples/recipes/train.yaml``
+and the demo train on — its loss in the CoDiEmb rows is ``--pair-loss``; ``msrp-positives`` instead
+adds only its paraphrase pairs, as a retrieval task):
 
 1. ``base``: the untrained model.
 2. ``st-baseline``: sentence-transformers' own recipe — ``MultipleNegativesRankingLoss`` on
-   retrieval, ``CoSENTLoss`` on STS, ST's ``PROPORTIONAL`` multi-dataset batch sampler.
-3. ``codiemb``: ``MultiPositiveInfoNCELoss`` on retrieval, ``CoDiEmbSTSLoss`` on STS,
-   ``CurriculumBatchSampler(interleave="shuffled")`` (one task per optimizer step, random task order).
+   retrieval, ``CoSENTLoss`` on STS, ``OnlineContrastiveLoss`` on pair classification (ST's loss for
+   pairs with a class label), ST's ``PROPORTIONAL`` multi-dataset batch sampler.
+3. ``codiemb``: ``MultiPositiveInfoNCELoss`` on retrieval, ``CoDiEmbSTSLoss`` on STS and pair
+   classification, ``CurriculumBatchSampler(interleave="shuffled")`` (one task per optimizer step,
+   random task order).
 4. ``codiemb+curriculum``: (3) with the Data-CUBE curriculum: task order from ``plan_curriculum``
-   (teacher: the base model, exact over the 24 orders), ``instance_order="easy_to_hard"``,
+   (teacher: the base model, exact over every task order: 24 for four tasks), ``instance_order="easy_to_hard"``,
    ``interleave="round_robin"``.
 5. ``hierarchical-merge``: CoDiEmb's hierarchical merge of an IR-leaning run (retrieval tasks only)
-   and an STS-leaning run (STS tasks only), each trained like (3) for its share of the steps (one
+   and an STS-leaning run (every other task), each trained like (3) for its share of the steps (one
    epoch of its own tasks), so the row costs the same optimizer steps as the others.
 
 **Keeping the base** (issue: every trained row lost general web-search retrieval), same setting:
@@ -166,24 +171,34 @@ class StepTimer(TrainerCallback):
         self.stamps.append(time.perf_counter())
 
 
-def training_sources(data_root: Path, max_rows: int | None) -> dict[str, Any]:
-    """The unified build recipe of the main setting's tasks (train splits only)."""
-    sources = [
-        ("stsb", "stsb", "sts", "sts/stsbenchmark/sts-train.csv"),
-        ("sick", "sick", "sts", "sts/sick2014/SICK_train.txt"),
-        ("wikiqa", "wikiqa", "retrieval", "ir/wikiqa/train.tsv"),
-        ("trecqa", "trecqa", "retrieval", "ir/trecqa/train.csv"),
-    ]
+#: The train files the main setting can draw on: task → (format, task type, path under --data-root, options).
+MAIN_SOURCES: dict[str, tuple[str, str, str, dict[str, Any]]] = {
+    "stsb": ("stsb", "sts", "sts/stsbenchmark/sts-train.csv", {}),
+    "sick": ("sick", "sts", "sts/sick2014/SICK_train.txt", {}),
+    "wikiqa": ("wikiqa", "retrieval", "ir/wikiqa/train.tsv", {}),
+    "trecqa": ("trecqa", "retrieval", "ir/trecqa/train.csv", {}),
+    "msrp": ("msrp", "pair_classification", "pair/msrp/msr-para-train.tsv", {}),
+    # The paraphrase pairs only, as (anchor, positive) retrieval rows: in-batch negatives, none of the
+    # near-duplicate "not a paraphrase" pairs pushed apart.
+    "msrp-positives": ("msrp", "retrieval", "pair/msrp/msr-para-train.tsv", {"positives_only": True}),
+}
+#: The main setting's tasks unless ``--main-tasks`` says otherwise (the H100 table's four).
+MAIN_TASKS = ("stsb", "sick", "wikiqa", "trecqa")
+
+
+def training_sources(data_root: Path, max_rows: int | None, tasks: Iterable[str] = MAIN_TASKS) -> dict[str, Any]:
+    """The unified build recipe of the main setting's ``tasks`` (train splits only)."""
     return {
         "sources": [
             {
                 "name": name,
-                "format": fmt,
-                "task_type": task_type,
-                "data_files": str(data_root / path),
+                "format": MAIN_SOURCES[name][0],
+                "task_type": MAIN_SOURCES[name][1],
+                "data_files": str(data_root / MAIN_SOURCES[name][2]),
+                "options": MAIN_SOURCES[name][3],
                 "max_rows": max_rows,
             }
-            for name, fmt, task_type, path in sources
+            for name in tasks
         ]
     }
 
@@ -437,6 +452,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learning-rate", type=float, default=2e-5)
     parser.add_argument("--negatives", type=int, default=1, help="hard negatives per retrieval row")
     parser.add_argument("--max-rows-per-task", type=int, help="cap the rows of every training task (a faster run)")
+    parser.add_argument(
+        "--main-tasks",
+        nargs="+",
+        choices=list(MAIN_SOURCES),
+        default=list(MAIN_TASKS),
+        help="the main setting's training tasks (default: the four of the H100 table; "
+        "add msrp for the five tasks examples/recipes/train.yaml and the demo train on)",
+    )
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
     parser.add_argument("--diagnostics", action="store_true", help="also compute CoDiEmb §4 diagnostics")
     parser.add_argument("--resume", action="store_true", help="reuse rows already evaluated in --output-dir")
@@ -452,6 +475,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.02,
         help="CoDiEmbSTSLoss's (middle-layer) InfoNCE τ in every CoDiEmb row (default: CoDiEmb's 0.02)",
+    )
+    parser.add_argument(
+        "--pair-loss",
+        choices=("CoDiEmbSTSLoss", "AnglEJointLoss"),
+        default="CoDiEmbSTSLoss",
+        help="the CoDiEmb rows' pair-classification loss (default: CoDiEmbSTSLoss; the recipe's is AnglEJointLoss)",
     )
     parser.add_argument("--keep-base-weight", type=float, default=1.0, help="KeepBaseLoss weight (default: 1)")
     parser.add_argument(
@@ -474,8 +503,13 @@ def main(argv: list[str] | None = None) -> int:
     from datasets import DatasetDict
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.base.sampler import MultiDatasetBatchSamplers
-    from sentence_transformers.sentence_transformer.losses import CoSENTLoss, MultipleNegativesRankingLoss
+    from sentence_transformers.sentence_transformer.losses import (
+        CoSENTLoss,
+        MultipleNegativesRankingLoss,
+        OnlineContrastiveLoss,
+    )
 
+    from hf_unified_embed import losses as hue_losses
     from hf_unified_embed.curriculum import plan_curriculum
     from hf_unified_embed.data import build_unified
     from hf_unified_embed.evaluation import run_suite
@@ -500,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     codiemb_losses = {
         "retrieval": MultiPositiveInfoNCELoss,
         "sts": (CoDiEmbSTSLoss, {"infonce_temperature": options.sts_infonce_temperature}),
-        "pair_classification": CoDiEmbSTSLoss,
+        "pair_classification": getattr(hue_losses, options.pair_loss),
     }
     tau05_losses = {**codiemb_losses, "retrieval": (MultiPositiveInfoNCELoss, {"temperature": RETRIEVAL_TAU05})}
     shuffled = CurriculumBatchSampler.configure(interleave="shuffled")
@@ -510,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
         """The tasks of a setting (built once) and the optimizer steps every row of it trains."""
         if name not in settings:
             recipe = (
-                training_sources(options.data_root, options.max_rows_per_task)
+                training_sources(options.data_root, options.max_rows_per_task, options.main_tasks)
                 if name == "main"
                 else many_task_sources(
                     options.data_root, options.output_dir / "many-task-sources", options.max_rows_per_task
@@ -612,8 +646,15 @@ def main(argv: list[str] | None = None) -> int:
 
     def merge_run() -> Trained:
         tasks, steps = setting("main")
+        # The STS-leaning run takes every task that is not retrieval (pair classification included).
         by_type = {
-            kind: DatasetDict({name: ds for name, ds in tasks.items() if ds[0]["task_type"] == kind})
+            kind: DatasetDict(
+                {
+                    name: ds
+                    for name, ds in tasks.items()
+                    if (ds[0]["task_type"] == "retrieval") == (kind == "retrieval")
+                }
+            )
             for kind in ("retrieval", "sts")
         }
         # Each specialist trains its share of the steps: one epoch of its own tasks at the default length.
@@ -623,7 +664,12 @@ def main(argv: list[str] | None = None) -> int:
             "ir-leaning", by_type["retrieval"], {"retrieval": MultiPositiveInfoNCELoss}, shuffled, ir_steps, options
         )
         sts_run = train(
-            "sts-leaning", by_type["sts"], {"sts": CoDiEmbSTSLoss}, shuffled, max(1, steps - ir_steps), options
+            "sts-leaning",
+            by_type["sts"],
+            {"sts": CoDiEmbSTSLoss, "pair_classification": CoDiEmbSTSLoss},
+            shuffled,
+            max(1, steps - ir_steps),
+            options,
         )
         merged = merge_models(
             [ir_run.path, sts_run.path],
@@ -659,13 +705,18 @@ def main(argv: list[str] | None = None) -> int:
             return train(
                 name,
                 main_tasks(),
-                {"retrieval": MultipleNegativesRankingLoss, "sts": CoSENTLoss},
+                # ST's loss table: scored pairs → CoSENT; pairs with a class label (MSRP) → OnlineContrastive.
+                {
+                    "retrieval": MultipleNegativesRankingLoss,
+                    "sts": CoSENTLoss,
+                    "pair_classification": OnlineContrastiveLoss,
+                },
                 MultiDatasetBatchSamplers.PROPORTIONAL,
                 steps(),
                 options,
             )
         if row == "codiemb+curriculum":
-            return curriculum_run(name, "main", "exact")  # 4 tasks: all 24 orders
+            return curriculum_run(name, "main", "exact")  # every order (24 for four tasks, 120 for five)
         if row == "hierarchical-merge":
             return merge_run()
         if row == "codiemb" or row in KEEP_ROWS:

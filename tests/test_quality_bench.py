@@ -69,6 +69,39 @@ def test_many_task_setting_splits_the_shared_train_files_into_at_least_20_tasks(
     assert quality.epoch_steps(tasks, 32) == sum(-(-size // 32) for size in sizes.values())
 
 
+def test_main_setting_can_train_on_exactly_the_shipped_recipes_tasks(quality, shared_data: Path) -> None:
+    import yaml
+
+    from hf_unified_embed.data import build_unified
+
+    # The default is the four tasks of the H100 table; --main-tasks adds MSRP, which the shipped recipe
+    # and the demo train on, so the report can measure the recipe's own task list.
+    assert [source["name"] for source in quality.training_sources(shared_data, None)["sources"]] == [
+        "stsb",
+        "sick",
+        "wikiqa",
+        "trecqa",
+    ]
+    recipe = yaml.safe_load((REPO / "examples" / "recipes" / "train.yaml").read_text(encoding="utf-8"))
+    shipped = recipe["data"]["tasks"]
+    tasks = build_unified(quality.training_sources(shared_data, None, shipped))
+    assert list(tasks) == shipped
+    assert {name: tasks[name][0]["task_type"] for name in tasks} == {
+        "stsb": "sts",
+        "sick": "sts",
+        "wikiqa": "retrieval",
+        "trecqa": "retrieval",
+        "msrp": "pair_classification",
+    }
+    assert len(tasks["msrp"]) == 3_576  # the whole train file, never val or test (the suite's MSRP AP)
+    assert quality.epoch_steps(tasks, 32) == 464
+    # The retrieval form keeps only the paraphrase pairs, as (anchor, positive) rows.
+    positives = build_unified(quality.training_sources(shared_data, None, ["msrp-positives"]))["msrp-positives"]
+    assert positives[0]["task_type"] == "retrieval"
+    assert len(positives) == 2_407
+    assert {score for scores in positives["positive_scores"] for score in scores} == {1.0}
+
+
 def test_question_buckets_fold_rare_words_into_other(quality) -> None:
     rows = [[f"what is {i}?"] for i in range(15)] + [[f"who is {i}?"] for i in range(14)] + [["Name a fruit"]]
     key = quality._question_buckets(rows, 0)
