@@ -39,11 +39,13 @@ from hf_unified_embed.example_cli import (
 EXAMPLES = Path(__file__).resolve().parent
 SAMPLE_RECIPE = EXAMPLES / "recipes" / "sample.yaml"
 SAMPLE_SUITE = EXAMPLES / "suites" / "demo.yaml"
-TRAIN_TASKS = ["stsb", "sick", "wikiqa", "trecqa", "msrp"]
+#: The tasks of the measured default. MSRP is built and evaluated but not trained: training on it cost
+#: general retrieval in every form measured (docs/quality.md, "Training on MSRP too").
+TRAIN_TASKS = ["stsb", "sick", "wikiqa", "trecqa"]
 #: Per-task batch sizes of the two runs: each leans towards its side, both see every task.
 BATCH_SIZES = {
-    "ir-leaning": {"wikiqa": 16, "trecqa": 16, "stsb": 4, "sick": 4, "msrp": 4},
-    "sts-leaning": {"wikiqa": 4, "trecqa": 4, "stsb": 16, "sick": 16, "msrp": 16},
+    "ir-leaning": {"wikiqa": 16, "trecqa": 16, "stsb": 4, "sick": 4},
+    "sts-leaning": {"wikiqa": 4, "trecqa": 4, "stsb": 16, "sick": 16},
 }
 
 
@@ -141,7 +143,6 @@ def train(name: str, data_dir: Path, output: Path, args: argparse.Namespace, cur
             "losses": {
                 "retrieval": {"name": "MultiPositiveInfoNCELoss", "temperature": 0.05},
                 "sts": {"name": "CoDiEmbSTSLoss"},
-                "pair_classification": {"name": "AnglEJointLoss"},
             },
             "negatives_per_query": 2,
             **({"curriculum": {"plan": str(data_dir / "curriculum_plan.json")}} if curriculum else {}),
