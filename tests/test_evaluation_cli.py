@@ -47,6 +47,12 @@ def test_evaluate_prints_table_and_writes_json(
     assert json.loads(output.read_text())["results"]["sts"]["diagnostics"] is None
 
 
+def test_only_scores_the_named_sets(tiny_model_path: str, suite_file: Path, tmp_path: Path) -> None:
+    output = tmp_path / "results.json"
+    assert main(["evaluate", tiny_model_path, str(suite_file), "-o", str(output), "--only", "retrieval"]) == 0
+    assert set(json.loads(output.read_text())["results"]) == {"retrieval"}
+
+
 STS_ENTRY = {"name": "sts", "kind": "sts", "source": "semeval-sts", "data_files": "sts/*.tsv"}
 BEIR_ENTRY = {"name": "ir", "kind": "retrieval", "source": "beir", "data_files": "beir"}
 
@@ -133,6 +139,10 @@ USER_ERRORS: dict[str, tuple[Callable[[Path, Path, str], list[str]], str]] = {
         r"output .*suite\.yaml overlaps the input",
     ),
     "bad device": (lambda t, d, m: [m, _suite(t, d, STS_ENTRY), "--device", "gpu7"], r"--device 'gpu7'"),
+    "--only names no set": (
+        lambda t, d, m: [m, _suite(t, d, STS_ENTRY), "--only", "sts", "stsx"],
+        r"--only stsx: not in .*suite\.yaml, whose evaluation sets are \['sts'\]",
+    ),
 }
 
 

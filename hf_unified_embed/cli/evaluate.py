@@ -29,6 +29,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--batch-size", type=int, help="encoding batch size (default: the suite's)")
     parser.add_argument("--device", help="torch device for the model, e.g. cpu or cuda:0")
     parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        help="score only these evaluation sets of the suite (their names), e.g. the ones added since a model was scored",
+    )
+    parser.add_argument(
         "--reference",
         help="the base model that 'forgetting' entries compare with, where the suite names none (path or Hub id)",
     )
@@ -40,6 +46,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from hf_unified_embed.outputs import StagedOutput
 
     suite = load_suite(args.suite, data_root=args.data_root)
+    if args.only:
+        names = [entry.name for entry in suite.entries]
+        unknown = [name for name in args.only if name not in names]
+        if unknown:
+            raise UsageError(f"--only {' '.join(unknown)}: not in {args.suite}, whose evaluation sets are {names}")
+        suite.entries = [entry for entry in suite.entries if entry.name in args.only]
     if args.reference:
         set_reference_model(suite, args.reference)
     if args.batch_size is not None:

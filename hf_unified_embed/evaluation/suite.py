@@ -25,6 +25,12 @@ A suite is YAML (or a dict, or a bare list of entries)::
         evaluator: {relevance_threshold: 0.5}   # options of the kind's evaluator class
         dataset_id: mteb/msmarco     # optional Hub id for the model-index
         max_rows: 20                 # optional: this set's own row cap (queries here)
+      - name: sts14-unseen
+        kind: sts
+        source: semeval-sts
+        data_files: sts/semeval/2014/*.tsv
+        exclude_seen:                # leave out the pairs these training files hold (kinds
+          - {source: stsb, data_files: sts/stsbenchmark/sts-train.csv}   # that score pairs)
 
 Each ``kind`` is an :class:`~hf_unified_embed.evaluation.kinds.EvaluationKind` (the unified task type
 of its rows, its sentence-transformers evaluator, primary and reported metrics); the built-in ones
@@ -62,10 +68,11 @@ from tqdm.auto import tqdm
 from hf_unified_embed.data.registry import source_format_names
 from hf_unified_embed.errors import HfUnifiedEmbedError, InputNotFoundError, SuiteError
 from hf_unified_embed.evaluation.diagnostics import EmbeddingSpaceDiagnostics, embedding_space_diagnostics
-from hf_unified_embed.evaluation.inputs import entry_files
+from hf_unified_embed.evaluation.inputs import drop_seen_pairs, entry_files, row_pairs
 from hf_unified_embed.evaluation.kinds import EvaluationKind, get_evaluation_kind
 from hf_unified_embed.evaluation.results import EntryResult, SuiteResults
 from hf_unified_embed.naming import split_name_problem, task_name_problem
+from hf_unified_embed.schema import TASK_TYPES
 from hf_unified_embed.typecheck import mismatched_field, type_problem
 from hf_unified_embed.yaml_files import read_yaml_mapping
 
@@ -121,6 +128,7 @@ class SuiteEntry:
     dataset_id: str | None = None
     diagnostics: bool = True
     max_rows: int | None = None
+    exclude_seen: list[dict[str, Any]] = field(default_factory=list)
     evaluation_kind: EvaluationKind = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -163,6 +171,15 @@ class SuiteEntry:
             self.evaluation_kind.check_options(self.evaluator)
         except SuiteError as error:
             raise fail("evaluator", str(error)) from None
+        if self.exclude_seen and not self.evaluation_kind.scores_pairs:
+            raise fail(
+                "exclude_seen",
+                f"kind {self.evaluation_kind.name!r} does not score pairs one by one (sts and pair_classification do)",
+            )
+        for index, seen in enumerate(self.exclude_seen):
+            problem = _seen_source_problem(seen)
+            if problem:
+                raise fail(f"exclude_seen[{index}]", problem)
 
     @property
     def source_options(self) -> dict[str, Any]:
@@ -170,6 +187,32 @@ class SuiteEntry:
         if self.source == "beir":
             return {"qrels_split": self.split, **self.options}
         return dict(self.options)
+
+
+#: The fields of an ``exclude_seen`` item: a source read like a training source, whose pairs are left out.
+_SEEN_SOURCE: dict[str, Any] = {
+    "source": str,
+    "data_files": str | list[str],
+    "task_type": str | None,
+    "options": dict[str, Any],
+}
+
+
+def _seen_source_problem(seen: Mapping[str, Any]) -> str | None:
+    unknown = sorted(set(seen) - set(_SEEN_SOURCE))
+    missing = [name for name in ("source", "data_files") if name not in seen]
+    if unknown or missing:
+        problem = f"unknown field(s) {unknown}" if unknown else f"missing field(s) {missing}"
+        return f"{problem}; fields are {sorted(_SEEN_SOURCE)}"
+    for key, annotation in _SEEN_SOURCE.items():
+        mistyped = type_problem(annotation, seen[key]) if key in seen else None
+        if mistyped:
+            return f"{key}: {mistyped}, got {seen[key]!r}"
+    if seen["source"] not in source_format_names():
+        return f"unknown source format {seen['source']!r}; expected one of {source_format_names()}"
+    if seen.get("task_type") is not None and seen["task_type"] not in TASK_TYPES:
+        return f"task_type: got {seen['task_type']!r}; expected one of {list(TASK_TYPES)}"
+    return None
 
 
 #: A suite file's top-level fields besides ``evaluations``, as YAML writes them.
@@ -350,7 +393,38 @@ def load_entry_rows(suite: EvaluationSuite) -> dict[str, Dataset]:
             dataset = _unified_rows(entry, suite.data_root)
             limit = suite.rows_of(entry)
             rows[entry.name] = dataset.select(range(min(limit, len(dataset)))) if limit else dataset
+    seen_by_sources: dict[str, set[frozenset[str]]] = {}  # entries often share one list: read it once
+    for entry in suite.entries:
+        if entry.exclude_seen:
+            sources = repr((entry.exclude_seen, entry.evaluation_kind.task_type))
+            if sources not in seen_by_sources:
+                seen_by_sources[sources] = _seen_pairs(entry, suite)
+            rows[entry.name], dropped = drop_seen_pairs(rows[entry.name], seen_by_sources[sources], entry.name)
+            logger.info("%s: left out %d pairs found in its exclude_seen sources", entry.name, dropped)
     return rows
+
+
+def _seen_pairs(entry: SuiteEntry, suite: EvaluationSuite) -> set[frozenset[str]]:
+    """The (query, text) pairs of every ``exclude_seen`` source of ``entry``, read by the data adapters."""
+    from hf_unified_embed.data import BuildRecipe, SourceSpec, build_unified
+
+    specs = []
+    for index, seen in enumerate(entry.exclude_seen):
+        field_name = f"exclude_seen[{index}].data_files"
+        entry_files(seen["data_files"], suite.data_root, evaluation=entry.name, field=field_name)
+        specs.append(
+            SourceSpec(
+                name=f"seen-{index}",
+                format=seen["source"],
+                data_files=seen["data_files"],
+                # Read as the entry's own rows are unless told otherwise (a pair is a pair under either
+                # type); null keeps the type each row carries (unified files).
+                task_type=seen.get("task_type", entry.evaluation_kind.task_type),
+                options=seen.get("options", {}),
+            )
+        )
+    built = build_unified(BuildRecipe(specs, base_dir=suite.data_root, origin=f"{suite.origin}: {entry.name}"))
+    return set().union(*(row_pairs(dataset) for dataset in built.values()))
 
 
 def _unified_rows(entry: SuiteEntry, data_root: Path | None) -> Dataset:

@@ -70,6 +70,8 @@ class EvaluationKind(ABC):
         uses_reference_model: whether the evaluator compares with a reference model (its ``reference``
             option), which :func:`~hf_unified_embed.evaluation.suite.set_reference_model` fills in
             where the entry leaves it out (e.g. with the base model of a training run or merge search).
+        scores_pairs: whether each (query, text) of a row is one scored example on its own, so that an
+            entry's ``exclude_seen`` can drop the pairs a model was trained on (STS, pair classification).
     """
 
     name: ClassVar[str]
@@ -82,6 +84,7 @@ class EvaluationKind(ABC):
     set_by_kind: ClassVar[tuple[str, ...]] = ("name",)
     takes_corpus_files: ClassVar[bool] = False
     uses_reference_model: ClassVar[bool] = False
+    scores_pairs: ClassVar[bool] = False
 
     @abstractmethod
     def build_evaluator(
@@ -163,6 +166,8 @@ class EvaluationKind(ABC):
 
 class SentencePairKind(EvaluationKind):
     """A kind whose evaluator scores ``sentences1[i]`` against ``sentences2[i]`` (STS, pair classification)."""
+
+    scores_pairs = True
 
     def texts(self, evaluator: BaseEvaluator, rows: Dataset) -> list[str]:
         pairs: Any = evaluator
