@@ -84,6 +84,8 @@ def test_the_shipped_defaults_train_the_tasks_the_report_measured(quality) -> No
         "name": "MultiPositiveInfoNCELoss",
         "temperature": quality.RETRIEVAL_TAU05,
     }
+    # The learning rate of docs/quality.md's three-seed default ("Learning rate" section).
+    assert recipe["training_args"]["learning_rate"] == demo.LEARNING_RATE == 5e-5
 
 
 def test_main_setting_adds_msrp_as_pairs_or_as_positives(quality, shared_data: Path) -> None:
@@ -186,6 +188,22 @@ def test_seeds_aggregate_to_mean_and_spread_with_the_forgetting_column(quality) 
     assert lines[4].split(" | ")[-2] == f"**{(0.8 + 0.8 + 0.7 + 0.6 + 0.75 + 0.85) / 6:.4f}**"
 
 
+def test_unseen_sts_column_is_reported_outside_the_six_column_mean(quality) -> None:
+    with_unseen = suite_metrics(quality, sts=0.8)
+    for index, name in enumerate(quality.UNSEEN_MEAN):
+        with_unseen[name] = {"metrics": {"spearman_cosine": 0.5 + index / 10}}
+    rows = {
+        "new": quality.aggregate([quality.summarize({"results": with_unseen})]),
+        "measured before": quality.aggregate([quality.summarize({"results": suite_metrics(quality, sts=0.8)})]),
+    }
+    assert rows["new"][quality.UNSEEN_COLUMN] == (pytest.approx(0.65), None)
+    assert quality.UNSEEN_COLUMN not in rows["measured before"]
+    lines = quality.markdown_table(rows, {}).splitlines()
+    assert quality.UNSEEN_COLUMN in lines[0] and lines[3].split(" | ")[-3] == "—"
+    six = f"{(0.8 + 0.8 + 0.7 + 0.6 + 0.75 + 0.85) / 6:.4f}"
+    assert lines[2].split(" | ")[-2] == f"**{six}**" and lines[3].split(" | ")[-2] == f"**{six}**"
+
+
 def test_report_states_the_rows_own_time_so_a_resumed_table_is_not_0_min(quality, tmp_path: Path) -> None:
     """--resume and --report-only reuse rows; the "min in all" of the table is what its rows took, summed."""
     import argparse
@@ -236,3 +254,31 @@ def test_keep_rows_name_their_options_once_in_one_order(quality) -> None:
     for wrong in ("codiemb+mined+tau05", "codiemb+tau05+tau05", "codiemb+fast", "st-baseline+mined"):
         with pytest.raises(ValueError, match="codiemb"):
             quality.keep_row_options(wrong)
+
+
+def test_resume_scores_a_reused_row_on_the_entries_added_since(quality, tiny_model_path: str, tmp_path: Path) -> None:
+    import argparse
+
+    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.evaluation import run_suite
+    from tests._evaluation_helpers import all_kinds_suite, write_evaluation_files
+
+    suite = all_kinds_suite(write_evaluation_files(tmp_path / "data"))
+    suite["diagnostics"] = False
+    old_suite = {**suite, "evaluations": suite["evaluations"][:1]}
+    saved = tmp_path / "row.json"
+    run_suite(SentenceTransformer(tiny_model_path, device="cpu"), old_suite).save_json(saved)
+    before = json.loads(saved.read_text())
+    before["results"]["sts"]["metrics"]["spearman_cosine"] = 0.123  # kept as it is, not scored again
+    options = argparse.Namespace(device="cpu", eval_max_seq_length=None, diagnostics=False)
+
+    gone = quality.complete_evaluation(json.loads(json.dumps(before)), saved, str(tmp_path / "gone"), suite, options)
+    assert gone == before  # no model to score with: the row stays as it was
+    completed = quality.complete_evaluation(before, saved, tiny_model_path, suite, options)
+    assert list(completed["results"]) == ["sts", "retrieval", "rerank", "paraphrase"]
+    assert completed["results"]["sts"]["metrics"]["spearman_cosine"] == 0.123
+    assert json.loads(saved.read_text()) == completed
+    assert {row["evaluation"] for row in completed["table"]} == set(completed["results"])
+    assert len(completed["model-index"][0]["results"]) == 4
+    assert quality.complete_evaluation(completed, saved, "/nonexistent", suite, options) is completed
