@@ -50,8 +50,8 @@ Every model is also scored by a ``forgetting`` entry (neighbour overlap@10 with 
 ``--forgetting-texts`` MS MARCO passages, no labels; the table's "kept" column) and by STS12–15 without
 the pairs any training file of either setting holds (the suite's ``sts1X-unseen`` entries: STS Benchmark
 train holds about four in ten of the STS12–15 test pairs; the "unseen" column, outside the six-column
-mean). ``--seeds`` trains
-every trained row once per seed; the tables then give the mean ± sample standard deviation.
+mean). ``--seeds`` trains every trained row once per seed; the tables then give the mean ± sample
+standard deviation.
 
 **Many-task setting** (where Data-CUBE says the curriculum pays): the shared sources split into 21
 tasks — STS-B train by source file (6), SICK train by entailment label (3), the SemEval 2012 train
@@ -771,10 +771,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n=== {key} ===", flush=True)
             trained = builders(row, key, seed)
             model_path = options.base_model if trained is None else str(trained.path)
-            model = SentenceTransformer(model_path, device=options.device)
-            if options.eval_max_seq_length:
-                model.max_seq_length = options.eval_max_seq_length
-            evaluation = run_suite(model, suite, diagnostics=options.diagnostics)
+            evaluation = run_suite(evaluation_model(model_path, options), suite, diagnostics=options.diagnostics)
             evaluation.extra["seconds"] = time.perf_counter() - row_started
             evaluation.extra["row"], evaluation.extra["seed"] = row, None if trained is None else seed
             if trained is not None:
@@ -796,13 +793,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def evaluation_model(model_path: str, options: argparse.Namespace) -> Any:
+    """The saved model at ``model_path`` as every row is evaluated: on ``--device``, at ``--eval-max-seq-length``."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(model_path, device=options.device)
+    if options.eval_max_seq_length:
+        model.max_seq_length = options.eval_max_seq_length
+    return model
+
+
 def complete_evaluation(
     evaluation: dict[str, Any], saved: Path, model_path: str, suite: Mapping[str, Any], options: argparse.Namespace
 ) -> dict[str, Any]:
     """A reused row's evaluation with the suite entries added since it was scored (its saved model scores
     them; the entries it has are kept as they are), written back to ``saved``."""
-    from sentence_transformers import SentenceTransformer
-
     from hf_unified_embed.evaluation import run_suite
     from hf_unified_embed.outputs import StagedOutput
 
@@ -814,9 +819,7 @@ def complete_evaluation(
         print(f"  its model {model_path} is gone: {names} stay unscored", flush=True)
         return evaluation
     print(f"  scoring {names}, added to the suite since", flush=True)
-    model = SentenceTransformer(model_path, device=options.device)
-    if options.eval_max_seq_length:
-        model.max_seq_length = options.eval_max_seq_length
+    model = evaluation_model(model_path, options)
     added = json.loads(run_suite(model, {**suite, "evaluations": missing}, diagnostics=options.diagnostics).to_json())
     evaluation["results"].update(added["results"])
     evaluation["table"] += added["table"]
