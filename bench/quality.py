@@ -184,6 +184,8 @@ MAIN_SOURCES: dict[str, tuple[str, str, str, dict[str, Any]]] = {
     "sick": ("sick", "sts", "sts/sick2014/SICK_train.txt", {}),
     "wikiqa": ("wikiqa", "retrieval", "ir/wikiqa/train.tsv", {}),
     "trecqa": ("trecqa", "retrieval", "ir/trecqa/train.csv", {}),
+    # Each WikiQA question against its whole paragraph (its candidates joined): passage retrieval, in-batch.
+    "wikiqa-passages": ("wikiqa", "retrieval", "ir/wikiqa/train.tsv", {"as_passage": True}),
     "msrp": ("msrp", "pair_classification", "pair/msrp/msr-para-train.tsv", {}),
     # The paraphrase pairs only, as (anchor, positive) retrieval rows: in-batch negatives, none of the
     # near-duplicate "not a paraphrase" pairs pushed apart.
@@ -191,6 +193,9 @@ MAIN_SOURCES: dict[str, tuple[str, str, str, dict[str, Any]]] = {
 }
 #: The main setting's tasks unless ``--main-tasks`` says otherwise (the H100 table's four).
 MAIN_TASKS = ("stsb", "sick", "wikiqa", "trecqa")
+#: The tasks the shipped recipe, ``make demo`` and the README quick start train (docs/quality.md, "WikiQA as
+#: passages"): the four and WikiQA's questions against their whole paragraphs.
+RECIPE_TASKS = ("stsb", "sick", "wikiqa", "wikiqa-passages", "trecqa")
 
 
 def training_sources(data_root: Path, max_rows: int | None, tasks: Iterable[str] = MAIN_TASKS) -> dict[str, Any]:
@@ -372,6 +377,27 @@ def train(
     )
 
 
+def codiemb_loss_tables(options: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The task-type → loss tables of the CoDiEmb rows and of the ``+tau05`` rows, as the options set them."""
+    from sentence_transformers.sentence_transformer.losses import CoSENTLoss
+
+    from hf_unified_embed import losses as hue_losses
+    from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
+
+    sts_loss: Any = CoSENTLoss
+    if options.sts_loss == "CoDiEmbSTSLoss":
+        sts_loss = (
+            CoDiEmbSTSLoss,
+            {"infonce_temperature": options.sts_infonce_temperature, "mid_layer_weight": options.sts_mid_layer_weight},
+        )
+    codiemb = {
+        "retrieval": MultiPositiveInfoNCELoss,
+        "sts": sts_loss,
+        "pair_classification": getattr(hue_losses, options.pair_loss),
+    }
+    return codiemb, {**codiemb, "retrieval": (MultiPositiveInfoNCELoss, {"temperature": RETRIEVAL_TAU05})}
+
+
 def pick_metric(metrics: Mapping[str, float], pattern: str, entry: str) -> float:
     matches = [key for key in metrics if re.fullmatch(pattern, key)]
     if len(matches) != 1:
@@ -489,6 +515,19 @@ def main(argv: list[str] | None = None) -> int:
         help="CoDiEmbSTSLoss's (middle-layer) InfoNCE τ in every CoDiEmb row (default: CoDiEmb's 0.02)",
     )
     parser.add_argument(
+        "--sts-mid-layer-weight",
+        type=float,
+        default=1.0,
+        help="CoDiEmbSTSLoss's middle-layer InfoNCE weight in every CoDiEmb row (default: CoDiEmb's 1; 0 leaves "
+        "the STS loss its list-wise terms only)",
+    )
+    parser.add_argument(
+        "--sts-loss",
+        choices=("CoDiEmbSTSLoss", "CoSENTLoss"),
+        default="CoDiEmbSTSLoss",
+        help="the CoDiEmb rows' STS loss (default: CoDiEmbSTSLoss; CoSENTLoss is st-baseline's)",
+    )
+    parser.add_argument(
         "--pair-loss",
         choices=("CoDiEmbSTSLoss", "AnglEJointLoss"),
         default="CoDiEmbSTSLoss",
@@ -521,7 +560,6 @@ def main(argv: list[str] | None = None) -> int:
         OnlineContrastiveLoss,
     )
 
-    from hf_unified_embed import losses as hue_losses
     from hf_unified_embed.curriculum import plan_curriculum
     from hf_unified_embed.data import build_unified
     from hf_unified_embed.evaluation import run_suite
@@ -543,12 +581,7 @@ def main(argv: list[str] | None = None) -> int:
         for entry in suite["evaluations"]:
             if entry["name"] in ("msmarco-dl", FORGETTING):
                 entry["data_files"] = str(folder.resolve())  # not relative to the suite's data root
-    codiemb_losses = {
-        "retrieval": MultiPositiveInfoNCELoss,
-        "sts": (CoDiEmbSTSLoss, {"infonce_temperature": options.sts_infonce_temperature}),
-        "pair_classification": getattr(hue_losses, options.pair_loss),
-    }
-    tau05_losses = {**codiemb_losses, "retrieval": (MultiPositiveInfoNCELoss, {"temperature": RETRIEVAL_TAU05})}
+    codiemb_losses, tau05_losses = codiemb_loss_tables(options)
     shuffled = CurriculumBatchSampler.configure(interleave="shuffled")
     settings: dict[str, Any] = {}
 

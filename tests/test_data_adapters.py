@@ -103,6 +103,28 @@ def test_wikiqa_groups_by_question(shared_data: Path):
     assert len(first["negatives"]) == 4
 
 
+def test_wikiqa_as_passage_joins_a_questions_candidates_in_file_order(shared_data: Path, tmp_path: Path):
+    rows, skipped = read("wikiqa", shared_data / "ir/wikiqa/train.tsv", as_passage=True)
+    sentences, _ = read("wikiqa", shared_data / "ir/wikiqa/train.tsv")
+    assert len(rows) == 872 and skipped["question without a correct candidate"] == 1245
+    first = rows[0]
+    assert first["query"] == "how are glacier caves formed?" and first["negatives"] == []
+    # The answer (4th line) stays where the paragraph has it, between the wrong candidates.
+    assert first["positives"] == [
+        "A partly submerged glacier cave on Perito Moreno Glacier . The ice facade is approximately 60 m high "
+        "Ice formations in the Titlis glacier cave A glacier cave is a cave formed within the ice of a glacier . "
+        '"Glacier caves are often called ice caves , but this term is properly used to describe bedrock caves '
+        'that contain year-round ice."'
+    ]
+    for passage, sentence_row in zip(rows, sentences, strict=True):
+        assert all(answer in passage["positives"][0] for answer in sentence_row["positives"])
+    fixture = tmp_path / "x.tsv"
+    fixture.write_text("question\tcandidate\tlabel\nq\tb\t0\nq\ta\t1\nq\tc\t0\nr\td\t0\n", encoding="utf-8")
+    rows, skipped = read("answer-selection", fixture, as_passage=True)
+    assert rows == [{"query": "q", "positives": ["b a c"], "negatives": []}]
+    assert skipped == {"question without a correct candidate": 1}
+
+
 def test_trecqa_several_positives_and_hard_negatives(shared_data: Path):
     rows, skipped = read("trecqa", shared_data / "ir/trecqa/train.csv")
     assert len(rows) + skipped["question without a correct candidate"] == 93

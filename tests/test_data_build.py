@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def sample(tmp_path_factory: pytest.TempPathFactory):
 def test_sample_recipe_builds_every_task(sample):
     result, _ = sample
     dataset = result.dataset
-    assert list(dataset) == ["stsb", "sick", "wikiqa", "trecqa", "msrp", "msmarco"]
+    assert list(dataset) == ["stsb", "sick", "wikiqa", "wikiqa-passages", "trecqa", "msrp", "msmarco"]
     assert len(dataset["stsb"]) == 300 and dataset["stsb"].features == UNIFIED_FEATURES
     assert dataset["msmarco"].split == "test" and dataset["stsb"].split == "train"
     stsb = dataset["stsb"][0]
@@ -48,13 +49,17 @@ def test_sample_recipe_builds_every_task(sample):
     assert wikiqa["document_instruction"] == "Represent the Wikipedia sentence for retrieval: "
     # the bundled WikiQA slice holds only answered questions; TrecQA's has a few unanswered ones
     assert len(dataset["wikiqa"]) == 250 and not result.skipped.get("wikiqa")
+    # the same questions against their paragraphs: one positive passage holding the answer, no negatives
+    passages = dataset["wikiqa-passages"]
+    assert passages["query"] == dataset["wikiqa"]["query"] and not any(passages["negatives"])
+    assert wikiqa["positives"][0] in passages[0]["positives"][0]
     assert result.skipped["trecqa"]["question without a correct candidate"] > 0
 
 
 def test_round_trip_save_load_equal(sample):
     result, out = sample
     loaded = load_unified(out)
-    assert list(loaded) == ["stsb", "sick", "wikiqa", "trecqa", "msrp"]
+    assert list(loaded) == ["stsb", "sick", "wikiqa", "wikiqa-passages", "trecqa", "msrp"]
     for task, dataset in loaded.items():
         assert dataset.features == UNIFIED_FEATURES
         assert dataset.to_list() == result.dataset[task].to_list()
@@ -76,7 +81,7 @@ def test_card_yaml_parses_with_configs_counts_and_notes(sample):
     card = DatasetCard.load(out / "README.md")
     data = card.data.to_dict()
     configs = {c["config_name"]: c for c in data["configs"]}
-    assert set(configs) == {"stsb", "sick", "wikiqa", "trecqa", "msrp", "msmarco", "all"}
+    assert set(configs) == {"stsb", "sick", "wikiqa", "wikiqa-passages", "trecqa", "msrp", "msmarco", "all"}
     assert configs["stsb"]["data_files"] == [{"split": "train", "path": "data/stsb/train-*.parquet"}]
     assert configs["all"]["default"] is True
     counts = {info["config_name"]: info["splits"][0]["num_examples"] for info in data["dataset_info"]}
@@ -183,11 +188,11 @@ def test_cli_build_prints_summary_and_validate_passes(tmp_path: Path, capsys):
     out = tmp_path / "demo"
     assert main(["build", str(SAMPLE_RECIPE), "-o", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "task" in printed and "stsb     train  sts" in printed and "wrote" in printed
+    assert "task" in printed and re.search(r"^stsb +train +sts ", printed, re.MULTILINE) and "wrote" in printed
     assert main(["build", str(SAMPLE_RECIPE), "-o", str(out)]) == 2
     assert "--overwrite" in capsys.readouterr().err
     assert main(["validate", str(out)]) == 0
-    assert "6 task(s) valid" in capsys.readouterr().out
+    assert "7 task(s) valid" in capsys.readouterr().out
 
 
 def test_cli_bad_input_exits_non_zero_without_partial_output(tmp_path: Path, capsys):

@@ -77,8 +77,9 @@ def test_the_shipped_defaults_train_the_tasks_the_report_measured(quality) -> No
     demo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(demo)
     recipe = yaml.safe_load((REPO / "examples" / "recipes" / "train.yaml").read_text(encoding="utf-8"))
-    # docs/quality.md chose the default on these four tasks (MSRP trained cost general retrieval).
-    assert recipe["data"]["tasks"] == demo.TRAIN_TASKS == list(quality.MAIN_TASKS)
+    # docs/quality.md chose the default on these tasks (MSRP trained cost general retrieval).
+    assert recipe["data"]["tasks"] == demo.TRAIN_TASKS == list(quality.RECIPE_TASKS)
+    assert set(quality.RECIPE_TASKS) <= set(quality.MAIN_SOURCES)
     assert all(set(sizes) == set(demo.TRAIN_TASKS) for sizes in demo.BATCH_SIZES.values())
     assert recipe["losses"]["retrieval"] == {
         "name": "MultiPositiveInfoNCELoss",
@@ -282,3 +283,30 @@ def test_resume_scores_a_reused_row_on_the_entries_added_since(quality, tiny_mod
     assert {row["evaluation"] for row in completed["table"]} == set(completed["results"])
     assert len(completed["model-index"][0]["results"]) == 4
     assert quality.complete_evaluation(completed, saved, "/nonexistent", suite, options) is completed
+
+
+def test_sts_loss_options_reach_the_codiemb_rows_loss_tables(quality) -> None:
+    """``--sts-loss`` / ``--sts-mid-layer-weight`` change the STS loss of every CoDiEmb row and nothing else."""
+    from argparse import Namespace
+
+    from sentence_transformers.sentence_transformer.losses import CoSENTLoss
+
+    from hf_unified_embed.losses import AnglEJointLoss, CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
+
+    def tables(**changed):
+        defaults = {
+            "sts_loss": "CoDiEmbSTSLoss",
+            "sts_infonce_temperature": 0.02,
+            "sts_mid_layer_weight": 1.0,
+            "pair_loss": "CoDiEmbSTSLoss",
+        }
+        return quality.codiemb_loss_tables(Namespace(**{**defaults, **changed}))
+
+    codiemb, tau05 = tables()
+    assert codiemb["sts"] == (CoDiEmbSTSLoss, {"infonce_temperature": 0.02, "mid_layer_weight": 1.0})
+    assert codiemb["retrieval"] is MultiPositiveInfoNCELoss
+    assert tau05 == {**codiemb, "retrieval": (MultiPositiveInfoNCELoss, {"temperature": quality.RETRIEVAL_TAU05})}
+    assert tables(sts_mid_layer_weight=0.0)[1]["sts"][1]["mid_layer_weight"] == 0.0
+    cosent, cosent_tau05 = tables(sts_loss="CoSENTLoss", pair_loss="AnglEJointLoss")
+    assert cosent["sts"] is CoSENTLoss and cosent_tau05["sts"] is CoSENTLoss
+    assert cosent["pair_classification"] is AnglEJointLoss

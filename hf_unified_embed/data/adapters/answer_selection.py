@@ -42,11 +42,11 @@ def _groups(
     columns: tuple[str, str, str],
     options: dict[str, Any],
     context: AdapterContext,
-) -> Iterator[tuple[int, str, list[str], list[str]]]:
-    """``(first_line, question, positives, negatives)`` for each run of consecutive rows of a question."""
+) -> Iterator[tuple[int, str, list[tuple[str, bool]]]]:
+    """``(first_line, question, [(candidate, correct), ...] in file order)`` for each run of a question's rows."""
     question_column, candidate_column, label_column = columns
     finished: set[str] = set()
-    group: tuple[int, str, list[str], list[str]] | None = None
+    group: tuple[int, str, list[tuple[str, bool]]] | None = None
     for line, fields in iter_delimited(
         path, delimiter=options["delimiter"], quoting=_QUOTING[options["quoting"]], header=True
     ):
@@ -80,8 +80,8 @@ def _groups(
                     field=question_column,
                     expected="all rows of a question to be consecutive",
                 )
-            group = (line, question, [], [])
-        (group[2] if label == options["positive_label"] else group[3]).append(candidate)
+            group = (line, question, [])
+        group[2].append((candidate, label == options["positive_label"]))
     if group is not None:
         yield group
 
@@ -100,10 +100,17 @@ def read_answer_selection(
     negative_label: str = "0",
     require_negatives: bool = False,
     on_malformed: Literal["error", "skip"] = "error",
+    as_passage: bool = False,
 ) -> Iterator[SourceRow]:
     """Delimited question/candidate/label rows with a header (presets ``trecqa``, ``wikiqa``).
 
     A question whose rows are not consecutive is an error (its group would be split in two).
+
+    With ``as_passage`` a question's candidates, joined in file order, form its one positive passage and
+    there are no hard negatives: passage retrieval (a query against paragraphs, as in MS MARCO) instead
+    of answer-sentence selection. It fits files whose candidates are the sentences of one passage, as
+    WikiQA's are (the summary paragraph of one Wikipedia page); questions without a correct candidate
+    are still skipped, their paragraph holds no answer.
     """
     if quoting not in _QUOTING:
         raise SourceFormatError(f"got {quoting!r}", field="quoting", expected=f"one of {list(_QUOTING)}")
@@ -118,10 +125,15 @@ def read_answer_selection(
     for path in files:
         header = read_header(path, delimiter=delimiter, quoting=_QUOTING[quoting])
         positions = column_positions(header, columns, file=path, expected="the configured column names")
-        for line, question, positives, negatives in _groups(path, header, positions, columns, options, context):
+        for line, question, candidates in _groups(path, header, positions, columns, options, context):
+            positives = [candidate for candidate, correct in candidates if correct]
+            negatives = [candidate for candidate, correct in candidates if not correct]
             if not positives:
                 context.skip("question without a correct candidate")
             elif require_negatives and not negatives:
                 context.skip("question without an incorrect candidate")
+            elif as_passage:
+                passage = " ".join(candidate for candidate, _ in candidates)
+                yield f"{path}:{line}", {"query": question, "positives": [passage], "negatives": []}
             else:
                 yield f"{path}:{line}", {"query": question, "positives": positives, "negatives": negatives}
