@@ -159,7 +159,7 @@ def suite_summary(tree: ElementTree.Element) -> str:
 
 def _origin(text: str, packages: dict[str, list[str]]) -> str | None:
     """The package to blame: the one the project's stack check names, else the innermost ``site-packages`` frame's."""
-    # hf_unified_embed.stack refuses a path before the neighbour fails: "... (transformers 5.24.0 requires it)".
+    # hf_unified_embed.utils.stack refuses a path before the neighbour fails: "... (transformers 5.24.0 requires it)".
     # A child process (an example, the CLI) prints it as its one "error:" line instead of a traceback.
     blamed = re.search(r"(?:IncompatibleStackError|error):[^\n]*?\(([A-Za-z0-9._-]+) [0-9][^ ]* requires it\)", text)
     if blamed is not None and canonical(blamed.group(1)) != PROJECT:

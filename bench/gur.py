@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hf_unified_embed.mining import PairMiningConfig, mine_dataset
-from hf_unified_embed.mining.lcs import CharWeights, codes_of, weighted_lcs_dp, weighted_lcs_sam
-from hf_unified_embed.mining.sentences import normalize, split_sentences
+from hf_unified_embed.gur_pairs import PairMiningConfig, mine_dataset
+from hf_unified_embed.gur_pairs.lcs import CharWeights, codes_of, weighted_lcs_dp, weighted_lcs_sam
+from hf_unified_embed.gur_pairs.sentences import normalize, split_sentences
 
 WORDS = (  # noqa: SIM905 (a word list reads better as one string)
     "the cat dog river city garden music light energy history science village market winter summer "

@@ -1,6 +1,6 @@
 """LoRA vs full fine-tuning of a small random decoder, and the cost of the mid-layer InfoNCE term on decoders.
 
-Builds a random Qwen2 decoder (``hf_unified_embed.tiny_decoders``, tokenizer trained on the bundled
+Builds a random Qwen2 decoder (``_tiny_decoders``, tokenizer trained on the bundled
 sample) and runs each configuration in a fresh process, so that peak memory is that configuration's
 alone: a training step (forward, backward, AdamW) of ``MultiPositiveInfoNCELoss`` on (query,
 positive, negative) rows, last-token pooling with an appended EOS, left padding.
@@ -38,7 +38,7 @@ CONFIGS = ("full", "lora", "lora+gc", "sts", "sts+mid")
 
 
 def _texts(seq: int) -> list[str]:
-    from hf_unified_embed.tiny_decoders import bundled_corpus
+    from _tiny_decoders import bundled_corpus
 
     words = " ".join(bundled_corpus(REPO / "examples" / "data")).split()
     span = max(4, seq // 2)  # about two tokens per word with the small trained vocabulary
@@ -50,7 +50,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from peft import LoraConfig
 
-    from hf_unified_embed.backbones import ModelConfig, build_model
+    from hf_unified_embed.training.backbones import ModelConfig, build_model
     from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
 
     torch.manual_seed(0)
@@ -124,7 +124,7 @@ def main() -> None:
         print(json.dumps(worker(args)))
         return
 
-    from hf_unified_embed.tiny_decoders import bundled_corpus, make_tiny_decoder
+    from _tiny_decoders import bundled_corpus, make_tiny_decoder
 
     with tempfile.TemporaryDirectory() as scratch:
         model_dir = make_tiny_decoder(

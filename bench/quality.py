@@ -100,7 +100,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from hf_unified_embed.example_cli import evaluation_suite, example_parser, parse_example_args, training_arguments
+from example_cli import evaluation_suite, example_parser, parse_example_args, training_arguments
 
 REPO = Path(__file__).resolve().parent.parent
 SUITE = REPO / "examples" / "suites" / "shared.yaml"
@@ -842,7 +842,7 @@ def complete_evaluation(
     """A reused row's evaluation with the suite entries added since it was scored (its saved model scores
     them; the entries it has are kept as they are), written back to ``saved``."""
     from hf_unified_embed.evaluation import run_suite
-    from hf_unified_embed.outputs import StagedOutput
+    from hf_unified_embed.utils.outputs import StagedOutput
 
     missing = [entry for entry in suite["evaluations"] if entry["name"] not in evaluation["results"]]
     if not missing:

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from hf_unified_embed.example_cli import (
+from example_cli import (
     example_parser,
     parse_example_args,
     require_files,

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.example_cli import (
+from example_cli import (
     evaluation_suite,
     example_parser,
     parse_example_args,
@@ -133,7 +133,7 @@ def plan(data_dir: Path, output: Path, args: argparse.Namespace) -> tuple[Path, 
 
 def train(name: str, data_dir: Path, output: Path, args: argparse.Namespace, curriculum: bool) -> Any:
     from hf_unified_embed.recipe import recipe_from_dict
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     sampler: dict[str, Any] = (
         {"interleave": "round_robin", "instance_order": "easy_to_hard"}

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from hf_unified_embed.example_cli import (
+from example_cli import (
     example_parser,
     parse_example_args,
     recipe_training_args,
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from hf_unified_embed.data import build_unified_with_report, save_unified
     from hf_unified_embed.negatives import HardNegativeConfig, mine_negatives_folder
     from hf_unified_embed.recipe import recipe_from_dict
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     base = args.base_model
     corpus = None

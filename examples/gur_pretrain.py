@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from hf_unified_embed.example_cli import (
+from example_cli import (
     example_parser,
     parse_example_args,
     require_files,
@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
 
     from hf_unified_embed.losses import GURLoss
-    from hf_unified_embed.mining import PairMiningConfig, mine_dataset
+    from hf_unified_embed.gur_pairs import PairMiningConfig, mine_dataset
 
     with tempfile.TemporaryDirectory() as scratch:
         documents = args.documents or [wikiqa_as_documents(args.data_root, Path(scratch) / "wikiqa.jsonl")]

@@ -2,7 +2,7 @@
 
 Give two model folders with ``--models``, or let the script train two short runs first from the
 packaged all-MiniLM-L6-v2 (an IR-leaning run on WikiQA + TrecQA train, an STS-leaning run on STS-B +
-SICK train, through :func:`hf_unified_embed.train.train_from_recipe`). Then:
+SICK train, through :func:`hf_unified_embed.recipe.run.train_from_recipe`). Then:
 
 1. merge them with ``--method soup`` (uniform weight average, Wortsman et al., 2022),
    ``hierarchical`` (CoDiEmb Eq. 10–12: per-layer weights from each run's delta to the base),
@@ -11,7 +11,7 @@ SICK train, through :func:`hf_unified_embed.train.train_from_recipe`). Then:
    (the card then shows the search table and plot);
 2. evaluate base, inputs and merge on the development sets (STS-B dev, SICK trial, TrecQA dev);
 3. rewrite the merge's card with the results as ``model-index``;
-4. :func:`hf_unified_embed.publishing.push_folder`: without ``--repo-id``, or with ``--dry-run``,
+4. :func:`hf_unified_embed.hub.publishing.push_folder`: without ``--repo-id``, or with ``--dry-run``,
    print the files and card that would be sent; with ``--repo-id`` and no ``--dry-run`` it really
    creates the repository and uploads (needs a Hub token and network).
 
@@ -33,7 +33,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from hf_unified_embed.example_cli import (
+from example_cli import (
     evaluation_suite,
     example_parser,
     parse_example_args,
@@ -80,7 +80,7 @@ def train_run(
     name: str, tasks: list[str], losses: dict[str, Any], data_dir: Path, base: str, args: argparse.Namespace
 ) -> Path:
     from hf_unified_embed.recipe import recipe_from_dict
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     recipe = recipe_from_dict(
         {
@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from hf_unified_embed.evaluation import run_suite
     from hf_unified_embed.merge import merge_models
     from hf_unified_embed.merge.search import search_merge
-    from hf_unified_embed.publishing import push_folder
+    from hf_unified_embed.hub.publishing import push_folder
     from hf_unified_embed.recipe import DEFAULT_BASE_MODEL_ID, packaged_minilm_path
 
     base = args.base_model

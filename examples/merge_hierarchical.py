@@ -21,7 +21,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from hf_unified_embed.example_cli import (
+from example_cli import (
     example_parser,
     parse_example_args,
     require_files,

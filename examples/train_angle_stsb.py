@@ -5,7 +5,7 @@ the cosine (CoSENT) ranking term, an in-batch negatives term over the pairs whos
 ``positive_threshold``, and the angle term that ranks pairs by their angle difference in complex
 space, which keeps gradients alive where the cosine saturates. Here it is
 :class:`hf_unified_embed.losses.AnglEJointLoss` on the unified STS-B train rows, trained through the
-recipe (:func:`hf_unified_embed.train.train_from_recipe`, an ordinary ``SentenceTransformerTrainer``).
+recipe (:func:`hf_unified_embed.recipe.run.train_from_recipe`, an ordinary ``SentenceTransformerTrainer``).
 
 Run::
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from hf_unified_embed.example_cli import (
+from example_cli import (
     evaluation_suite,
     example_parser,
     parse_example_args,
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from hf_unified_embed.data import build_unified, save_unified
     from hf_unified_embed.evaluation import run_suite
     from hf_unified_embed.recipe import recipe_from_dict
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     base = args.base_model
     data_dir = args.output_dir / "data"

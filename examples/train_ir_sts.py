@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from hf_unified_embed.example_cli import (
+from example_cli import (
     example_parser,
     parse_example_args,
     require_files,

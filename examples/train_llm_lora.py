@@ -11,7 +11,7 @@ What Qwen3-Embedding, NV-Embed or AnglE-LLaMA do, as one training recipe:
    a token boundary (``hf_unified_embed.training.prompts``);
 4. ``peft:`` trains a LoRA adapter on the attention projections; ``CurriculumBatchSampler`` keeps every
    step on one task; the output folder is the adapter with its card (``base_model_relation: adapter``);
-5. the adapter folder is loaded, merged into the base weights (``hf_unified_embed.backbones.merge_adapter``)
+5. the adapter folder is loaded, merged into the base weights (``hf_unified_embed.training.backbones.merge_adapter``)
    and saved as an ordinary sentence-transformers folder; reloaded from disk, it encodes as the adapter
    model does.
 
@@ -34,7 +34,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from hf_unified_embed.example_cli import (
+from example_cli import (
     example_parser,
     parse_example_args,
     recipe_training_args,
@@ -99,11 +99,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     from huggingface_hub import ModelCard
     from sentence_transformers import SentenceTransformer
 
-    from hf_unified_embed.backbones import merge_adapter
+    from hf_unified_embed.training.backbones import merge_adapter
     from hf_unified_embed.data import build_unified, save_unified
     from hf_unified_embed.recipe import recipe_from_dict
-    from hf_unified_embed.tiny_decoders import bundled_corpus, make_tiny_decoder
-    from hf_unified_embed.train import train_from_recipe
+    from _tiny_decoders import bundled_corpus, make_tiny_decoder
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     out: Path = args.output_dir
     base = args.base_model

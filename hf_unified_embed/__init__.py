@@ -1,70 +1,33 @@
 """hf-unified-embed: one embedding model for retrieval and semantic similarity on the Hugging Face stack.
 
-The public API is re-exported here. Submodules are imported on first use so that light commands
-(``hf-unified-embed validate``) do not pay for importing torch and sentence-transformers; the
-``TYPE_CHECKING`` block gives type checkers and IDEs the same names (a test keeps the two in step).
+The package face re-exports the headline names: the losses, the sampler and collator, the unified
+dataset's build / load / save / validate, training from a recipe, merging, evaluation, curriculum,
+mining and publishing. Everything else is reached through its sub-package (docs/architecture.md):
+``hf_unified_embed.errors`` (every error class), ``.schema``, ``.data``, ``.training``, ``.recipe``,
+``.merge``, ``.evaluation``, ``.utils`` and the others.
+
+Submodules are imported on first use so that light commands (``hf-unified-embed validate``) do not
+pay for importing torch and sentence-transformers; the ``TYPE_CHECKING`` block gives type checkers
+and IDEs the same names (a test keeps the two in step). Names and module paths of the 0.1 layout
+still resolve for one release, with a ``DeprecationWarning`` naming the new path
+(:mod:`hf_unified_embed.utils.deprecation`).
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
+
+from hf_unified_embed.utils.deprecation import install_finder
 
 __version__ = "0.1.0"
 
-# One entry per submodule; each owner keeps its own line up to date.
+#: The headline names, by the sub-package that defines them.
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "errors": (
-        "AfterTrainingError",
-        "EvaluationDataError",
-        "HfUnifiedEmbedError",
-        "HubError",
-        "IncompatibleStackError",
-        "InputError",
-        "InputNotFoundError",
-        "LossOptionError",
-        "MergeError",
-        "NameRuleError",
-        "OutputError",
-        "OutputExistsError",
-        "RecipeError",
-        "SecretLeakError",
-        "SourceFormatError",
-        "SuiteError",
-        "UnifiedSchemaError",
-        "UsageError",
-    ),
-    "schema": (
-        "TASK_TYPES",
-        "UNIFIED_FEATURES",
-        "unified_features",
-        "validate_unified",
-    ),
-    "naming": (
-        "check_split_name",
-        "check_task_name",
-    ),
-    "outputs": ("StagedOutput",),
-    "redaction": (
-        "redact",
-        "scrub_text",
-    ),
-    "cards": (
-        "render_template",
-        "template_path",
-    ),
-    "model_card": ("UnifiedModelCardData",),
-    "recipe": (
-        "TrainRecipe",
-        "load_train_recipe",
-        "recipe_from_dict",
-    ),
-    "train": ("train_from_recipe",),
-    "backbones": ("ModelConfig", "build_model", "merge_adapter", "without_cudnn_attention"),
     "losses": (
         "AnglEJointLoss",
         "CoDiEmbSTSLoss",
-        "ColumnLayout",
         "CurriculumInfoNCELoss",
         "DistillKLLoss",
         "DistillMarginMSELoss",
@@ -72,144 +35,126 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "GURLoss",
         "InstructorLoss",
         "KeepBaseLoss",
-        "LossParts",
         "MidLayerInfoNCELoss",
         "MultiPositiveInfoNCELoss",
         "PROLoss",
         "PearsonLoss",
         "RankKLLoss",
     ),
-    "data": (
-        "BuildRecipe",
-        "SourceSpec",
-        "UnifiedEmbedBuilder",
-        "build_unified",
-        "load_build_recipe",
-        "load_unified",
-        "register_source_format",
-        "save_unified",
-        "validate_unified_folder",
-    ),
-    "publishing": (
-        "push_folder",
-        "push_unified",
-    ),
-    "sampling": (
-        "BatchPlan",
-        "CurriculumBatchSampler",
-        "build_batch_plan",
-    ),
+    "sampling": ("CurriculumBatchSampler",),
     "training": (
-        "ResampleEachEpochCallback",
         "UnifiedDataCollator",
         "device_training_args",
         "exclude_instructions_from_pooling",
         "losses_for_tasks",
-        "prompts_from_unified",
     ),
-    "mining": (
-        "CharWeights",
-        "Document",
-        "MinedPair",
-        "PairMiningConfig",
-        "mine_dataset",
-        "mine_document",
-        "mine_pairs",
-        "weighted_lcs",
-    ),
-    "negatives": (
-        "HardNegativeConfig",
-        "mine_hard_negatives",
-        "mine_negatives_folder",
-    ),
-    "curriculum": (
-        "CurriculumPlan",
-        "plan_curriculum",
-        "score_difficulty",
-        "solve_task_order",
-        "task_representations",
+    "data": (
+        "build_unified",
+        "load_unified",
+        "save_unified",
+        "validate_unified_folder",
     ),
     "merge": (
-        "DeltaReport",
         "MergeConfig",
-        "analyze_deltas",
-        "available_merge_methods",
         "merge_models",
-        "register_merge_method",
     ),
     "merge.search": ("search_merge",),
     "evaluation": (
-        "EvaluationKind",
-        "EvaluationSuite",
-        "SuiteResults",
-        "build_evaluators",
-        "build_sequential_evaluator",
-        "embedding_space_diagnostics",
         "load_suite",
-        "register_evaluation_kind",
         "run_suite",
     ),
+    "recipe": (
+        "TrainRecipe",
+        "load_train_recipe",
+        "train_from_recipe",
+    ),
+    "hub": (
+        "push_folder",
+        "push_unified",
+    ),
+    "curriculum": ("plan_curriculum",),
+    "negatives": ("mine_hard_negatives",),
+    "gur_pairs": ("mine_pairs",),
+    "errors": ("HfUnifiedEmbedError",),
+}
+
+#: Names the package face re-exported in 0.1, by the module that holds them now.
+_DEPRECATED: dict[str, str] = {
+    "AfterTrainingError": "errors",
+    "BatchPlan": "sampling",
+    "BuildRecipe": "data",
+    "CharWeights": "gur_pairs",
+    "ColumnLayout": "losses",
+    "CurriculumPlan": "curriculum",
+    "DeltaReport": "merge",
+    "Document": "gur_pairs",
+    "EvaluationDataError": "errors",
+    "EvaluationKind": "evaluation",
+    "EvaluationSuite": "evaluation",
+    "HardNegativeConfig": "negatives",
+    "HubError": "errors",
+    "IncompatibleStackError": "errors",
+    "InputError": "errors",
+    "InputNotFoundError": "errors",
+    "LossOptionError": "errors",
+    "LossParts": "losses",
+    "MergeError": "errors",
+    "MinedPair": "gur_pairs",
+    "ModelConfig": "training.backbones",
+    "NameRuleError": "errors",
+    "OutputError": "errors",
+    "OutputExistsError": "errors",
+    "PairMiningConfig": "gur_pairs",
+    "RecipeError": "errors",
+    "ResampleEachEpochCallback": "training",
+    "SecretLeakError": "errors",
+    "SourceFormatError": "errors",
+    "SourceSpec": "data",
+    "StagedOutput": "utils.outputs",
+    "SuiteError": "errors",
+    "SuiteResults": "evaluation",
+    "TASK_TYPES": "schema",
+    "UNIFIED_FEATURES": "schema",
+    "UnifiedEmbedBuilder": "data",
+    "UnifiedModelCardData": "recipe.model_card",
+    "UnifiedSchemaError": "errors",
+    "UsageError": "errors",
+    "analyze_deltas": "merge",
+    "available_merge_methods": "merge",
+    "build_batch_plan": "sampling",
+    "build_evaluators": "evaluation",
+    "build_model": "training.backbones",
+    "build_sequential_evaluator": "evaluation",
+    "check_split_name": "utils.naming",
+    "check_task_name": "utils.naming",
+    "embedding_space_diagnostics": "evaluation",
+    "load_build_recipe": "data",
+    "merge_adapter": "training.backbones",
+    "mine_dataset": "gur_pairs",
+    "mine_document": "gur_pairs",
+    "mine_negatives_folder": "negatives",
+    "prompts_from_unified": "training",
+    "recipe_from_dict": "recipe.train_recipe",
+    "redact": "utils.redaction",
+    "register_evaluation_kind": "evaluation",
+    "register_merge_method": "merge",
+    "register_source_format": "data",
+    "render_template": "utils.templates",
+    "score_difficulty": "curriculum",
+    "scrub_text": "utils.redaction",
+    "solve_task_order": "curriculum",
+    "task_representations": "curriculum",
+    "template_path": "utils.templates",
+    "unified_features": "schema",
+    "validate_unified": "schema",
+    "weighted_lcs": "gur_pairs",
+    "without_cudnn_attention": "training.backbones",
 }
 
 if TYPE_CHECKING:
-    from hf_unified_embed.backbones import ModelConfig, build_model, merge_adapter, without_cudnn_attention
-    from hf_unified_embed.cards import (
-        render_template,
-        template_path,
-    )
-    from hf_unified_embed.curriculum import (
-        CurriculumPlan,
-        plan_curriculum,
-        score_difficulty,
-        solve_task_order,
-        task_representations,
-    )
-    from hf_unified_embed.data import (
-        BuildRecipe,
-        SourceSpec,
-        UnifiedEmbedBuilder,
-        build_unified,
-        load_build_recipe,
-        load_unified,
-        register_source_format,
-        save_unified,
-        validate_unified_folder,
-    )
-    from hf_unified_embed.errors import (
-        AfterTrainingError,
-        EvaluationDataError,
-        HfUnifiedEmbedError,
-        HubError,
-        IncompatibleStackError,
-        InputError,
-        InputNotFoundError,
-        LossOptionError,
-        MergeError,
-        NameRuleError,
-        OutputError,
-        OutputExistsError,
-        RecipeError,
-        SecretLeakError,
-        SourceFormatError,
-        SuiteError,
-        UnifiedSchemaError,
-        UsageError,
-    )
-    from hf_unified_embed.evaluation import (
-        EvaluationKind,
-        EvaluationSuite,
-        SuiteResults,
-        build_evaluators,
-        build_sequential_evaluator,
-        embedding_space_diagnostics,
-        load_suite,
-        register_evaluation_kind,
-        run_suite,
-    )
     from hf_unified_embed.losses import (
         AnglEJointLoss,
         CoDiEmbSTSLoss,
-        ColumnLayout,
         CurriculumInfoNCELoss,
         DistillKLLoss,
         DistillMarginMSELoss,
@@ -217,89 +162,77 @@ if TYPE_CHECKING:
         GURLoss,
         InstructorLoss,
         KeepBaseLoss,
-        LossParts,
         MidLayerInfoNCELoss,
         MultiPositiveInfoNCELoss,
         PearsonLoss,
         PROLoss,
         RankKLLoss,
     )
-    from hf_unified_embed.merge import (
-        DeltaReport,
-        MergeConfig,
-        analyze_deltas,
-        available_merge_methods,
-        merge_models,
-        register_merge_method,
-    )
-    from hf_unified_embed.merge.search import search_merge
-    from hf_unified_embed.mining import (
-        CharWeights,
-        Document,
-        MinedPair,
-        PairMiningConfig,
-        mine_dataset,
-        mine_document,
-        mine_pairs,
-        weighted_lcs,
-    )
-    from hf_unified_embed.model_card import (
-        UnifiedModelCardData,
-    )
-    from hf_unified_embed.naming import (
-        check_split_name,
-        check_task_name,
-    )
-    from hf_unified_embed.negatives import (
-        HardNegativeConfig,
-        mine_hard_negatives,
-        mine_negatives_folder,
-    )
-    from hf_unified_embed.outputs import (
-        StagedOutput,
-    )
-    from hf_unified_embed.publishing import (
-        push_folder,
-        push_unified,
-    )
-    from hf_unified_embed.recipe import (
-        TrainRecipe,
-        load_train_recipe,
-        recipe_from_dict,
-    )
-    from hf_unified_embed.redaction import (
-        redact,
-        scrub_text,
-    )
     from hf_unified_embed.sampling import (
-        BatchPlan,
         CurriculumBatchSampler,
-        build_batch_plan,
-    )
-    from hf_unified_embed.schema import (
-        TASK_TYPES,
-        UNIFIED_FEATURES,
-        unified_features,
-        validate_unified,
-    )
-    from hf_unified_embed.train import (
-        train_from_recipe,
     )
     from hf_unified_embed.training import (
-        ResampleEachEpochCallback,
-        UnifiedDataCollator,
         device_training_args,
         exclude_instructions_from_pooling,
         losses_for_tasks,
-        prompts_from_unified,
+        UnifiedDataCollator,
+    )
+    from hf_unified_embed.data import (
+        build_unified,
+        load_unified,
+        save_unified,
+        validate_unified_folder,
+    )
+    from hf_unified_embed.merge import (
+        merge_models,
+        MergeConfig,
+    )
+    from hf_unified_embed.merge.search import (
+        search_merge,
+    )
+    from hf_unified_embed.evaluation import (
+        load_suite,
+        run_suite,
+    )
+    from hf_unified_embed.recipe import (
+        load_train_recipe,
+        train_from_recipe,
+        TrainRecipe,
+    )
+    from hf_unified_embed.hub import (
+        push_folder,
+        push_unified,
+    )
+    from hf_unified_embed.curriculum import (
+        plan_curriculum,
+    )
+    from hf_unified_embed.negatives import (
+        mine_hard_negatives,
+    )
+    from hf_unified_embed.gur_pairs import (
+        mine_pairs,
+    )
+    from hf_unified_embed.errors import (
+        HfUnifiedEmbedError,
     )
 
 _NAME_TO_MODULE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_NAME_TO_MODULE)
 
+install_finder()
+
 
 def __getattr__(name: str) -> Any:
     module = _NAME_TO_MODULE.get(name)
+    if module is None and name in _DEPRECATED:
+        module = _DEPRECATED[name]
+        warnings.warn(
+            f"hf_unified_embed.{name} is no longer re-exported; import it from hf_unified_embed.{module} "
+            "(the old name works for one release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)
     if module is None:
         raise AttributeError(f"module 'hf_unified_embed' has no attribute {name!r}")
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)

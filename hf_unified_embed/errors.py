@@ -176,5 +176,5 @@ class IncompatibleStackError(HfUnifiedEmbedError):
     """An installed package is missing, too old or too new for what was asked (LoRA, FSDP, a mergekit method).
 
     The message names the package, the installed and the required versions, who requires them, and the
-    ``pip install`` command that fixes it (:mod:`hf_unified_embed.stack`).
+    ``pip install`` command that fixes it (:mod:`hf_unified_embed.utils.stack`).
     """

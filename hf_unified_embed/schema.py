@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict, Features, List, Value
 
 from hf_unified_embed.errors import UnifiedSchemaError
-from hf_unified_embed.naming import task_name_problem
+from hf_unified_embed.utils.naming import task_name_problem
 
 TASK_TYPES: tuple[str, ...] = ("retrieval", "sts", "pair_classification", "classification", "clustering")
 
@@ -75,7 +75,7 @@ def validate_row(
 ) -> None:
     """Check one unified row; raise :class:`UnifiedSchemaError` naming the row and field.
 
-    The task name follows the naming rule (:mod:`hf_unified_embed.naming`): it becomes a folder and a
+    The task name follows the naming rule (:mod:`hf_unified_embed.utils.naming`): it becomes a folder and a
     config name. With ``expected_task`` the row must belong to that task (the folder or key it is in).
     """
     task = row.get("task")

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from hf_unified_embed.losses import CoDiEmbSTSLoss, KeepBaseLoss, MultiPositiveInfoNCELoss
-from hf_unified_embed.losses._minibatches import plan_minibatches
+from hf_unified_embed.losses.gradcache.minibatches import plan_minibatches
 from hf_unified_embed.losses.parts import total_loss
 
 LOCAL_BATCH = 4

@@ -39,7 +39,7 @@ EMBEDDING_ATOL = 1e-5
 
 #: The one file and key where a machine path is kept on purpose: PEFT loads an adapter's base from
 #: ``base_model_name_or_path``, so a locally trained adapter names its local base (``push`` replaces it
-#: with the base's Hub id, see ``hf_unified_embed.publishing``).
+#: with the base's Hub id, see ``hf_unified_embed.hub.publishing``).
 LOADER_PATHS = {"adapter_config.json": ("base_model_name_or_path",)}
 #: Relative paths that leave the folder they are written in (``../x``, ``..\\x``).
 _LEAVING = re.compile(rb"(?:^|[\s\"'`(=:\[,])\.\.[/\\]")

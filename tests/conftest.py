@@ -68,7 +68,7 @@ def make_tiny_model(path: Path, minilm_path: str, hidden_size: int = 32, num_lay
 
 
 def _tiny_decoder(factory: pytest.TempPathFactory, family: str) -> str:
-    from hf_unified_embed.tiny_decoders import bundled_corpus, make_tiny_decoder
+    from _tiny_decoders import bundled_corpus, make_tiny_decoder
 
     folder = factory.mktemp(f"tiny-{family}") / family
     return str(make_tiny_decoder(folder, family, bundled_corpus(REPO_ROOT / "examples" / "data")))  # type: ignore[arg-type]

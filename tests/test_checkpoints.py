@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hf_unified_embed.redaction import REDACTED
+from hf_unified_embed.utils.redaction import REDACTED
 
 REPO = Path(__file__).resolve().parent.parent
 #: A token-like value (``hf_`` + 34 characters) inside the model name: the card renders it.
@@ -38,7 +38,7 @@ def _recipe(unified_dir: Path, base: str, out: Path, **training_args: Any) -> An
 
 
 def test_checkpoints_are_redacted_like_the_model(unified_dir: Path, tiny_model_path: str, tmp_path: Path) -> None:
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     out = tmp_path / "model"
     train_from_recipe(_recipe(unified_dir, tiny_model_path, out, save_strategy="steps", save_steps=1))
@@ -54,7 +54,7 @@ def test_checkpoints_are_redacted_like_the_model(unified_dir: Path, tiny_model_p
 def test_a_run_that_saves_no_checkpoint_leaves_no_checkpoint_folder(
     unified_dir: Path, tiny_model_path: str, tmp_path: Path
 ) -> None:
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     out = tmp_path / "model"
     train_from_recipe(_recipe(unified_dir, tiny_model_path, out))  # save_strategy: no (the recipe default)
@@ -74,7 +74,7 @@ def test_a_failed_or_interrupted_run_leaves_no_checkpoint_folder(
 ) -> None:
     from sentence_transformers import SentenceTransformerTrainer
 
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     def train(trainer: Any, *args: Any, **kwargs: Any) -> Any:
         assert Path(trainer.args.output_dir).is_dir(), "the trainer created its folder"

@@ -28,7 +28,7 @@ from hf_unified_embed.errors import (
     OutputError,
     UnifiedSchemaError,
 )
-from hf_unified_embed.naming import task_name_problem
+from hf_unified_embed.utils.naming import task_name_problem
 from hf_unified_embed.schema import UNIFIED_FEATURES
 
 # Path escapes, hidden and dot names, the reserved config name, and names no Windows folder can have.
@@ -403,7 +403,7 @@ def test_empty_file_and_all_rows_skipped_name_source_files_and_reasons(tmp_path:
 def test_unknown_format_or_option_names_recipe_and_source_before_staging(
     tmp_path: Path, capsys, monkeypatch, change: dict, message: str
 ):
-    from hf_unified_embed.outputs import StagedOutput
+    from hf_unified_embed.utils.outputs import StagedOutput
 
     def staging_started(self):
         raise AssertionError("the output was staged before the recipe was checked")

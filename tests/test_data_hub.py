@@ -21,7 +21,7 @@ from huggingface_hub import DatasetCard
 from hf_unified_embed.cli.main import main
 from hf_unified_embed.data import SourceFormatError, build_unified, build_unified_with_report, load_unified
 from hf_unified_embed.errors import InputNotFoundError
-from hf_unified_embed.locations import looks_local
+from hf_unified_embed.utils.locations import looks_local
 
 ALL_NLI = {
     "pair": {

@@ -12,7 +12,7 @@ import tomllib
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from hf_unified_embed import stack
+from hf_unified_embed.utils import stack
 from hf_unified_embed.errors import IncompatibleStackError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -151,7 +151,7 @@ def test_a_lora_recipe_under_an_incompatible_peft_stops_in_preflight_with_one_li
     from hf_unified_embed.cli.main import main
 
     monkeypatch.setattr("transformers.integrations.peft.MIN_PEFT_VERSION", "99.0")
-    monkeypatch.setattr("hf_unified_embed.train.prepare_run", lambda *a, **k: pytest.fail("data loaded"))
+    monkeypatch.setattr("hf_unified_embed.recipe.run.prepare_run", lambda *a, **k: pytest.fail("data loaded"))
     recipe = tmp_path / "lora.yaml"
     recipe.write_text(
         yaml.safe_dump(

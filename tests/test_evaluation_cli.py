@@ -166,7 +166,7 @@ def test_results_json_is_staged_redacted_and_replaces_stale_staging(
     import subprocess
     import sys
 
-    from hf_unified_embed.outputs import _host
+    from hf_unified_embed.utils.outputs import _host
 
     token = "hf_" + "Ab3" * 12
     monkeypatch.setenv("HF_TOKEN", token)

@@ -23,7 +23,7 @@ from hf_unified_embed.evaluation import (
     load_suite,
     run_suite,
 )
-from hf_unified_embed.evaluation.kinds import base as kinds_base
+from hf_unified_embed.evaluation.kinds import evaluation_kind as kinds_base
 from tests._evaluation_helpers import STS_ROWS, all_kinds_suite, write_evaluation_files
 
 # A kind written the way a user would: one class in the user's own module.

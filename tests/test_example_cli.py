@@ -11,7 +11,7 @@ DEMO_SUITE = REPO / "examples" / "suites" / "demo.yaml"
 
 
 def _parse(*argv: str, full_steps: int = -1):
-    from hf_unified_embed.example_cli import example_parser, parse_example_args
+    from example_cli import example_parser, parse_example_args
 
     return parse_example_args(example_parser(REPO / "examples" / "x.py"), list(argv), full_steps=full_steps)
 
@@ -53,7 +53,7 @@ def test_bad_values_are_usage_errors(argv: list[str]) -> None:
 
 def test_evaluation_suite_caps_rows_and_resolves_the_yaml_data_root(tmp_path: Path) -> None:
     from hf_unified_embed.evaluation import load_suite
-    from hf_unified_embed.example_cli import evaluation_suite
+    from example_cli import evaluation_suite
 
     smoke = evaluation_suite(_parse("--max-steps", "1", "--eval-rows", "16"), DEMO_SUITE)
     assert smoke["max_rows"] == 16 and smoke["diagnostics"] == {"max_texts": 16}
@@ -121,7 +121,7 @@ def test_device_training_args_pin_memory_only_with_cuda(monkeypatch: pytest.Monk
 
 
 def test_training_arguments_share_the_settings_and_the_script_wins(tmp_path: Path) -> None:
-    from hf_unified_embed.example_cli import training_arguments
+    from example_cli import training_arguments
 
     args = training_arguments(_parse("--max-steps", "3", "--seed", "7", "--device", "cpu"), tmp_path, seed=8)
     assert (args.max_steps, args.seed, args.save_strategy, args.report_to) == (3, 8, "no", [])
@@ -129,7 +129,7 @@ def test_training_arguments_share_the_settings_and_the_script_wins(tmp_path: Pat
 
 
 def test_run_example_turns_input_errors_into_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from hf_unified_embed.example_cli import require_files, run_example
+    from example_cli import require_files, run_example
 
     with pytest.raises(SystemExit) as stop:
         run_example(lambda: require_files(tmp_path, "a/b.tsv", "c"))
@@ -140,7 +140,7 @@ def test_run_example_turns_input_errors_into_one_line(capsys: pytest.CaptureFixt
 
 
 def test_sample_recipe_looks_the_bundled_files_up_by_name(tmp_path: Path) -> None:
-    from hf_unified_embed.example_cli import sample_recipe
+    from example_cli import sample_recipe
 
     recipe = sample_recipe(REPO / "examples" / "recipes" / "sample.yaml", tmp_path)
     assert recipe.base_dir == tmp_path

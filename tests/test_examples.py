@@ -118,7 +118,7 @@ def test_every_example_has_a_smoke_run() -> None:
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_example_takes_the_shared_options(script: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from hf_unified_embed.example_cli import example_parser
+    from example_cli import example_parser
 
     with pytest.raises(SystemExit) as stop:
         _load(script).main(["--help"])

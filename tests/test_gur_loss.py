@@ -186,7 +186,7 @@ def test_config_and_citation(tiny_model: SentenceTransformer) -> None:
 
 def wikiqa_documents(shared_data: Path, limit: int) -> list:
     """WikiQA candidate sentences grouped by question: each group is a summary of one Wikipedia page."""
-    from hf_unified_embed.mining import Document
+    from hf_unified_embed.gur_pairs import Document
 
     groups: dict[str, list[str]] = {}
     with open(shared_data / "ir" / "wikiqa" / "train.tsv", encoding="utf-8") as handle:
@@ -201,7 +201,7 @@ def test_trainer_run_on_minilm_lowers_both_parts(minilm_path: str, shared_data: 
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 
-    from hf_unified_embed.mining import PairMiningConfig, mine_pairs
+    from hf_unified_embed.gur_pairs import PairMiningConfig, mine_pairs
 
     pairs = list(mine_pairs(wikiqa_documents(shared_data, 600), PairMiningConfig(window=4)))
     assert len(pairs) >= 200

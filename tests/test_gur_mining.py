@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, get_source_format
-from hf_unified_embed.mining import (
+from hf_unified_embed.gur_pairs import (
     CharWeights,
     Document,
     PairMiningConfig,
@@ -26,7 +26,7 @@ from hf_unified_embed.mining import (
     weighted_lcs_dp,
     weighted_lcs_sam,
 )
-from hf_unified_embed.mining.lcs import codes_of, score_pairs
+from hf_unified_embed.gur_pairs.lcs import codes_of, score_pairs
 from hf_unified_embed.schema import validate_unified
 
 TOM_AND_JERRY = Document(

@@ -10,7 +10,7 @@ every such file the command that reads it must
 * leave its working folder, its inputs and the datasets cache exactly as they were (a staging folder
   may come and go).
 
-The same holds under ``python -m hf_unified_embed.launch --nproc_per_node=2`` (torchrun), which must
+The same holds under ``python -m hf_unified_embed.cli.launch --nproc_per_node=2`` (torchrun), which must
 keep the exit code 2. The examples are derandomized (the same ones on every run), so a failure is
 reproducible and CI time is bounded.
 """
@@ -248,11 +248,11 @@ def inputs(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: str) -> It
 def train_recipe(inputs: dict[str, Path]) -> ConfigFile:
     from sentence_transformers import SentenceTransformerTrainingArguments
 
-    from hf_unified_embed.backbones import ModelConfig
+    from hf_unified_embed.training.backbones import ModelConfig
     from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
     from hf_unified_embed.recipe import DataConfig, SamplerConfig, TrainRecipe
     from hf_unified_embed.schema import TASK_TYPES
-    from hf_unified_embed.typecheck import constructor_parameters
+    from hf_unified_embed.utils.typecheck import constructor_parameters
 
     tasks = ["stsb", "sick", "wikiqa", "trecqa", "msrp", "msmarco"]
     data = {
@@ -311,7 +311,7 @@ def train_recipe(inputs: dict[str, Path]) -> ConfigFile:
 
 
 def build_recipe(inputs: dict[str, Path]) -> ConfigFile:
-    from hf_unified_embed.data.recipe import SourceSpec
+    from hf_unified_embed.data.build_recipe import SourceSpec
     from hf_unified_embed.data.registry import get_source_format, source_format_names
 
     data = {
@@ -395,7 +395,7 @@ def suite(inputs: dict[str, Path]) -> ConfigFile:
 
 
 def merge_config(inputs: dict[str, Path]) -> ConfigFile:
-    from hf_unified_embed.merge.config import CardConfig, MergeConfig
+    from hf_unified_embed.merge.merge_config import CardConfig, MergeConfig
     from hf_unified_embed.merge.methods import available_merge_methods
 
     data = {
@@ -508,7 +508,7 @@ def test_broken_recipes_under_torchrun_exit_2(inputs: dict[str, Path]) -> None:
             command = [
                 sys.executable,
                 "-m",
-                "hf_unified_embed.launch",
+                "hf_unified_embed.cli.launch",
                 "--nproc_per_node=2",
                 f"--master_port={free_port()}",
             ]

@@ -1,4 +1,4 @@
-"""``python -m hf_unified_embed.launch``: torchrun for the package's commands that keeps an input error's exit code 2.
+"""``python -m hf_unified_embed.cli.launch``: torchrun for the package's commands that keeps an input error's exit code 2.
 
 Plain torchrun turns a worker's exit code 2 into its own 1 and prints a ChildFailedError report of
 some forty lines after the one ``error:`` line; the launcher runs torchrun's own ``run`` and exits 2
@@ -17,7 +17,7 @@ import pytest
 import yaml
 from _processes import Expected, failure, free_port, run
 
-from hf_unified_embed.launch import worker_command
+from hf_unified_embed.cli.launch import worker_command
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_RECIPE = REPO / "examples" / "recipes" / "sample.yaml"
@@ -79,7 +79,7 @@ def _recipe(folder: Path, unified_dir: Path, model: str, **changes: Any) -> Path
 
 
 def _launch(*arguments: str, **env: str) -> Any:
-    command = [sys.executable, "-m", "hf_unified_embed.launch", "--nproc_per_node=2", f"--master_port={free_port()}"]
+    command = [sys.executable, "-m", "hf_unified_embed.cli.launch", "--nproc_per_node=2", f"--master_port={free_port()}"]
     return run([*command, *arguments], expected=LAUNCH, env={**os.environ, "OMP_NUM_THREADS": "1", **env})
 
 

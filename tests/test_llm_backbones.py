@@ -12,7 +12,7 @@ import yaml
 from huggingface_hub import ModelCard
 from sentence_transformers import SentenceTransformer
 
-from hf_unified_embed.backbones import ModelConfig, append_eos_token, build_model, merge_adapter
+from hf_unified_embed.training.backbones import ModelConfig, append_eos_token, build_model, merge_adapter
 from hf_unified_embed.errors import IncompatibleStackError, RecipeError
 from hf_unified_embed.training import exclude_instructions_from_pooling
 from hf_unified_embed.training.prompts import ends_on_token_boundary, prompts_from_unified
@@ -128,7 +128,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_qwen2_path: str) -
 def test_mid_layer_infonce_on_a_decoder(tiny_llama_path: str) -> None:
     """CoDiEmb's intermediate-layer term reads hidden_states[n // 2] of a decoder, pooled like the final layer."""
     from hf_unified_embed.losses import CoDiEmbSTSLoss
-    from hf_unified_embed.losses._hidden_states import embed_columns_with_layer
+    from hf_unified_embed.losses.common.hidden_states import embed_columns_with_layer
 
     model = build_model(tiny_llama_path, ModelConfig(pooling="mean", padding_side="left"))
     model.eval()
@@ -173,7 +173,7 @@ def test_quantization_without_its_backend_is_a_recipe_error(monkeypatch: pytest.
         IncompatibleStackError, match=r"r\.yaml: model.quantization '4bit' \(QLoRA\) needs bitsandbytes"
     ):
         config.check_environment("r.yaml")
-    monkeypatch.setattr("hf_unified_embed.stack.quantization_needs", list)  # as if bitsandbytes were installed
+    monkeypatch.setattr("hf_unified_embed.utils.stack.quantization_needs", list)  # as if bitsandbytes were installed
     with pytest.raises(RecipeError, match=r"r\.yaml: model.quantization '4bit' \(QLoRA\) needs a CUDA device"):
         config.check_environment("r.yaml")
     with pytest.raises(ValueError, match="pooling must be one of"):
@@ -207,7 +207,7 @@ def test_lora_on_a_decoder_saves_an_adapter_or_a_merged_model(
     unified_dir: Path, tiny_qwen2_path: str, tmp_path: Path
 ) -> None:
     from hf_unified_embed.recipe import recipe_from_dict
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     model_section = {"pooling": "lasttoken", "padding_side": "left"}
     adapter_dir = tmp_path / "adapter"
@@ -260,7 +260,7 @@ def test_lora_on_a_decoder_saves_an_adapter_or_a_merged_model(
 
 def test_lora_on_an_encoder(unified_dir: Path, tiny_model_path: str, tmp_path: Path) -> None:
     from hf_unified_embed.recipe import recipe_from_dict
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     out = tmp_path / "adapter"
     train_from_recipe(recipe_from_dict(_lora_recipe(unified_dir, tiny_model_path, out, ["query", "value"])))
@@ -271,7 +271,7 @@ def test_lora_on_an_encoder(unified_dir: Path, tiny_model_path: str, tmp_path: P
 def test_push_of_an_adapter_names_the_hub_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import huggingface_hub
 
-    from hf_unified_embed.publishing import push_folder
+    from hf_unified_embed.hub.publishing import push_folder
 
     folder = tmp_path / "adapter"
     folder.mkdir()
@@ -300,7 +300,7 @@ def test_training_keeps_cudnn_attention_off_and_restores_it(monkeypatch: pytest.
     """The cuDNN SDPA kernel (NaN gradients with padding masks, pytorch#196678) is off only while training."""
     import torch
 
-    from hf_unified_embed.backbones import without_cudnn_attention
+    from hf_unified_embed.training.backbones import without_cudnn_attention
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     before = torch.backends.cuda.cudnn_sdp_enabled()

@@ -13,7 +13,7 @@ from datasets import DatasetDict
 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 from torch import nn
 
-import hf_unified_embed.losses.base as loss_base
+import hf_unified_embed.losses.embedding_loss as loss_base
 from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
 from hf_unified_embed.recipe import recipe_from_dict
 from hf_unified_embed.sampling import CurriculumBatchSampler
@@ -116,7 +116,7 @@ def test_cached_and_uncached_tasks_train_together(
     trainer = SentenceTransformerTrainer(
         model=model, args=args, train_dataset=train, loss=losses, data_collator=collator
     )
-    with caplog.at_level(logging.INFO, logger="hf_unified_embed.losses._auto_mini_batch"):
+    with caplog.at_level(logging.INFO, logger="hf_unified_embed.losses.gradcache.auto_mini_batch"):
         trainer.train()
     assert seen == {"qa": [RETRIEVAL_BATCH] * 2, "sts": [STS_BATCH] * 2}
     if cut == "auto":  # sized once, at the first retrieval step, logged, and kept for the second

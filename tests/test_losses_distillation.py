@@ -196,7 +196,7 @@ def test_distilling_the_mining_teacher_lowers_the_loss(
 def test_distillation_losses_are_selectable_by_name_in_a_training_recipe(mined, tiny_model_path: str, tmp_path: Path):
     from hf_unified_embed.data import save_unified
     from hf_unified_embed.recipe import recipe_from_dict
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     data = save_unified(mined, tmp_path / "mined")
     recipe = recipe_from_dict(

@@ -16,7 +16,7 @@ from hf_unified_embed.losses import (
     MidLayerInfoNCELoss,
     MultiPositiveInfoNCELoss,
 )
-from hf_unified_embed.losses._text_identity import text_ids_of
+from hf_unified_embed.losses.common.text_identity import text_ids_of
 from tests.test_losses_equations import assert_matches, make_columns, make_labels
 
 NO_MODEL = nn.Identity()

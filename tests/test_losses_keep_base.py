@@ -18,7 +18,7 @@ from hf_unified_embed import (
     KeepBaseLoss,
     MultiPositiveInfoNCELoss,
 )
-from hf_unified_embed.losses._minibatches import plan_minibatches
+from hf_unified_embed.losses.gradcache.minibatches import plan_minibatches
 from hf_unified_embed.losses.parts import total_loss
 
 

@@ -16,11 +16,11 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.losses import CachedMultipleNegativesRankingLoss
 
-import hf_unified_embed.losses._auto_mini_batch as auto_module
+import hf_unified_embed.losses.gradcache.auto_mini_batch as auto_module
 from hf_unified_embed.errors import HfUnifiedEmbedError, LossOptionError
 from hf_unified_embed.losses import CoDiEmbSTSLoss, GURLoss, MultiPositiveInfoNCELoss, PearsonLoss
-from hf_unified_embed.losses._auto_mini_batch import PEAK_OVER_SAVED, AutoMiniBatch
-from hf_unified_embed.losses._minibatches import plan_minibatches
+from hf_unified_embed.losses.gradcache.auto_mini_batch import PEAK_OVER_SAVED, AutoMiniBatch
+from hf_unified_embed.losses.gradcache.minibatches import plan_minibatches
 from tests.test_losses_cached import PAIRS, RETRIEVAL, STS_LABELS, assert_same, features_of, run
 
 BUDGET = 2**20  # bytes: about 200 tokens of the tiny BERT's activations, so several mini-batches
@@ -194,7 +194,7 @@ def test_auto_is_deterministic_logged_and_kept(
     choices = []
     for _ in range(2):
         loss = MultiPositiveInfoNCELoss(tiny_model, mini_batch_num_tokens="auto", mini_batch_memory_budget=BUDGET)
-        with caplog.at_level(logging.INFO, logger="hf_unified_embed.losses._auto_mini_batch"):
+        with caplog.at_level(logging.INFO, logger="hf_unified_embed.losses.gradcache.auto_mini_batch"):
             loss([dict(column) for column in features], None).backward()
         choices.append(loss.auto_mini_batch)
     first = choices[0]
@@ -214,7 +214,7 @@ def test_auto_is_deterministic_logged_and_kept(
 
     monkeypatch.setattr(auto_module, "_bytes_per_token", no_second_probe)
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="hf_unified_embed.losses._auto_mini_batch"):
+    with caplog.at_level(logging.INFO, logger="hf_unified_embed.losses.gradcache.auto_mini_batch"):
         loss(features_of(tiny_model, [column[:5] for column in RETRIEVAL]), None).backward()
     assert loss.auto_mini_batch is choices[1] and not caplog.records
 

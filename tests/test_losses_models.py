@@ -22,7 +22,7 @@ from hf_unified_embed.losses import (
     PROLoss,
     RankKLLoss,
 )
-from hf_unified_embed.losses._text_identity import text_ids_of
+from hf_unified_embed.losses.common.text_identity import text_ids_of
 
 QUERIES = ["what is the capital of france", "who wrote hamlet", "how tall is everest", "when did rome fall"]
 POSITIVES = ["Paris is the capital.", "Shakespeare wrote it.", "It is 8,849 metres high.", "In 476 AD."]
@@ -115,7 +115,7 @@ def manual_mean_pool(model: SentenceTransformer, texts: list[str], layer: int) -
 
 
 def test_mid_layer_embeddings_are_the_pooled_middle_hidden_state(tiny_model: SentenceTransformer) -> None:
-    from hf_unified_embed.losses._hidden_states import embed_columns_with_layer
+    from hf_unified_embed.losses.common.hidden_states import embed_columns_with_layer
 
     tiny_model.eval()
     config = tiny_model[0].auto_model.config

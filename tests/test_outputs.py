@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from hf_unified_embed.errors import OutputError, OutputExistsError, SecretLeakError
-from hf_unified_embed.outputs import StagedOutput, remove_stale_staging
-from hf_unified_embed.redaction import REDACTED, remember_secret
+from hf_unified_embed.utils.outputs import StagedOutput, remove_stale_staging
+from hf_unified_embed.utils.redaction import REDACTED, remember_secret
 
 
 def _dead_pid() -> int:
@@ -21,7 +21,7 @@ def _dead_pid() -> int:
 
 
 def _staging_name(target: Path, pid: int) -> str:
-    from hf_unified_embed.outputs import _host
+    from hf_unified_embed.utils.outputs import _host
 
     return f".{target.name}.staging-{_host()}-{pid}-0123abcd"
 

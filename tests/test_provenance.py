@@ -119,7 +119,7 @@ def test_trained_model_card_shows_sources_licenses_and_rounded_metrics(
 ) -> None:
     from hf_unified_embed.data import save_unified
     from hf_unified_embed.recipe import recipe_from_dict
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     data = save_unified({name: sample_tasks[name] for name in ("stsb", "sick")}, tmp_path / "data")
     suite = {

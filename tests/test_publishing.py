@@ -9,7 +9,7 @@ import pytest
 
 from hf_unified_embed.cli.main import main
 from hf_unified_embed.data import build_unified
-from hf_unified_embed.publishing import PushPlan, push_folder, push_unified
+from hf_unified_embed.hub.publishing import PushPlan, push_folder, push_unified
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -126,7 +126,7 @@ def test_an_unreachable_hub_is_a_located_error_not_a_traceback(
     from huggingface_hub.errors import HfHubHTTPError
 
     from hf_unified_embed.errors import HubError
-    from hf_unified_embed.publishing import HUB_FAILURES
+    from hf_unified_embed.hub.publishing import HUB_FAILURES
 
     assert huggingface_hub.constants.HF_HUB_OFFLINE
     with pytest.raises(HubError, match=r"cannot push to the model repo me/model: OfflineModeIsEnabled: Cannot reach"):

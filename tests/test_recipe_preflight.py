@@ -91,7 +91,7 @@ def no_data_load(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("data were loaded before the recipe was checked")
 
-    monkeypatch.setattr("hf_unified_embed.train._load_tasks", refuse)
+    monkeypatch.setattr("hf_unified_embed.recipe.run._load_tasks", refuse)
 
 
 @pytest.mark.parametrize(
@@ -234,7 +234,7 @@ def test_preflight_rejects_before_data_loads(
     change: dict[str, Any], error: type[Exception], message: str, unified_dir: Path, tiny_model_path: str,
     tmp_path: Path, no_data_load: None,
 ) -> None:  # fmt: skip
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     with pytest.raises(error, match=message):
         train_from_recipe(recipe_from_dict(_raw(unified_dir, tiny_model_path, tmp_path / "out", **change), "r.yaml"))
@@ -247,7 +247,7 @@ def test_attention_implementation_is_resolved_without_weights(
     """transformers decides on the model built from its configuration on the meta device; no weight is read."""
     from transformers.utils import is_flash_attn_2_available
 
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     def no_weights(*args: object, **kwargs: object) -> None:
         raise AssertionError("weights were loaded before the recipe was checked")
@@ -268,7 +268,7 @@ def test_deepspeed_without_package_or_gpu(unified_dir: Path, tiny_model_path: st
     import torch
 
     from hf_unified_embed.errors import IncompatibleStackError
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     raw = _raw(unified_dir, tiny_model_path, tmp_path / "out", training_args={"deepspeed": {"train_batch_size": 4}})
     with pytest.raises((IncompatibleStackError, RecipeError)) as raised:
@@ -279,7 +279,7 @@ def test_deepspeed_without_package_or_gpu(unified_dir: Path, tiny_model_path: st
 
 def test_preflight_output_rules(unified_dir: Path, tiny_model_path: str, tmp_path: Path, no_data_load: None) -> None:
     from hf_unified_embed.errors import OutputError
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     out = tmp_path / "out"
     out.mkdir()
@@ -293,7 +293,7 @@ def test_preflight_output_rules(unified_dir: Path, tiny_model_path: str, tmp_pat
 def test_stock_sampler_refused_with_several_processes(
     unified_dir: Path, tiny_model_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_data_load: None
 ) -> None:
-    from hf_unified_embed.preflight import check_sampler_processes
+    from hf_unified_embed.recipe.preflight import check_sampler_processes
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     raw = _raw(unified_dir, tiny_model_path, tmp_path / "out", sampler={"kind": "proportional"})
@@ -353,7 +353,7 @@ def test_model_is_saved_before_evaluation_and_kept_when_it_fails(
 ) -> None:
     from sentence_transformers import SentenceTransformer
 
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     suite = {"evaluations": [{"name": "stsb-dev", "kind": "sts", "source": "stsb", "data_files": str(STSB_DEV)}]}
 

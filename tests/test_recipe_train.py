@@ -73,7 +73,7 @@ def test_load_recipe_reports_the_file(tmp_path: Path) -> None:
 
 
 def test_offline_card_keeps_dataset_and_base_model_ids() -> None:
-    from hf_unified_embed.model_card import UnifiedModelCardData
+    from hf_unified_embed.recipe.model_card import UnifiedModelCardData
 
     card = UnifiedModelCardData(
         unified_dataset_id="org/unified-data",
@@ -91,7 +91,7 @@ def test_train_from_recipe_writes_model_card_and_recipe(
 ) -> None:
     from sentence_transformers import SentenceTransformer
 
-    from hf_unified_embed.train import RECIPE_FILENAME, train_from_recipe
+    from hf_unified_embed.recipe.run import RECIPE_FILENAME, train_from_recipe
 
     out = tmp_path / "model"
     recipe = recipe_from_dict(_recipe(unified_dir, tiny_model_path, out, base_model_id="org/tiny-bert"))
@@ -127,7 +127,7 @@ def test_keep_base_recipe_distils_from_the_base_and_the_card_reports_forgetting(
     """``keep_base`` wraps every task loss in KeepBaseLoss; a forgetting entry compares with the recipe's base."""
     import json
 
-    from hf_unified_embed.train import EVALUATION_FILENAME, train_from_recipe
+    from hf_unified_embed.recipe.run import EVALUATION_FILENAME, train_from_recipe
     from tests.test_evaluation_forgetting import suite as forgetting_suite
 
     out = tmp_path / "model"
@@ -155,7 +155,7 @@ def test_stock_sampler_max_seq_length_and_a_loss_for_an_absent_task_type(
     """The sentence-transformers baseline of bench/quality.py as a recipe: ST's own proportional sampler."""
     from sentence_transformers import SentenceTransformer
 
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     out = tmp_path / "model"
     raw = _recipe(unified_dir, tiny_model_path, out, sampler={"kind": "proportional"}, max_seq_length=24)

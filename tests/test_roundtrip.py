@@ -49,7 +49,7 @@ def _recipe(unified_dir: Path, base: str, output: Path, **extra: Any) -> dict[st
 
 def _train(raw: dict[str, Any]) -> Any:
     from hf_unified_embed.recipe import recipe_from_dict
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     return train_from_recipe(recipe_from_dict(raw))
 
@@ -134,7 +134,7 @@ def test_lora_merged_from_an_adapter_folder(
     on such a model: saved without care, every weight is written as ``base_model.model.*``)."""
     from sentence_transformers import SentenceTransformer
 
-    from hf_unified_embed.backbones import merge_adapter
+    from hf_unified_embed.training.backbones import merge_adapter
 
     if family == "qwen2":
         raw = _recipe(unified_dir, tiny_qwen2_path, tmp_path / "adapter", model=DECODER, peft=_lora(["q_proj"]))
@@ -154,7 +154,7 @@ def test_lora_merged_from_an_adapter_folder(
 
 
 def test_written_files_name_local_paths_by_hub_id_or_folder_name(minilm_path: str, tmp_path: Path) -> None:
-    from hf_unified_embed.locations import public_name, without_local_paths
+    from hf_unified_embed.utils.locations import public_name, without_local_paths
 
     snapshot = tmp_path / "hub" / "models--org--cached" / "snapshots" / "0123abcd"
     snapshot.mkdir(parents=True)
@@ -218,7 +218,7 @@ def _merge_cases() -> dict[str, tuple[int, bool, dict[str, Any]]]:
 
 
 def _merge_config(method: str, family: tuple[Path, list[Path]], output: Path) -> Any:
-    from hf_unified_embed.merge.config import MergeConfig
+    from hf_unified_embed.merge.merge_config import MergeConfig
 
     base, tuned = family
     count, with_base, parameters = _merge_cases()[method]

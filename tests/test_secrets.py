@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from hf_unified_embed.errors import SecretLeakError
-from hf_unified_embed.redaction import REDACTED, find_secrets, redact, scrub_text
+from hf_unified_embed.utils.redaction import REDACTED, find_secrets, redact, scrub_text
 
 ENV_TOKEN = "hf_" + "E" * 34
 RECIPE_TOKEN = "hf_" + "R" * 34
@@ -49,7 +49,7 @@ def test_token_in_env_and_recipe_is_written_nowhere_and_never_uploaded(
 
     from hf_unified_embed.data import build_unified, save_unified
     from hf_unified_embed.recipe import recipe_from_dict
-    from hf_unified_embed.train import train_from_recipe
+    from hf_unified_embed.recipe.run import train_from_recipe
 
     repo = Path(__file__).resolve().parent.parent
     monkeypatch.setenv("HF_TOKEN", ENV_TOKEN)
@@ -101,7 +101,7 @@ def test_token_in_env_and_recipe_is_written_nowhere_and_never_uploaded(
 def test_push_refuses_a_folder_holding_the_active_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import huggingface_hub
 
-    from hf_unified_embed.publishing import push_folder
+    from hf_unified_embed.hub.publishing import push_folder
 
     monkeypatch.setenv("HF_TOKEN", ENV_TOKEN)
     calls: list[str] = []

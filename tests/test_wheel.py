@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 RENDER = """
 import hf_unified_embed, datasets
-from hf_unified_embed.cards import templates_dir
+from hf_unified_embed.utils.templates import templates_dir
 from hf_unified_embed.data import render_dataset_card
 from hf_unified_embed.schema import UNIFIED_FEATURES
 assert "{target}" in hf_unified_embed.__file__, hf_unified_embed.__file__
@@ -33,7 +33,7 @@ def test_wheel_contains_templates_and_renders_a_card(tmp_path: Path):
         capture_output=True,
     )
     (wheel,) = (tmp_path / "dist").glob("*.whl")
-    assert "hf_unified_embed/cards/dataset_card.md.j2" in zipfile.ZipFile(wheel).namelist()
+    assert "hf_unified_embed/utils/templates/dataset_card.md.j2" in zipfile.ZipFile(wheel).namelist()
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(wheel)],

@@ -81,8 +81,8 @@ def run(args: argparse.Namespace) -> int:
     if shard is not None:
         return _encode_shard(args, shard, shard_dir)
 
-    from hf_unified_embed.locations import looks_local
-    from hf_unified_embed.outputs import StagedOutput
+    from hf_unified_embed.utils.locations import looks_local
+    from hf_unified_embed.utils.outputs import StagedOutput
 
     # Dataset, plan and plots appear together or not at all. The stage exists before the teacher
     # runs, so an unwritable output fails at once and a killed run leaves only a stale stage.

@@ -65,7 +65,7 @@ def run_build(args: argparse.Namespace) -> int:
     from hf_unified_embed.data.readers import local_files, resolve_inputs
     from hf_unified_embed.data.registry import get_source_format
     from hf_unified_embed.errors import HfUnifiedEmbedError
-    from hf_unified_embed.outputs import StagedOutput
+    from hf_unified_embed.utils.outputs import StagedOutput
 
     recipe = load_build_recipe(args.recipe)
     inputs = []

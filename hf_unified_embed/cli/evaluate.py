@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from hf_unified_embed.evaluation import load_suite, run_suite, set_reference_model
-    from hf_unified_embed.outputs import StagedOutput
+    from hf_unified_embed.utils.outputs import StagedOutput
 
     suite = load_suite(args.suite, data_root=args.data_root)
     if args.only:

@@ -8,7 +8,7 @@ Errors: an :class:`~hf_unified_embed.errors.HfUnifiedEmbedError` (a problem in a
 output location) is printed as one line, ``error: <where>: <what>``, and the exit code is 2. Under
 ``torchrun`` / ``accelerate launch`` the process of rank 0 prints it and exits 2; the others wait until
 the launcher stops them (if it does not within :data:`NON_MAIN_EXIT_DELAY_S`, they report it themselves).
-``python -m hf_unified_embed.launch`` (:mod:`hf_unified_embed.launch`) keeps that exit code 2, which
+``python -m hf_unified_embed.cli.launch`` (:mod:`hf_unified_embed.cli.launch`) keeps that exit code 2, which
 torchrun turns into 1.
 Any other exception is a bug: it keeps its traceback and exit code 1.
 """
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 
 from hf_unified_embed import __version__
 from hf_unified_embed.errors import HfUnifiedEmbedError, one_line
-from hf_unified_embed.processes import is_main_process
-from hf_unified_embed.redaction import RedactingFilter
+from hf_unified_embed.utils.processes import is_main_process
+from hf_unified_embed.utils.redaction import RedactingFilter
 
 COMMAND_MODULES: tuple[str, ...] = ("data", "publish", "curriculum", "mine", "train", "merge", "evaluate")
 

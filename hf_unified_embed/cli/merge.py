@@ -1,6 +1,6 @@
 """``hf-unified-embed merge``: a thin layer over :func:`hf_unified_embed.merge.run_merge`.
 
-Either a YAML recipe (see :mod:`hf_unified_embed.merge.config`) or flags for the simple cases::
+Either a YAML recipe (see :mod:`hf_unified_embed.merge.merge_config`) or flags for the simple cases::
 
     hf-unified-embed merge merge.yaml
     hf-unified-embed merge --method soup --models run-1 run-2 run-3 -o soup-out
@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from hf_unified_embed.errors import UsageError
-from hf_unified_embed.yaml_files import read_yaml_mapping
+from hf_unified_embed.utils.yaml_files import read_yaml_mapping
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -40,7 +40,7 @@ def register(subparsers: Any) -> None:
 
 
 def _report(result: Any) -> int:
-    from hf_unified_embed.publishing import PushPlan
+    from hf_unified_embed.hub.publishing import PushPlan
 
     print(
         result.describe()
@@ -51,7 +51,7 @@ def _report(result: Any) -> int:
 
 
 def run_push_dataset(args: argparse.Namespace) -> int:
-    from hf_unified_embed.publishing import push_unified
+    from hf_unified_embed.hub.publishing import push_unified
 
     return _report(
         push_unified(
@@ -67,7 +67,7 @@ def run_push_dataset(args: argparse.Namespace) -> int:
 
 
 def run_push_model(args: argparse.Namespace) -> int:
-    from hf_unified_embed.publishing import push_folder
+    from hf_unified_embed.hub.publishing import push_folder
 
     return _report(
         push_folder(

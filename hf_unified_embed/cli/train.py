@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.processes import is_main_process
+from hf_unified_embed.utils.processes import is_main_process
 
 
 def register(subparsers: Any) -> None:
@@ -20,7 +20,7 @@ def register(subparsers: Any) -> None:
             "loads; with --check the resolved plan is printed and nothing is trained."
         ),
     )
-    parser.add_argument("recipe", type=Path, help="recipe YAML (see hf_unified_embed.recipe)")
+    parser.add_argument("recipe", type=Path, help="recipe YAML (see hf_unified_embed.recipe.train_recipe)")
     parser.add_argument("-o", "--output-dir", help="override the recipe's output_dir")
     parser.add_argument("--max-steps", type=int, help="override training_args.max_steps (quick runs)")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
@@ -34,8 +34,8 @@ def register(subparsers: Any) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from hf_unified_embed.recipe import load_train_recipe
-    from hf_unified_embed.train import check_recipe, train_from_recipe
+    from hf_unified_embed.recipe.train_recipe import load_train_recipe
+    from hf_unified_embed.recipe.run import check_recipe, train_from_recipe
 
     recipe = load_train_recipe(args.recipe)
     if args.output_dir:

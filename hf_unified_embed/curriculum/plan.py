@@ -18,7 +18,7 @@ import numpy as np
 
 from hf_unified_embed.curriculum.task_order import tour_score
 from hf_unified_embed.errors import InputError, InputNotFoundError
-from hf_unified_embed.outputs import StagedOutput
+from hf_unified_embed.utils.outputs import StagedOutput
 
 #: The plan's file name inside the output dataset folder.
 PLAN_FILENAME = "curriculum_plan.json"

@@ -13,7 +13,7 @@ from hf_unified_embed.curriculum.difficulty import DIFFICULTY_RULE, add_difficul
 from hf_unified_embed.curriculum.plan import CurriculumPlan, TaskStatistics
 from hf_unified_embed.curriculum.representations import cosine_similarity_matrix, task_representations
 from hf_unified_embed.curriculum.task_order import Method, solve_task_order
-from hf_unified_embed.locations import public_name
+from hf_unified_embed.utils.locations import public_name
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer

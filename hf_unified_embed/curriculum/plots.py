@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from hf_unified_embed.curriculum.plan import CurriculumPlan
-from hf_unified_embed.outputs import StagedOutput
+from hf_unified_embed.utils.outputs import StagedOutput
 
 #: Above this many tasks, axis labels are dropped and histograms become one heatmap row per task.
 MAX_LABELLED_TASKS = 40

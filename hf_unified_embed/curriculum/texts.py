@@ -28,7 +28,7 @@ from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
 from hf_unified_embed.errors import InputError, InputNotFoundError
-from hf_unified_embed.outputs import StagedOutput
+from hf_unified_embed.utils.outputs import StagedOutput
 from hf_unified_embed.schema import task_instruction
 
 if TYPE_CHECKING:

@@ -46,7 +46,7 @@ from hf_unified_embed.data.hub_layout import (
     write_unified,
 )
 from hf_unified_embed.data.layout_check import validate_unified_folder
-from hf_unified_embed.data.recipe import BuildRecipe, SourceSpec, load_build_recipe
+from hf_unified_embed.data.build_recipe import BuildRecipe, SourceSpec, load_build_recipe
 from hf_unified_embed.data.registry import (
     AdapterContext,
     SourceFormat,

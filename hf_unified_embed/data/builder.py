@@ -18,7 +18,7 @@ from datasets.fingerprint import get_temporary_cache_files_directory
 
 from hf_unified_embed.data.provenance import task_notes, with_source_notes
 from hf_unified_embed.data.readers import decoding_error, first_undecodable_byte, resolve_inputs
-from hf_unified_embed.data.recipe import BuildRecipe, SourceSpec, load_build_recipe
+from hf_unified_embed.data.build_recipe import BuildRecipe, SourceSpec, load_build_recipe
 from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, get_source_format
 from hf_unified_embed.errors import HfUnifiedEmbedError, InputError, RecipeError
 from hf_unified_embed.schema import (

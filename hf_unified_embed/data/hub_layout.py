@@ -18,14 +18,14 @@ from datasets import Dataset, DatasetDict, DatasetInfo, SplitDict, SplitInfo, lo
 from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from hf_unified_embed.cards import render_template
+from hf_unified_embed.utils.templates import render_template
 from hf_unified_embed.data.layout_check import check_layout, check_shard_schemas, read_card, unified_tasks
 from hf_unified_embed.data.provenance import card_license, notes_of, task_notes, with_source_notes
-from hf_unified_embed.data.recipe import SourceSpec
+from hf_unified_embed.data.build_recipe import SourceSpec
 from hf_unified_embed.errors import InputError
-from hf_unified_embed.locations import looks_local
-from hf_unified_embed.naming import ALL_CONFIG, check_distinct_names, check_split_name, check_task_name
-from hf_unified_embed.outputs import StagedOutput
+from hf_unified_embed.utils.locations import looks_local
+from hf_unified_embed.utils.naming import ALL_CONFIG, check_distinct_names, check_split_name, check_task_name
+from hf_unified_embed.utils.outputs import StagedOutput
 from hf_unified_embed.schema import UNIFIED_FEATURES, validate_unified
 
 CARD_TEMPLATE = "dataset_card.md.j2"
@@ -251,7 +251,7 @@ def save_unified(
     ``data`` is a task-keyed ``DatasetDict`` (each dataset saved under its own ``split``, default
     ``train``) or ``{split: DatasetDict}``; ``notes`` adds per-task facts to the card's
     ``source_notes`` (:func:`task_notes`). Names and rows are checked first; the folder is assembled
-    by :class:`~hf_unified_embed.outputs.StagedOutput` and appears whole or not at all; a non-empty
+    by :class:`~hf_unified_embed.utils.outputs.StagedOutput` and appears whole or not at all; a non-empty
     ``out_dir`` is refused (:class:`~hf_unified_embed.errors.OutputExistsError`) unless ``overwrite``.
     """
     splits = _as_splits(data)

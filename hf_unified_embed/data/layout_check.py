@@ -32,8 +32,8 @@ from huggingface_hub import DatasetCard
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError, OfflineModeIsEnabled
 
 from hf_unified_embed.errors import InputError, InputNotFoundError, SourceFormatError, UnifiedSchemaError
-from hf_unified_embed.locations import looks_local
-from hf_unified_embed.naming import ALL_CONFIG, split_name_problem, task_name_problem
+from hf_unified_embed.utils.locations import looks_local
+from hf_unified_embed.utils.naming import ALL_CONFIG, split_name_problem, task_name_problem
 from hf_unified_embed.schema import (
     DIFFICULTY_COLUMN,
     InstructionTracker,

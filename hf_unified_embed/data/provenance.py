@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from datasets import Dataset, DatasetInfo
 
 if TYPE_CHECKING:
-    from hf_unified_embed.data.recipe import SourceSpec
+    from hf_unified_embed.data.build_recipe import SourceSpec
 
 UNKNOWN = "unknown"
 #: A license identifier as the Hub's ``license`` field takes them (``apache-2.0``, ``cc-by-nc-sa-3.0``).

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hf_unified_embed.data.registry import SourceFormatError
-from hf_unified_embed.locations import looks_local
+from hf_unified_embed.utils.locations import looks_local
 
 Quoting = Literal[0, 1, 2, 3]  # csv.QUOTE_MINIMAL, QUOTE_ALL, QUOTE_NONNUMERIC, QUOTE_NONE
 

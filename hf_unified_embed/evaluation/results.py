@@ -18,8 +18,8 @@ from huggingface_hub import EvalResult
 from huggingface_hub.repocard_data import eval_results_to_model_index
 
 from hf_unified_embed.evaluation.diagnostics import DIAGNOSTIC_METRICS, EmbeddingSpaceDiagnostics
-from hf_unified_embed.outputs import StagedOutput
-from hf_unified_embed.redaction import redact
+from hf_unified_embed.utils.outputs import StagedOutput
+from hf_unified_embed.utils.redaction import redact
 
 #: Digits of the metric values cards show (``model-index``); the JSON results keep full precision.
 CARD_DIGITS = 4
@@ -151,7 +151,7 @@ class SuiteResults:
         return text
 
     def to_json(self) -> str:
-        """:meth:`to_dict` as JSON, secrets redacted (:func:`hf_unified_embed.redaction.redact`).
+        """:meth:`to_dict` as JSON, secrets redacted (:func:`hf_unified_embed.utils.redaction.redact`).
 
         Evaluation names are keys of ``results`` but are data, not field names, so each entry's result
         is redacted on its own (an evaluation called ``hotkeys`` keeps its metrics).
@@ -162,7 +162,7 @@ class SuiteResults:
         return json.dumps({key: results if key == "results" else rest[key] for key in data}, indent=2) + "\n"
 
     def save_json(self, path: str | Path, overwrite: bool = False) -> Path:
-        """Write :meth:`to_json` to ``path`` through :class:`~hf_unified_embed.outputs.StagedOutput`.
+        """Write :meth:`to_json` to ``path`` through :class:`~hf_unified_embed.utils.outputs.StagedOutput`.
 
         Raises:
             OutputExistsError: ``path`` exists and is not empty, and ``overwrite`` is false.

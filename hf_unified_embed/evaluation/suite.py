@@ -48,7 +48,7 @@ kind                          evaluator                                         
 
 (* the primary metric.) Rows are read through the unified data adapters, so STS files, BEIR folders,
 TrecQA and MSRP parse exactly as they do for training. Entry names become file names (the
-evaluators' CSV files), so they follow the task naming rule (:mod:`hf_unified_embed.naming`).
+evaluators' CSV files), so they follow the task naming rule (:mod:`hf_unified_embed.utils.naming`).
 """
 
 from __future__ import annotations
@@ -71,10 +71,10 @@ from hf_unified_embed.evaluation.diagnostics import EmbeddingSpaceDiagnostics, e
 from hf_unified_embed.evaluation.inputs import drop_seen_pairs, entry_files, row_pairs
 from hf_unified_embed.evaluation.kinds import EvaluationKind, get_evaluation_kind
 from hf_unified_embed.evaluation.results import EntryResult, SuiteResults
-from hf_unified_embed.naming import split_name_problem, task_name_problem
+from hf_unified_embed.utils.naming import split_name_problem, task_name_problem
 from hf_unified_embed.schema import TASK_TYPES
-from hf_unified_embed.typecheck import mismatched_field, type_problem
-from hf_unified_embed.yaml_files import read_yaml_mapping
+from hf_unified_embed.utils.typecheck import mismatched_field, type_problem
+from hf_unified_embed.utils.yaml_files import read_yaml_mapping
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer

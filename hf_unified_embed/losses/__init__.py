@@ -1,7 +1,7 @@
 """Loss classes (one per file) following the sentence-transformers loss API."""
 
 from hf_unified_embed.losses.angle_joint import AnglEJointLoss
-from hf_unified_embed.losses.base import EmbeddingLoss
+from hf_unified_embed.losses.embedding_loss import EmbeddingLoss
 from hf_unified_embed.losses.codiemb_sts import CoDiEmbSTSLoss
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.curriculum_infonce import CurriculumInfoNCELoss

@@ -7,12 +7,12 @@ from typing import Any, Literal
 from sentence_transformers.util import all_gather, pairwise_cos_sim
 from torch import Tensor, nn
 
-from hf_unified_embed.losses._checks import as_float, require_labels, require_pairs
-from hf_unified_embed.losses._citations import CODIEMB
-from hf_unified_embed.losses._distributed import all_gather_with_grad
-from hf_unified_embed.losses._hidden_states import embed_columns_with_layer
-from hf_unified_embed.losses._text_identity import gather_ids, text_ids_of
-from hf_unified_embed.losses.base import (
+from hf_unified_embed.losses.common.input_checks import as_float, require_labels, require_pairs
+from hf_unified_embed.losses.common.citations import CODIEMB
+from hf_unified_embed.losses.common.distributed import all_gather_with_grad
+from hf_unified_embed.losses.common.hidden_states import embed_columns_with_layer
+from hf_unified_embed.losses.common.text_identity import gather_ids, text_ids_of
+from hf_unified_embed.losses.embedding_loss import (
     FINAL,
     Embedded,
     EmbeddingLoss,

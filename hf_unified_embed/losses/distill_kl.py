@@ -7,8 +7,8 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hf_unified_embed.losses._teacher_scores import TeacherScoreLoss
-from hf_unified_embed.losses.base import AtLeastOne, MemoryBudget, MiniBatchOption, Positive
+from hf_unified_embed.losses.common.teacher_scores import TeacherScoreLoss
+from hf_unified_embed.losses.embedding_loss import AtLeastOne, MemoryBudget, MiniBatchOption, Positive
 
 RANKING_DISTILLATION_CITATION = """
 @inproceedings{ren2021rocketqav2,

@@ -6,8 +6,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from hf_unified_embed.losses._teacher_scores import TeacherScoreLoss
-from hf_unified_embed.losses.base import AtLeastOne, MemoryBudget, MiniBatchOption, Positive
+from hf_unified_embed.losses.common.teacher_scores import TeacherScoreLoss
+from hf_unified_embed.losses.embedding_loss import AtLeastOne, MemoryBudget, MiniBatchOption, Positive
 from hf_unified_embed.losses.columns import ColumnLayout
 
 MARGIN_MSE_CITATION = """

@@ -17,9 +17,9 @@ from sentence_transformers.base.losses.merged_forward import merge_feature_batch
 from torch import Tensor, nn
 from transformers.activations import ACT2FN
 
-from hf_unified_embed.losses._checks import as_float, zero_loss
-from hf_unified_embed.losses._text_identity import copies_elsewhere, text_ids_of
-from hf_unified_embed.losses.base import (
+from hf_unified_embed.losses.common.input_checks import as_float, zero_loss
+from hf_unified_embed.losses.common.text_identity import copies_elsewhere, text_ids_of
+from hf_unified_embed.losses.embedding_loss import (
     FINAL,
     AtLeastOne,
     Embedded,
@@ -192,7 +192,7 @@ class GURLoss(EmbeddingLoss):
 
         Requirements:
             1. Pairs of related sentences, e.g. mined from raw documents with
-               :func:`hf_unified_embed.mining.mine_dataset` (``raw-text`` source format).
+               :func:`hf_unified_embed.gur_pairs.mine_dataset` (``raw-text`` source format).
             2. Few duplicate texts within a batch (in-batch negatives); the miner deduplicates pairs, and
                ``mask_false_negatives`` keeps the remaining ones out of each other's denominators.
             3. A transformer with token embeddings, a tokenizer with a ``[MASK]`` token.

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from hf_unified_embed.losses._checks import zero_loss
-from hf_unified_embed.losses._citations import CODIEMB
-from hf_unified_embed.losses._pair_scores import PairScoreLoss
-from hf_unified_embed.losses.base import MemoryBudget, MiniBatchOption
+from hf_unified_embed.losses.common.input_checks import zero_loss
+from hf_unified_embed.losses.common.citations import CODIEMB
+from hf_unified_embed.losses.common.pair_scores import PairScoreLoss
+from hf_unified_embed.losses.embedding_loss import MemoryBudget, MiniBatchOption
 
 # Below this product of the two spreads the correlation is undefined; clamping keeps r = 0 and the gradient finite.
 _MIN_SPREAD = 1e-12

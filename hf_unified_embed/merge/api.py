@@ -7,7 +7,7 @@ Order of work (so that a bad input never leaves anything behind):
    architecture, vocabulary, tensor names, shapes, dtypes; truncated safetensors fail here;
 3. the method's preparation runs (the delta norms of ``hierarchical``, mergekit's schedule);
 4. tensors stream through :func:`hf_unified_embed.merge.engine.stream_merge` straight into the
-   shard files of a staging folder beside the output (:class:`hf_unified_embed.outputs.StagedOutput`);
+   shard files of a staging folder beside the output (:class:`hf_unified_embed.utils.outputs.StagedOutput`);
 5. non-weight files of the reference, ``merge_config.yaml`` and the card are added, and the staging
    folder is renamed to the output. Any error removes the staging folder; one left by a killed run
    is removed by the next run for the same output. LoRA inputs are merged into their base inside
@@ -16,7 +16,7 @@ Order of work (so that a bad input never leaves anything behind):
 Nothing written holds a path of the machine, absolute or relative: inputs appear in
 ``merge_config.yaml``, the safetensors metadata and the card by Hub id
 (:mod:`hf_unified_embed.merge.model_ids`) and by folder name
-(:func:`hf_unified_embed.locations.public_name`); secrets are redacted.
+(:func:`hf_unified_embed.utils.locations.public_name`); secrets are redacted.
 """
 
 from __future__ import annotations
@@ -33,17 +33,17 @@ from typing import Any
 import yaml
 
 from hf_unified_embed.errors import InputNotFoundError, MergeError
-from hf_unified_embed.locations import copy_of_hub_model, public_name
+from hf_unified_embed.utils.locations import copy_of_hub_model, public_name
 from hf_unified_embed.merge.card import CardInput, write_merge_card
 from hf_unified_embed.merge.checks import check_compatible
-from hf_unified_embed.merge.config import DEFAULT_MAX_SHARD_SIZE, CardConfig, MergeConfig, ModelSpec
+from hf_unified_embed.merge.merge_config import DEFAULT_MAX_SHARD_SIZE, CardConfig, MergeConfig, ModelSpec
 from hf_unified_embed.merge.engine import FolderSink, TensorSink, stream_merge
 from hf_unified_embed.merge.layers import group_tensor_names
 from hf_unified_embed.merge.loader import LazyCheckpoint
 from hf_unified_embed.merge.methods import MergeMethod, get_merge_method
 from hf_unified_embed.merge.model_ids import resolve_hub_ids
-from hf_unified_embed.outputs import StagedOutput
-from hf_unified_embed.redaction import redact
+from hf_unified_embed.utils.outputs import StagedOutput
+from hf_unified_embed.utils.redaction import redact
 
 logger = logging.getLogger(__name__)
 

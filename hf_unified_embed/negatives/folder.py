@@ -12,10 +12,10 @@ import pyarrow.json as pa_json
 from hf_unified_embed.data.hub_layout import load_unified, read_card, source_notes, write_unified
 from hf_unified_embed.data.readers import decoding_error, first_undecodable_byte
 from hf_unified_embed.errors import InputNotFoundError, SourceFormatError
-from hf_unified_embed.locations import looks_local
-from hf_unified_embed.negatives.config import HardNegativeConfig
+from hf_unified_embed.utils.locations import looks_local
+from hf_unified_embed.negatives.hard_negative_config import HardNegativeConfig
 from hf_unified_embed.negatives.miner import ExternalCorpus, MiningResult, mine_hard_negatives
-from hf_unified_embed.outputs import StagedOutput
+from hf_unified_embed.utils.outputs import StagedOutput
 
 if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder, SentenceTransformer
@@ -90,7 +90,7 @@ def mine_negatives_folder(
 
     Every task of ``split`` is written (the unmined ones unchanged) with the input card's sources and
     a ``hard_negatives`` section per mined task (teacher, k, margins, counts dropped). ``output`` is
-    staged (:class:`~hf_unified_embed.outputs.StagedOutput`) and checked before any model is loaded: it
+    staged (:class:`~hf_unified_embed.utils.outputs.StagedOutput`) and checked before any model is loaded: it
     may not be, contain or lie inside ``data``, ``corpus`` or a model folder. Embeddings and every Arrow
     file (datasets' copy of the input too) live in its scratch folder. Models given by name are loaded on
     ``device``.

@@ -2,7 +2,7 @@
 
 For each retrieval task the distinct queries and the distinct documents (an external corpus, then
 the task's own positives and negatives) are embedded once into disk-backed files; every block of
-queries is searched exactly over every block of documents (:mod:`hf_unified_embed.negatives.search`);
+queries is searched exactly over every block of documents (:mod:`hf_unified_embed.negatives.exact_search`);
 the candidates are filtered as in sentence-transformers' ``mine_hard_negatives`` (the query's
 positives, margins relative to its lowest positive score — NV-Retriever's positive-aware mining —
 score bounds) and, unlike it, by identity with the query text; an optional cross-encoder rescoring
@@ -29,9 +29,9 @@ from datasets.fingerprint import get_temporary_cache_files_directory
 from tqdm.auto import tqdm
 
 from hf_unified_embed.errors import UsageError
-from hf_unified_embed.locations import public_name
-from hf_unified_embed.negatives.config import HardNegativeConfig, MiningReport
-from hf_unified_embed.negatives.search import Corpus, search
+from hf_unified_embed.utils.locations import public_name
+from hf_unified_embed.negatives.hard_negative_config import HardNegativeConfig, MiningReport
+from hf_unified_embed.negatives.exact_search import Corpus, search
 from hf_unified_embed.negatives.store import EmbeddingDtype, EmbeddingFile, Encoder
 from hf_unified_embed.schema import task_instruction
 
@@ -397,7 +397,7 @@ def mine_hard_negatives(
         cross_encoder: rescore the candidates and positives with it (sigmoid of its logit) before filtering.
         task_names: the tasks to mine (default: every ``retrieval`` task); the others pass through.
         teacher_name, cross_encoder_name: names recorded in the reports (default: the models' paths), written
-            as :func:`~hf_unified_embed.locations.public_name` gives them (a Hub id or a folder name).
+            as :func:`~hf_unified_embed.utils.locations.public_name` gives them (a Hub id or a folder name).
         scratch_dir: where embeddings and the new Arrow files go (default: a fresh temporary folder).
         device: where the search runs (default: the model's device).
         show_progress_bar: ``False`` to hide the progress bars.

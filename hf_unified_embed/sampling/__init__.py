@@ -5,6 +5,6 @@
 """
 
 from hf_unified_embed.sampling.curriculum_sampler import CurriculumBatchSampler
-from hf_unified_embed.sampling.plan import BatchPlan, GroupCounts, build_batch_plan, count_groups
+from hf_unified_embed.sampling.batch_plan import BatchPlan, GroupCounts, build_batch_plan, count_groups
 
 __all__ = ["BatchPlan", "CurriculumBatchSampler", "GroupCounts", "build_batch_plan", "count_groups"]

@@ -13,7 +13,7 @@ import torch
 from sentence_transformers.base.sampler import DefaultBatchSampler, MultiDatasetDefaultBatchSampler
 from torch.utils.data import BatchSampler, ConcatDataset
 
-from hf_unified_embed.sampling.plan import (
+from hf_unified_embed.sampling.batch_plan import (
     BALANCES,
     INSTANCE_ORDERS,
     INTERLEAVES,

@@ -5,25 +5,47 @@
 * :func:`prompts_from_unified` and :func:`exclude_instructions_from_pooling` turn the per-task
   instructions into prompts that are not pooled;
 * :func:`losses_for_tasks` maps one loss per task type onto the task names the trainer dispatches on;
-* :func:`device_training_args` sets the training arguments that depend on the device (pinned memory).
+* :func:`device_training_args` sets the training arguments that depend on the device (pinned memory);
+* :mod:`~hf_unified_embed.training.backbones` builds the model a recipe's ``model:`` section describes
+  (encoders, decoder LLMs with last-token pooling, LoRA adapters merged on request).
+
+Names load on first use: the recipe's ``model:`` section (``backbones.ModelConfig``) is read before a
+run decides to import torch and sentence-transformers, so that a recipe typo is reported at once.
 """
 
-from hf_unified_embed.losses.columns import ColumnLayout
-from hf_unified_embed.training.collator import ResampleEachEpochCallback, UnifiedDataCollator, draw_indices
-from hf_unified_embed.training.devices import device_training_args
-from hf_unified_embed.training.layout import column_layouts, layout_for_loss
-from hf_unified_embed.training.loss_mapping import losses_for_tasks
-from hf_unified_embed.training.prompts import exclude_instructions_from_pooling, prompts_from_unified
+from __future__ import annotations
 
-__all__ = [
-    "ColumnLayout",
-    "ResampleEachEpochCallback",
-    "UnifiedDataCollator",
-    "column_layouts",
-    "device_training_args",
-    "draw_indices",
-    "exclude_instructions_from_pooling",
-    "layout_for_loss",
-    "losses_for_tasks",
-    "prompts_from_unified",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "ColumnLayout": "hf_unified_embed.losses.columns",
+    "ResampleEachEpochCallback": "hf_unified_embed.training.collator",
+    "UnifiedDataCollator": "hf_unified_embed.training.collator",
+    "draw_indices": "hf_unified_embed.training.collator",
+    "device_training_args": "hf_unified_embed.training.devices",
+    "column_layouts": "hf_unified_embed.training.layout",
+    "layout_for_loss": "hf_unified_embed.training.layout",
+    "losses_for_tasks": "hf_unified_embed.training.loss_mapping",
+    "exclude_instructions_from_pooling": "hf_unified_embed.training.prompts",
+    "prompts_from_unified": "hf_unified_embed.training.prompts",
+}
+
+if TYPE_CHECKING:
+    from hf_unified_embed.losses.columns import ColumnLayout
+    from hf_unified_embed.training.collator import ResampleEachEpochCallback, UnifiedDataCollator, draw_indices
+    from hf_unified_embed.training.devices import device_training_args
+    from hf_unified_embed.training.layout import column_layouts, layout_for_loss
+    from hf_unified_embed.training.loss_mapping import losses_for_tasks
+    from hf_unified_embed.training.prompts import exclude_instructions_from_pooling, prompts_from_unified
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

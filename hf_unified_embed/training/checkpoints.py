@@ -1,11 +1,11 @@
 """The trainer's checkpoint folder (``training_args.output_dir``) under the package's output rules.
 
 sentence-transformers' trainer writes its checkpoints itself, outside the staged model folder that
-:class:`~hf_unified_embed.outputs.StagedOutput` scrubs, so two things are added around it:
+:class:`~hf_unified_embed.utils.outputs.StagedOutput` scrubs, so two things are added around it:
 
 * :class:`RedactCheckpointsCallback` scrubs every checkpoint as soon as it is saved (its ``README.md``
   renders the card — model name included — and ``trainer_state.json`` the logs), with the rules of
-  :mod:`hf_unified_embed.redaction`;
+  :mod:`hf_unified_embed.utils.redaction`;
 * :func:`no_empty_folder` removes the checkpoint folder after a run that saved no checkpoint into it:
   transformers' ``Trainer`` creates it when it starts, even with ``save_strategy: no``, and a failed or
   interrupted run would leave it behind.
@@ -23,7 +23,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from hf_unified_embed.errors import SecretLeakError
-from hf_unified_embed.redaction import scrub_folder
+from hf_unified_embed.utils.redaction import scrub_folder
 
 
 class RedactCheckpointsCallback(TrainerCallback):

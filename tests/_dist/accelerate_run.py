@@ -24,9 +24,9 @@ import torch
 import torch.distributed as dist
 from sentence_transformers import SentenceTransformerTrainer
 
-from hf_unified_embed.preflight import preflight
+from hf_unified_embed.recipe.preflight import preflight
 from hf_unified_embed.recipe import recipe_from_dict
-from hf_unified_embed.train import PreparedRun, prepare_run
+from hf_unified_embed.recipe.run import PreparedRun, prepare_run
 
 
 class RecordingCollator:

@@ -3,7 +3,7 @@
 Inputs: a text file with one document per line, a JSON-lines file with a ``text`` field (and an
 optional ``title``), or a folder of .txt files (one document each). Each kept pair becomes a
 retrieval row: query = one sentence, positives = [the other]. The mining itself and its
-defaults are :mod:`hf_unified_embed.mining` (see ``docs/gur.md``).
+defaults are :mod:`hf_unified_embed.gur_pairs` (see ``docs/gur.md``).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from hf_unified_embed.data.registry import AdapterContext, SourceRow, register_source_format
-from hf_unified_embed.mining.documents import iter_documents
-from hf_unified_embed.mining.lcs import CharWeights
-from hf_unified_embed.mining.pairs import PairMiningConfig, mine_dataset, mine_document
-from hf_unified_embed.mining.sentences import SentenceBounds
+from hf_unified_embed.gur_pairs.documents import iter_documents
+from hf_unified_embed.gur_pairs.lcs import CharWeights
+from hf_unified_embed.gur_pairs.pair_mining import PairMiningConfig, mine_dataset, mine_document
+from hf_unified_embed.gur_pairs.sentences import SentenceBounds
 
 
 @register_source_format("raw-text")

@@ -1,10 +1,10 @@
 """Evaluation kinds: ``sts``, ``retrieval``, ``reranking``, ``pair_classification``, ``forgetting``, and the registry a new one joins.
 
 Each kind is one class in one module here (or in the user's own module); see
-:class:`~hf_unified_embed.evaluation.kinds.base.EvaluationKind`.
+:class:`~hf_unified_embed.evaluation.kinds.evaluation_kind.EvaluationKind`.
 """
 
-from hf_unified_embed.evaluation.kinds.base import (
+from hf_unified_embed.evaluation.kinds.evaluation_kind import (
     EVALUATION_KINDS,
     EvaluationKind,
     SentencePairKind,

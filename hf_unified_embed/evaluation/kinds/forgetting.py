@@ -48,7 +48,7 @@ from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
 
 from hf_unified_embed.errors import SuiteError
 from hf_unified_embed.evaluation.inputs import read_corpus_files
-from hf_unified_embed.evaluation.kinds.base import EvaluationKind, register_evaluation_kind
+from hf_unified_embed.evaluation.kinds.evaluation_kind import EvaluationKind, register_evaluation_kind
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer

@@ -10,7 +10,7 @@ from datasets import Dataset
 
 from hf_unified_embed.evaluation.evaluators import PairClassificationEvaluator
 from hf_unified_embed.evaluation.inputs import labelled_pairs
-from hf_unified_embed.evaluation.kinds.base import SentencePairKind, register_evaluation_kind
+from hf_unified_embed.evaluation.kinds.evaluation_kind import SentencePairKind, register_evaluation_kind
 
 if TYPE_CHECKING:
     from sentence_transformers.base.evaluation.evaluator import BaseEvaluator

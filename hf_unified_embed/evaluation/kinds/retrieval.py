@@ -11,7 +11,7 @@ from sentence_transformers.util import cos_sim
 
 from hf_unified_embed.evaluation.evaluators import GradedInformationRetrievalEvaluator
 from hf_unified_embed.evaluation.inputs import read_corpus_files, retrieval_inputs
-from hf_unified_embed.evaluation.kinds.base import EvaluationKind, register_evaluation_kind
+from hf_unified_embed.evaluation.kinds.evaluation_kind import EvaluationKind, register_evaluation_kind
 
 if TYPE_CHECKING:
     from sentence_transformers.base.evaluation.evaluator import BaseEvaluator

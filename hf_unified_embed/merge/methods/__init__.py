@@ -1,6 +1,6 @@
 """Merge methods: the native streamed ones registered in :data:`MERGE_METHODS`, and mergekit's (:class:`MergekitMethod`)."""
 
-from hf_unified_embed.merge.methods.base import (
+from hf_unified_embed.merge.methods.merge_method import (
     MERGE_METHODS,
     LinearMergeMethod,
     MergeMethod,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from scipy.special import expit
 
 from hf_unified_embed.errors import MergeError
-from hf_unified_embed.merge.methods.base import LayerGroups, LinearMergeMethod, register_merge_method
+from hf_unified_embed.merge.methods.merge_method import LayerGroups, LinearMergeMethod, register_merge_method
 
 if TYPE_CHECKING:
     from hf_unified_embed.merge.analysis import DeltaReport

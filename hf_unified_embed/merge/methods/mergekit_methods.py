@@ -41,17 +41,17 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from hf_unified_embed import stack
+from hf_unified_embed.utils import stack
 from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.layers import layer_positions
-from hf_unified_embed.merge.methods.base import (
+from hf_unified_embed.merge.methods.merge_method import (
     MERGE_METHODS,
     LayerGroups,
     MergeMethod,
     TensorMergeMethod,
     TensorReader,
 )
-from hf_unified_embed.plugins import is_import_path
+from hf_unified_embed.utils.plugins import is_import_path
 
 if TYPE_CHECKING:
     from mergekit.merge_methods import MergeMethod as MergekitKernel

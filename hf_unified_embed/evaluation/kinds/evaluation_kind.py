@@ -25,7 +25,7 @@ A new kind is one class, in this package or in the user's own module::
                              scores=pairs.scores, main_similarity="dot")
 
 A suite names it ``kind: sts_dot`` once its module is imported, or ``kind: my_pkg.kinds:DotSTS``
-(imported on use, see :func:`hf_unified_embed.plugins.import_object`).
+(imported on use, see :func:`hf_unified_embed.utils.plugins.import_object`).
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from datasets import Dataset
 from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
 
 from hf_unified_embed.errors import SuiteError
-from hf_unified_embed.plugins import import_object, is_import_path
+from hf_unified_embed.utils.plugins import import_object, is_import_path
 from hf_unified_embed.schema import TASK_TYPES
-from hf_unified_embed.typecheck import constructor_parameters, type_problem
+from hf_unified_embed.utils.typecheck import constructor_parameters, type_problem
 
 if TYPE_CHECKING:
     from hf_unified_embed.evaluation.suite import SuiteEntry

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 from datasets import Dataset, Features, Value
 
-from hf_unified_embed.mining.documents import Document, iter_documents
-from hf_unified_embed.mining.lcs import CharWeights, codes_of, score_pairs
-from hf_unified_embed.mining.sentences import SentenceBounds, clean, normalize, split_sentences
+from hf_unified_embed.gur_pairs.documents import Document, iter_documents
+from hf_unified_embed.gur_pairs.lcs import CharWeights, codes_of, score_pairs
+from hf_unified_embed.gur_pairs.sentences import SentenceBounds, clean, normalize, split_sentences
 from hf_unified_embed.schema import unified_features
 
 __all__ = ["MinedPair", "PairMiningConfig", "mine_dataset", "mine_document", "mine_pairs", "pair_row"]

@@ -107,7 +107,7 @@ class ModelConfig:
             return
         import torch
 
-        from hf_unified_embed import stack
+        from hf_unified_embed.utils import stack
 
         stack.check(f"model.quantization {self.quantization!r} (QLoRA)", stack.quantization_needs(), origin=origin)
         if not torch.cuda.is_available():

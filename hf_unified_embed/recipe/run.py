@@ -7,7 +7,7 @@ from :mod:`hf_unified_embed` go in as its ordinary arguments (``loss=`` dict per
 
 Order of work, so that nothing is lost and nothing half-written is left:
 
-1. :func:`~hf_unified_embed.preflight.preflight` checks the recipe before any data loads;
+1. :func:`~hf_unified_embed.recipe.preflight.preflight` checks the recipe before any data loads;
 2. the main process opens the staged output folder (a read-only parent fails here, at once);
 3. data, curriculum, model, losses, collator, sampler; training;
 4. the main process saves the model, the redacted recipe copy and the trainer arguments, and the
@@ -31,13 +31,13 @@ import yaml
 from datasets import DatasetDict
 from torch import nn
 
-from hf_unified_embed.backbones import merge_adapter, without_cudnn_attention
+from hf_unified_embed.training.backbones import merge_adapter, without_cudnn_attention
 from hf_unified_embed.errors import AfterTrainingError, HfUnifiedEmbedError, HubError, InputError, RecipeError
-from hf_unified_embed.model_card import UnifiedModelCardData
-from hf_unified_embed.outputs import StagedOutput
-from hf_unified_embed.preflight import ResolvedRecipe, check_sampler_tasks, preflight
-from hf_unified_embed.recipe import TrainRecipe
-from hf_unified_embed.redaction import redact
+from hf_unified_embed.recipe.model_card import UnifiedModelCardData
+from hf_unified_embed.utils.outputs import StagedOutput
+from hf_unified_embed.recipe.preflight import ResolvedRecipe, check_sampler_tasks, preflight
+from hf_unified_embed.recipe.train_recipe import TrainRecipe
+from hf_unified_embed.utils.redaction import redact
 
 logger = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
     """Load the data, plan the curriculum, build the model, the losses, the collator and the sampler.
 
     Args:
-        resolved: the recipe after :func:`~hf_unified_embed.preflight.preflight`.
+        resolved: the recipe after :func:`~hf_unified_embed.recipe.preflight.preflight`.
         work_dir: where the curriculum's plan and plot go (the staged output); ``None`` writes nothing.
         compute_curriculum: ``False`` skips a teacher-computed curriculum (``train --check``).
     """
@@ -251,7 +251,7 @@ def _named(origin: str, key: str | None = None) -> Iterator[None]:
 
 def _model(resolved: ResolvedRecipe, card: UnifiedModelCardData) -> Any:
     """The model to train: backbone per ``model:``, LoRA adapter per ``peft:``, instructions not pooled."""
-    from hf_unified_embed.backbones import build_model
+    from hf_unified_embed.training.backbones import build_model
     from hf_unified_embed.training import exclude_instructions_from_pooling
 
     recipe = resolved.recipe
@@ -390,7 +390,7 @@ def describe_run(run: PreparedRun) -> str:
 
 def _steps_per_task(recipe: TrainRecipe, args: Any, sizes: list[int], batch_sizes: list[int]) -> list[int]:
     """Optimizer steps each task gets in one epoch, as the configured sampler will plan them."""
-    from hf_unified_embed.sampling.plan import count_groups
+    from hf_unified_embed.sampling.batch_plan import count_groups
 
     group_size = args.world_size * args.gradient_accumulation_steps
     if recipe.sampler.kind == "curriculum":
@@ -417,10 +417,10 @@ def portable_paths(data: dict[str, Any]) -> dict[str, Any]:
 
     A local path — absolute, or relative to the working folder the run started in — means nothing on
     another machine and shows this one's layout, so it is written as a name
-    (:func:`~hf_unified_embed.locations.public_name`): the Hub id of the model it is a copy of (the
+    (:func:`~hf_unified_embed.utils.locations.public_name`): the Hub id of the model it is a copy of (the
     packaged all-MiniLM-L6-v2 is ``sentence-transformers/all-MiniLM-L6-v2``), else its folder name.
     """
-    from hf_unified_embed.locations import without_local_paths
+    from hf_unified_embed.utils.locations import without_local_paths
 
     result: dict[str, Any] = without_local_paths(json.loads(json.dumps(data, default=str)))
     return result
@@ -438,7 +438,7 @@ def _after_training(step: str, model_dir: Path, action: Callable[[], T]) -> T:
 
 
 def _push(folder: Path, repo_id: str, private: bool, revision: str | None, create_pr: bool, token: str | None) -> Any:
-    from hf_unified_embed.publishing import push_folder
+    from hf_unified_embed.hub.publishing import push_folder
 
     try:
         return push_folder(

@@ -43,11 +43,11 @@ from sentence_transformers.base.losses.gradcache import RandContext
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from hf_unified_embed.losses._minibatches import MiniBatchPlan, plan_minibatches
+from hf_unified_embed.losses.gradcache.minibatches import MiniBatchPlan, plan_minibatches
 from hf_unified_embed.losses.parts import LossOutput, LossParts, with_means
 
 if TYPE_CHECKING:
-    from hf_unified_embed.losses.base import Embedded, EmbeddingLoss
+    from hf_unified_embed.losses.embedding_loss import Embedded, EmbeddingLoss
 
 
 class _ReplayOnBackward(torch.autograd.Function):

@@ -1,8 +1,8 @@
-"""``python -m hf_unified_embed.launch`` (``hf-unified-embed-torchrun``): torchrun for this package's commands.
+"""``python -m hf_unified_embed.cli.launch`` (``hf-unified-embed-torchrun``): torchrun for this package's commands.
 
 ::
 
-    python -m hf_unified_embed.launch --nproc_per_node=2 train recipe.yaml
+    python -m hf_unified_embed.cli.launch --nproc_per_node=2 train recipe.yaml
     # runs what `torchrun --nproc_per_node=2 -m hf_unified_embed train recipe.yaml` runs
 
 An input error makes every worker exit with code 2 after rank 0 printed the one ``error:`` line

@@ -43,8 +43,8 @@ from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.methods import get_merge_method
 from hf_unified_embed.merge.model_ids import check_hub_id
 from hf_unified_embed.merge.writer import parse_size
-from hf_unified_embed.typecheck import mismatched_field
-from hf_unified_embed.yaml_files import read_yaml_mapping
+from hf_unified_embed.utils.typecheck import mismatched_field
+from hf_unified_embed.utils.yaml_files import read_yaml_mapping
 
 DEFAULT_MAX_SHARD_SIZE = "2GB"
 

@@ -5,9 +5,9 @@
 ``hf-unified-embed build`` runs the same code. See ``docs/gur.md``.
 """
 
-from hf_unified_embed.mining.documents import Document, iter_documents
-from hf_unified_embed.mining.lcs import CharWeights, weighted_lcs, weighted_lcs_dp, weighted_lcs_sam
-from hf_unified_embed.mining.pairs import (
+from hf_unified_embed.gur_pairs.documents import Document, iter_documents
+from hf_unified_embed.gur_pairs.lcs import CharWeights, weighted_lcs, weighted_lcs_dp, weighted_lcs_sam
+from hf_unified_embed.gur_pairs.pair_mining import (
     MinedPair,
     PairMiningConfig,
     mine_dataset,
@@ -15,7 +15,7 @@ from hf_unified_embed.mining.pairs import (
     mine_pairs,
     pair_row,
 )
-from hf_unified_embed.mining.sentences import SentenceBounds, normalize, split_sentences
+from hf_unified_embed.gur_pairs.sentences import SentenceBounds, normalize, split_sentences
 
 __all__ = [
     "CharWeights",

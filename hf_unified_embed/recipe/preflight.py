@@ -14,7 +14,7 @@ without loading the data or the model:
   checkpoint to resume from exists;
 * the ``accelerate launch`` engine can run here (FSDP and DeepSpeed need GPUs) with the installed packages;
 * LoRA/QLoRA (``peft:``) can run with the installed packages: PEFT at least at the release the installed
-  transformers accepts (:mod:`hf_unified_embed.stack`);
+  transformers accepts (:mod:`hf_unified_embed.utils.stack`);
 * ``model.attn_implementation`` and the LoRA ``target_modules`` resolve against the base model built
   from its configuration on the meta device (no weights): transformers and PEFT decide, as they would
   when the weights load;
@@ -47,7 +47,7 @@ from typing import Annotated, Any, cast
 from pydantic import Field
 from torch import nn
 
-from hf_unified_embed import stack
+from hf_unified_embed.utils import stack
 from hf_unified_embed.errors import (
     HfUnifiedEmbedError,
     InputError,
@@ -56,13 +56,13 @@ from hf_unified_embed.errors import (
     SuiteError,
     UsageError,
 )
-from hf_unified_embed.locations import looks_local
-from hf_unified_embed.outputs import StagedOutput
-from hf_unified_embed.plugins import import_object, is_import_path
-from hf_unified_embed.processes import is_main_process, world_size
-from hf_unified_embed.recipe import TrainRecipe
-from hf_unified_embed.redaction import remember_secret
-from hf_unified_embed.typecheck import constructor_parameters, field_annotations, mismatched_field, type_problem
+from hf_unified_embed.utils.locations import looks_local
+from hf_unified_embed.utils.outputs import StagedOutput
+from hf_unified_embed.utils.plugins import import_object, is_import_path
+from hf_unified_embed.utils.processes import is_main_process, world_size
+from hf_unified_embed.recipe.train_recipe import TrainRecipe
+from hf_unified_embed.utils.redaction import remember_secret
+from hf_unified_embed.utils.typecheck import constructor_parameters, field_annotations, mismatched_field, type_problem
 
 #: ``training_args`` keys the recipe sets through its own sections instead.
 _RESERVED_TRAINING_ARGS = {
@@ -233,7 +233,7 @@ def check_training_args_fit_the_run(args: Any, recipe: TrainRecipe, origin: str)
         if args.parallel_mode != ParallelMode.DISTRIBUTED:
             raise RecipeError(
                 f"{origin}: training_args.fsdp: FSDP needs several processes; launch with "
-                "`python -m hf_unified_embed.launch --nproc_per_node=N train ...` or `accelerate launch`"
+                "`python -m hf_unified_embed.cli.launch --nproc_per_node=N train ...` or `accelerate launch`"
             )
     from huggingface_hub.constants import HF_HUB_OFFLINE
 
@@ -353,12 +353,12 @@ def _training_arguments(recipe: TrainRecipe, origin: str) -> tuple[Any, str | No
 def check_model_configuration(recipe: TrainRecipe, peft_config: Any | None, origin: str) -> None:
     """Resolve ``model.attn_implementation`` and the LoRA targets against the base model's configuration.
 
-    The model is built on the meta device (:func:`~hf_unified_embed.backbones.meta_transformer`), so
+    The model is built on the meta device (:func:`~hf_unified_embed.training.backbones.meta_transformer`), so
     transformers decides whether the attention implementation can run with the installed packages and
     PEFT matches ``target_modules`` against the real module names, as both do when the weights load
     — but before any data or weight is read.
     """
-    from hf_unified_embed.backbones import meta_transformer
+    from hf_unified_embed.training.backbones import meta_transformer
 
     attention = recipe.model.attn_implementation if recipe.model is not None else None
     if peft_config is None and attention is None:

@@ -33,8 +33,8 @@ from hf_unified_embed.errors import (
     SecretLeakError,
     one_line,
 )
-from hf_unified_embed.locations import looks_local
-from hf_unified_embed.redaction import find_secrets, remember_secret
+from hf_unified_embed.utils.locations import looks_local
+from hf_unified_embed.utils.redaction import find_secrets, remember_secret
 
 RepoType = Literal["model", "dataset"]
 

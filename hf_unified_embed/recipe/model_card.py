@@ -28,7 +28,7 @@ from typing import Any
 from huggingface_hub.constants import HF_HUB_OFFLINE
 from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardData
 
-from hf_unified_embed.cards import template_path
+from hf_unified_embed.utils.templates import template_path
 from hf_unified_embed.evaluation.results import CARD_DIGITS
 from hf_unified_embed.schema import UNIFIED_COLUMNS
 

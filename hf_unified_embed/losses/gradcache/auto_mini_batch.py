@@ -30,10 +30,10 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from hf_unified_embed.errors import LossOptionError
-from hf_unified_embed.losses._minibatches import plan_minibatches, select_rows
+from hf_unified_embed.losses.gradcache.minibatches import plan_minibatches, select_rows
 
 if TYPE_CHECKING:
-    from hf_unified_embed.losses.base import EmbeddingLoss
+    from hf_unified_embed.losses.embedding_loss import EmbeddingLoss
 
 logger = logging.getLogger(__name__)
 

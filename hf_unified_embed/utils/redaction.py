@@ -2,7 +2,7 @@
 
 Three rules, applied by :func:`redact` (structured data: recipe copies, merge configs, evaluation
 JSON, card metadata), by :func:`scrub_text` (rendered text, log records) and by :func:`scrub_folder`
-(the last step before a staged output is renamed into place, see :mod:`hf_unified_embed.outputs`):
+(the last step before a staged output is renamed into place, see :mod:`hf_unified_embed.utils.outputs`):
 
 * the value of any key whose name contains ``token``, ``password``, ``secret`` or ``key`` is replaced;
 * Hugging Face tokens (``hf_…``, ``api_org_…``) are replaced wherever they appear in text;

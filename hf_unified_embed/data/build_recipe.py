@@ -25,10 +25,10 @@ from typing import Any
 
 from hf_unified_embed.data.registry import get_source_format, source_format_names
 from hf_unified_embed.errors import NameRuleError, RecipeError, SourceFormatError
-from hf_unified_embed.naming import check_distinct_names, split_name_problem, task_name_problem
+from hf_unified_embed.utils.naming import check_distinct_names, split_name_problem, task_name_problem
 from hf_unified_embed.schema import TASK_TYPES
-from hf_unified_embed.typecheck import function_parameters, mismatched_field, type_problem
-from hf_unified_embed.yaml_files import read_yaml_mapping
+from hf_unified_embed.utils.typecheck import function_parameters, mismatched_field, type_problem
+from hf_unified_embed.utils.yaml_files import read_yaml_mapping
 
 #: Task types whose two sides are the same kind of text, so they share one instruction.
 SYMMETRIC_TASK_TYPES = frozenset({"sts", "pair_classification", "classification", "clustering"})

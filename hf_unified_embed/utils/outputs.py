@@ -10,7 +10,7 @@ into place at the end::
 
 Before anything is written it checks the target (a non-empty folder needs ``overwrite``; an input
 is never overwritten or written into) and that the parent folder is writable. An error removes the
-staging folder; secrets are scrubbed (:func:`hf_unified_embed.redaction.scrub_folder`) before the
+staging folder; secrets are scrubbed (:func:`hf_unified_embed.utils.redaction.scrub_folder`) before the
 rename; an old output is moved aside first and deleted only after the new one is in place.
 
 The staging folder is named ``.<target>.staging-<host>-<pid>-<random>``. A process killed with
@@ -34,7 +34,7 @@ from typing import Literal
 import psutil
 
 from hf_unified_embed.errors import OutputError, OutputExistsError
-from hf_unified_embed.redaction import scrub_folder
+from hf_unified_embed.utils.redaction import scrub_folder
 
 _STAGING = re.compile(r"^\.(?P<name>.+)\.staging-(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-[0-9a-f]{8}$")
 _REPLACED = "replaced"  # an old output moved aside inside the staging folder

@@ -21,8 +21,8 @@ from sentence_transformers.base.model import BaseModel
 from torch import Tensor, nn
 
 from hf_unified_embed.errors import LossOptionError
-from hf_unified_embed.losses._auto_mini_batch import AUTO, AutoMiniBatch, choose_auto
-from hf_unified_embed.losses._gradcache import cached_loss
+from hf_unified_embed.losses.gradcache.auto_mini_batch import AUTO, AutoMiniBatch, choose_auto
+from hf_unified_embed.losses.gradcache.cached_loss import cached_loss
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.parts import LossOutput, LossParts, total_loss, with_means
 

@@ -1,0 +1,6 @@
+"""Small utilities every sub-package uses: output folders, secret redaction, names, YAML files, type checks,
+user plug-ins, launcher processes, dependency checks, local-or-Hub locations and card templates.
+
+Nothing here imports torch, datasets or sentence-transformers at module level, so the light commands
+(``validate``, ``train --check`` of a typo) stay fast.
+"""
