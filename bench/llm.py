@@ -1,6 +1,6 @@
 """LoRA vs full fine-tuning of a small random decoder, and the cost of the mid-layer InfoNCE term on decoders.
 
-Builds a random Qwen2 decoder (``_tiny_decoders``, tokenizer trained on the bundled
+Builds a random Qwen2 decoder (``tests/_tiny_decoders.py``, a test helper; tokenizer trained on the bundled
 sample) and runs each configuration in a fresh process, so that peak memory is that configuration's
 alone: a training step (forward, backward, AdamW) of ``MultiPositiveInfoNCELoss`` on (query,
 positive, negative) rows, last-token pooling with an appended EOS, left padding.
@@ -37,9 +37,18 @@ REPO = Path(__file__).resolve().parent.parent
 CONFIGS = ("full", "lora", "lora+gc", "sts", "sts+mid")
 
 
-def _texts(seq: int) -> list[str]:
-    from _tiny_decoders import bundled_corpus
+def _tiny_decoders() -> Any:
+    """The tiny decoder builder: a test helper in tests/, not part of the package, so it is reached there."""
+    tests = str(REPO / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    import _tiny_decoders
 
+    return _tiny_decoders
+
+
+def _texts(seq: int) -> list[str]:
+    bundled_corpus = _tiny_decoders().bundled_corpus
     words = " ".join(bundled_corpus(REPO / "examples" / "data")).split()
     span = max(4, seq // 2)  # about two tokens per word with the small trained vocabulary
     return [" ".join(words[i : i + span]) for i in range(0, len(words) - span, span)]
@@ -50,8 +59,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from peft import LoraConfig
 
-    from hf_unified_embed.training.backbones import ModelConfig, build_model
     from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
+    from hf_unified_embed.training.backbones import ModelConfig, build_model
 
     torch.manual_seed(0)
     device = args.device
@@ -124,7 +133,8 @@ def main() -> None:
         print(json.dumps(worker(args)))
         return
 
-    from _tiny_decoders import bundled_corpus, make_tiny_decoder
+    tiny = _tiny_decoders()
+    bundled_corpus, make_tiny_decoder = tiny.bundled_corpus, tiny.make_tiny_decoder
 
     with tempfile.TemporaryDirectory() as scratch:
         model_dir = make_tiny_decoder(

@@ -62,9 +62,18 @@ with the ``codiemb`` losses for the same steps in two orders:
 6. ``many-shuffled``: ``interleave="shuffled"``, rows in random order;
 7. ``many-curriculum``: task order by simulated annealing over the 21 tasks, rows easy → hard.
 
-Every row goes through the same collator (``UnifiedDataCollator``), so rows differ only in losses,
-sampler and curriculum. No instructions are used (all-MiniLM-L6-v2 was not trained with them). The
-table gives each trained row's mean optimizer-step time relative to ``st-baseline`` in the same run.
+Every trained row is a training recipe run by ``hf_unified_embed.recipe.train_from_recipe`` — the
+function behind ``hf-unified-embed train`` and ``make demo``: ``examples/recipes/train.yaml`` (the
+shipped recipe) with what this command line sets for every row (``bench_recipe``: the data folder
+this script builds, ``--negatives``, ``--max-seq-length``, one ``--batch-size`` for every task,
+``--learning-rate``, the steps, the seed, no evaluation inside the run) and the row's own recipe
+values (``ROW_SPECS``: its ``losses``, ``sampler``, ``curriculum`` or ``keep_base``). So every row
+goes through the recipe's data loading, model, loss table, collator (``UnifiedDataCollator``) and
+sampler, and rows differ only in those values. The two merges (``hierarchical-merge``, ``+kept-merge``)
+have no recipe form: their training runs are recipe runs, the merge after them is this script's. The
+data built here holds no instructions (all-MiniLM-L6-v2 was not trained with them), so the recipe's
+``instructions: true`` adds none. The table gives each trained row's mean optimizer-step time relative
+to ``st-baseline`` in the same run.
 
 Full report (a GPU: minutes; the 2-core CPU machine: hours)::
 
@@ -83,6 +92,7 @@ docs/quality.md (same code, fewer steps, shorter texts, evaluation slices)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -93,16 +103,20 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
-
-from example_cli import evaluation_suite, example_parser, parse_example_args, training_arguments
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+# The examples' shared command line lives next to them (examples/example_cli.py), not in the package.
+if str(REPO / "examples") not in sys.path:
+    sys.path.insert(0, str(REPO / "examples"))
+
+from example_cli import evaluation_suite, example_parser, parse_example_args, recipe_training_args  # noqa: E402
+
 SUITE = REPO / "examples" / "suites" / "shared.yaml"
 MAIN_ROWS = ("base", "st-baseline", "codiemb", "codiemb+curriculum", "hierarchical-merge")
 KEEP_ROWS = (
@@ -163,19 +177,70 @@ class Trained:
     runtime: float
 
 
-class StepTimer(TrainerCallback):
-    """Stamps the end of every optimizer step (after a CUDA synchronize, so the GPU's work is in it)."""
+def step_timer(device: str) -> Any:
+    """A trainer callback that stamps the end of every optimizer step (after a CUDA synchronize, so the
+    GPU's work is in it) and keeps the run's optimizer steps and ``train_runtime``."""
+    from transformers import TrainerCallback
 
-    def __init__(self, device: str) -> None:
-        self.cuda = device.startswith("cuda")
-        self.stamps: list[float] = []
+    class StepTimer(TrainerCallback):
+        def __init__(self) -> None:
+            self.cuda = device.startswith("cuda")
+            self.stamps: list[float] = []
+            self.steps = 0
+            self.runtime = 0.0
 
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.cuda:
-            import torch
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.cuda:
+                import torch
 
-            torch.cuda.synchronize()
-        self.stamps.append(time.perf_counter())
+                torch.cuda.synchronize()
+            self.stamps.append(time.perf_counter())
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if logs and "train_runtime" in logs:  # the trainer's last log: its whole train()
+                self.runtime = float(logs["train_runtime"])
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.steps = int(state.global_step)
+
+    return StepTimer()
+
+
+@contextlib.contextmanager
+def every_trainer_calls(callback: Any) -> Iterator[None]:
+    """Give ``callback`` to every ``Trainer`` built inside the block.
+
+    ``train_from_recipe`` takes no callbacks (a recipe names none), and step times can only be taken
+    inside its trainer. transformers starts every trainer with ``transformers.trainer.DEFAULT_CALLBACKS``,
+    so the timer joins that list for the run and leaves it after. It only observes: the run is the
+    recipe's, unchanged.
+    """
+    from transformers import trainer as hf_trainer
+
+    hf_trainer.DEFAULT_CALLBACKS.append(callback)
+    try:
+        yield
+    finally:
+        hf_trainer.DEFAULT_CALLBACKS.remove(callback)
+
+
+def train_recipe(recipe: Mapping[str, Any], device: str) -> Trained:
+    """Train a recipe mapping as ``hf-unified-embed train`` does: ``recipe_from_dict`` + ``train_from_recipe``
+    (the model, its card and the recipe land in the recipe's ``output_dir``), timing its steps."""
+    from hf_unified_embed.recipe import recipe_from_dict, train_from_recipe
+
+    name = Path(recipe["output_dir"]).name
+    timer = step_timer(device)
+    with every_trainer_calls(timer):
+        outcome = train_from_recipe(recipe_from_dict(recipe, origin=f"bench/quality.py:{name}"), overwrite=True)
+    stamps = timer.stamps
+    return Trained(
+        Path(outcome.model_dir),
+        steps=timer.steps,
+        timed_steps=max(0, len(stamps) - 1),
+        seconds=stamps[-1] - stamps[0] if len(stamps) > 1 else 0.0,
+        runtime=timer.runtime,
+    )
 
 
 #: The train files the main setting can draw on: task → (format, task type, path under --data-root, options).
@@ -316,86 +381,201 @@ def epoch_steps(tasks: Mapping[str, Any], batch_size: int) -> int:
     return sum(-(-len(dataset) // batch_size) for dataset in tasks.values())
 
 
-def train(
-    name: str,
-    tasks: Any,
-    losses: Mapping[str, Any],
-    sampler: Any,
-    steps: int,
-    options: argparse.Namespace,
-    keep_base: bool = False,
-) -> Trained:
-    """One ordinary ``SentenceTransformerTrainer`` run; the model is saved under ``--output-dir``.
+#: The recipe a user runs (``hf-unified-embed train examples/recipes/train.yaml``; ``make demo`` trains
+#: the same values): every trained row is this recipe with the changes of ``bench_recipe`` and its row's.
+SHIPPED_RECIPE = REPO / "examples" / "recipes" / "train.yaml"
+#: Data-CUBE's order (train.yaml's comment): task order from the curriculum plan, rows easy → hard.
+CURRICULUM_SAMPLER = {"interleave": "round_robin", "instance_order": "easy_to_hard"}
+#: sentence-transformers' own loss table: scored pairs → CoSENT; pairs with a class label (MSRP) → OnlineContrastive.
+ST_LOSSES = {
+    "retrieval": {"name": "MultipleNegativesRankingLoss"},
+    "sts": {"name": "CoSENTLoss"},
+    "pair_classification": {"name": "OnlineContrastiveLoss"},
+}
+#: The two runs of the ``hierarchical-merge`` row (its recipe values): an IR-leaning run on the retrieval
+#: tasks and an STS-leaning run on every other task (pair classification included), CoDiEmb's losses at
+#: their defaults.
+MERGE_RUNS: dict[str, dict[str, Any]] = {
+    "ir-leaning": {"losses": {"retrieval": {"name": "MultiPositiveInfoNCELoss"}}},
+    "sts-leaning": {"losses": {"sts": {"name": "CoDiEmbSTSLoss"}, "pair_classification": {"name": "CoDiEmbSTSLoss"}}},
+}
 
-    ``keep_base`` wraps every task loss in ``KeepBaseLoss`` (one frozen copy of the base for all tasks).
+
+def shipped_recipe() -> dict[str, Any]:
+    """``examples/recipes/train.yaml`` as a mapping."""
+    recipe: dict[str, Any] = yaml.safe_load(SHIPPED_RECIPE.read_text(encoding="utf-8"))
+    return recipe
+
+
+def bench_recipe(
+    options: argparse.Namespace, data: Path, tasks: Sequence[str], steps: int, name: str
+) -> dict[str, Any]:
+    """The shipped recipe with what this command line sets for every row; the rest is train.yaml's.
+
+    Set here: the data (the unified folder built from ``--data-root`` and the setting's ``tasks``), the
+    run's name and folder (``--output-dir``/``name``), ``--base-model``, ``--negatives``,
+    ``--max-seq-length``, one batch size for every task (``--batch-size``; train.yaml gives the
+    retrieval tasks their own), the training arguments (``--learning-rate``, ``steps``, the seed, the
+    device, no checkpoints, a log every tenth of the steps) and no evaluation inside the run: every
+    model is evaluated alike afterwards (the shared suite at ``--eval-max-seq-length``, the
+    forgetting entry). A row's own values (``ROW_SPECS``) then replace whole sections.
     """
-    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+    from hf_unified_embed.recipe import packaged_minilm_path
 
-    from hf_unified_embed.losses import KeepBaseLoss
-    from hf_unified_embed.training import UnifiedDataCollator, losses_for_tasks
-
-    output = options.output_dir / name
-    model = SentenceTransformer(options.base_model, device=options.device)
-    model.max_seq_length = options.max_seq_length
-    task_losses = losses_for_tasks(model, tasks, losses)
-    if keep_base:
-        task_losses = KeepBaseLoss.for_tasks(task_losses, weight=options.keep_base_weight)
-    collator = UnifiedDataCollator.for_losses(
-        model, tasks, task_losses, negatives_per_query=options.negatives, seed=options.seed, prompts={}
+    recipe = shipped_recipe()
+    base = str(options.base_model)
+    recipe.update(
+        base_model=None if base == str(packaged_minilm_path()) else base,
+        model_name=f"all-MiniLM-L6-v2 {name} (bench/quality.py)",
+        data={"path": str(data), "tasks": list(tasks)},
+        negatives_per_query=options.negatives,
+        max_seq_length=options.max_seq_length,
+        sampler={**recipe["sampler"], "batch_sizes": {}},
+        training_args={
+            **recipe["training_args"],
+            **recipe_training_args(
+                options,
+                max_steps=steps,
+                per_device_train_batch_size=options.batch_size,
+                learning_rate=options.learning_rate,
+                logging_steps=max(1, steps // 10),
+            ),
+        },
+        evaluation=None,
+        output_dir=str(options.output_dir / name),
+        seed=options.seed,
     )
-    args = training_arguments(
-        options,
-        options.output_dir / "checkpoints" / name,
-        max_steps=steps,
-        per_device_train_batch_size=options.batch_size,
-        learning_rate=options.learning_rate,
-        warmup_steps=0.1,  # a float is a ratio of the steps (warmup_ratio is deprecated in transformers 5)
-        multi_dataset_batch_sampler=sampler,
-        logging_steps=max(1, steps // 10),
-    )
-    timer = StepTimer(options.device)
-    trainer = SentenceTransformerTrainer(
-        model=model,
-        args=args,
-        train_dataset=tasks,
-        loss=task_losses,
-        data_collator=collator,
-        callbacks=[collator.epoch_callback(), timer],
-    )
-    result = trainer.train()
-    if output.exists():
-        shutil.rmtree(output)
-    # The card of an intermediate benchmark model is not needed; the merge writes its own.
-    model.save(str(output), create_model_card=False)
-    stamps = timer.stamps
-    return Trained(
-        output,
-        steps=int(result.global_step),
-        timed_steps=len(stamps) - 1,
-        seconds=stamps[-1] - stamps[0] if len(stamps) > 1 else 0.0,
-        runtime=float(result.metrics["train_runtime"]),
-    )
+    return recipe
 
 
 def codiemb_loss_tables(options: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The task-type → loss tables of the CoDiEmb rows and of the ``+tau05`` rows, as the options set them."""
-    from sentence_transformers.sentence_transformer.losses import CoSENTLoss
+    """The recipe ``losses`` sections of the CoDiEmb rows and of the ``+tau05`` rows, as the options set them.
 
-    from hf_unified_embed import losses as hue_losses
-    from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
+    A ``CoDiEmbSTSLoss`` setting is written only where it differs from the loss's default (τ 0.02 and
+    middle-layer weight 1, CoDiEmb's), so that with the default options the STS entry is train.yaml's.
+    """
+    import inspect
 
-    sts_loss: Any = CoSENTLoss
+    from hf_unified_embed.losses import CoDiEmbSTSLoss
+
+    sts: dict[str, Any] = {"name": options.sts_loss}
     if options.sts_loss == "CoDiEmbSTSLoss":
-        sts_loss = (
-            CoDiEmbSTSLoss,
-            {"infonce_temperature": options.sts_infonce_temperature, "mid_layer_weight": options.sts_mid_layer_weight},
-        )
+        defaults = inspect.signature(CoDiEmbSTSLoss).parameters
+        given = {
+            "infonce_temperature": options.sts_infonce_temperature,
+            "mid_layer_weight": options.sts_mid_layer_weight,
+        }
+        sts.update({key: value for key, value in given.items() if value != defaults[key].default})
     codiemb = {
-        "retrieval": MultiPositiveInfoNCELoss,
-        "sts": sts_loss,
-        "pair_classification": getattr(hue_losses, options.pair_loss),
+        "retrieval": {"name": "MultiPositiveInfoNCELoss"},  # τ 0.02: the loss's default, CoDiEmb's
+        "sts": sts,
+        "pair_classification": {"name": options.pair_loss},
     }
-    return codiemb, {**codiemb, "retrieval": (MultiPositiveInfoNCELoss, {"temperature": RETRIEVAL_TAU05})}
+    return codiemb, {**codiemb, "retrieval": {"name": "MultiPositiveInfoNCELoss", "temperature": RETRIEVAL_TAU05}}
+
+
+def codiemb_values(options: argparse.Namespace, tau05: bool = False, keep_base: bool = False) -> dict[str, Any]:
+    """The recipe values of a CoDiEmb row: its losses, and ``keep_base`` (``--keep-base-weight``) if asked.
+
+    The sampler is train.yaml's: one task per step, tasks shuffled, rows in random order.
+    """
+    values: dict[str, Any] = {"losses": codiemb_loss_tables(options)[1 if tau05 else 0]}
+    if keep_base:
+        values["keep_base"] = {"weight": options.keep_base_weight}
+    return values
+
+
+def curriculum_values(method: str) -> Callable[[argparse.Namespace], dict[str, Any]]:
+    """The recipe values of a Data-CUBE row: the CoDiEmb losses, a curriculum planned inside the run with
+    the base model as teacher (task order by ``method``, the difficulty of every row) and its sampler."""
+
+    def values(options: argparse.Namespace) -> dict[str, Any]:
+        return {
+            **codiemb_values(options),
+            "curriculum": {"teacher": str(options.base_model), "method": method},
+            "sampler": CURRICULUM_SAMPLER,
+        }
+
+    return values
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """How one row of the table is made.
+
+    Attributes:
+        setting: the data and steps it trains (``"main"`` or ``"many"``); ``None``: the untrained base.
+        values: the row's recipe values (a function of the options); each replaces that section of
+            ``bench_recipe`` whole.
+        mined: train on the main setting with its retrieval negatives mined by the base model.
+        merge: a row with no recipe form: ``"hierarchical"`` (the ``MERGE_RUNS`` recipes, then CoDiEmb's
+            hierarchical merge) or ``"kept"`` (the ``merges`` row of the same seed interpolated with
+            the base by ``merge search``).
+        merges: the row a kept merge starts from.
+    """
+
+    setting: str | None = "main"
+    values: Callable[[argparse.Namespace], dict[str, Any]] = field(default=lambda options: {})
+    mined: bool = False
+    merge: str | None = None
+    merges: str | None = None
+
+
+def keep_row_options(row: str) -> list[str]:
+    """The options of a keep-the-base row, ``codiemb+tau05+kept-merge`` → ``["tau05", "kept-merge"]``.
+
+    Options come in the order of ``KEEP_OPTIONS`` (so one configuration has one name, one output folder).
+    """
+    head, *options = row.split("+")
+    if (
+        head != "codiemb"
+        or any(o not in KEEP_OPTIONS for o in options)
+        or options != sorted(options, key=KEEP_OPTIONS.index)
+    ):
+        raise ValueError(f"{row!r}: expected codiemb followed by +options from {KEEP_OPTIONS}, in that order")
+    if len(set(options)) != len(options):
+        raise ValueError(f"{row!r}: an option is repeated")
+    return options
+
+
+def keep_row_spec(row: str) -> RowSpec:
+    """The spec of ``codiemb`` and of a keep-the-base row, from the options its name lists."""
+    options_of_row = keep_row_options(row)
+    if options_of_row[-1:] == ["kept-merge"]:
+        return RowSpec(merge="kept", merges=row.removesuffix("+kept-merge"))
+    return RowSpec(
+        values=lambda options: codiemb_values(
+            options, tau05="tau05" in options_of_row, keep_base="keep-base" in options_of_row
+        ),
+        mined="mined" in options_of_row,
+    )
+
+
+#: Every row of the table: the setting it trains and its recipe values, or the merge it is.
+ROW_SPECS: dict[str, RowSpec] = {
+    "base": RowSpec(setting=None),
+    # sentence-transformers' own recipe: its loss table and its PROPORTIONAL multi-dataset batch sampler.
+    "st-baseline": RowSpec(values=lambda options: {"losses": ST_LOSSES, "sampler": {"kind": "proportional"}}),
+    # Every task order (24 for four tasks, 120 for five).
+    "codiemb+curriculum": RowSpec(values=curriculum_values("exact")),
+    "hierarchical-merge": RowSpec(merge="hierarchical"),
+    **{row: keep_row_spec(row) for row in ("codiemb", *KEEP_ROWS)},
+    "many-shuffled": RowSpec("many", values=codiemb_values),
+    "many-curriculum": RowSpec("many", values=curriculum_values("annealing")),
+}
+
+
+def row_recipe(
+    row: str, options: argparse.Namespace, data: Path, tasks: Sequence[str], steps: int, name: str | None = None
+) -> dict[str, Any]:
+    """The recipe mapping a row trains (``name``: its run's name, default the row's): ``bench_recipe`` with
+    the row's values."""
+    spec = ROW_SPECS[row]
+    if spec.setting is None or spec.merge is not None:
+        raise ValueError(f"{row}: no recipe of its own (it trains nothing, or it is a merge)")
+    recipe = bench_recipe(options, data, tasks, steps, name or row)
+    recipe.update(spec.values(options))
+    return recipe
 
 
 def pick_metric(metrics: Mapping[str, float], pattern: str, entry: str) -> float:
@@ -482,7 +662,8 @@ def machine_note(device: str) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_options(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: the examples' shared options and the report's own."""
     parser = example_parser(__file__, __doc__)
     parser.add_argument("--epochs", type=float, default=1.0, help="passes over each setting's data (default: 1)")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -548,28 +729,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--report-name", default="quality", help="Markdown blocks <name>-main / <name>-many (default: quality)"
     )
-    options = parse_example_args(parser, argv, full_steps=-1)
-    seeds = options.seeds or [options.seed]
+    return parse_example_args(parser, argv, full_steps=-1)
 
-    from datasets import DatasetDict
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.base.sampler import MultiDatasetBatchSamplers
-    from sentence_transformers.sentence_transformer.losses import (
-        CoSENTLoss,
-        MultipleNegativesRankingLoss,
-        OnlineContrastiveLoss,
-    )
 
-    from hf_unified_embed.curriculum import plan_curriculum
-    from hf_unified_embed.data import build_unified
-    from hf_unified_embed.evaluation import run_suite
-    from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
-    from hf_unified_embed.merge import merge_models
-    from hf_unified_embed.merge.search import search_merge
-    from hf_unified_embed.negatives import HardNegativeConfig, mine_hard_negatives
-    from hf_unified_embed.sampling import CurriculumBatchSampler
-
-    options.output_dir.mkdir(parents=True, exist_ok=True)
+def report_suite(options: argparse.Namespace) -> dict[str, Any]:
+    """The suite every model is scored with: shared.yaml, the forgetting entry, MS MARCO reduced if asked."""
     suite = evaluation_suite(options, SUITE, data_root=options.data_root)
     suite["evaluations"] = [*suite["evaluations"], forgetting_entry(options)]
     if options.msmarco_queries:
@@ -581,21 +745,48 @@ def main(argv: list[str] | None = None) -> int:
         for entry in suite["evaluations"]:
             if entry["name"] in ("msmarco-dl", FORGETTING):
                 entry["data_files"] = str(folder.resolve())  # not relative to the suite's data root
-    codiemb_losses, tau05_losses = codiemb_loss_tables(options)
-    shuffled = CurriculumBatchSampler.configure(interleave="shuffled")
-    settings: dict[str, Any] = {}
+    return suite
 
-    def setting(name: str) -> tuple[Any, int]:
-        """The tasks of a setting (built once) and the optimizer steps every row of it trains."""
-        if name not in settings:
-            recipe = (
+
+@dataclass
+class Setting:
+    """Training data of a setting: the unified folder a recipe reads, its tasks, and the steps every row trains."""
+
+    path: Path
+    tasks: Any  # DatasetDict: sizes and task types for the merge row's split
+    steps: int
+
+
+class Bench:
+    """One report run: the settings built so far and the results; makes, evaluates and records rows."""
+
+    def __init__(self, options: argparse.Namespace, argv: list[str] | None) -> None:
+        self.options = options
+        self.argv = argv
+        self.suite = report_suite(options)
+        self.settings: dict[str, Setting] = {}
+        self.results: dict[str, Any] = {}
+
+    def key(self, row: str, seed: int) -> str:
+        """A row's name in the results, the output folder and ``evaluations/``: ``row@seed`` under ``--seeds``
+        (so runs of one seed each, ``--resume``-d together, aggregate)."""
+        return row if row == "base" or self.options.seeds is None else f"{row}@{seed}"
+
+    def setting(self, name: str) -> Setting:
+        """A setting's tasks, built from ``--data-root`` and saved as a unified folder once per run."""
+        from hf_unified_embed.data import build_unified, save_unified
+
+        if name not in self.settings:
+            options = self.options
+            sources = (
                 training_sources(options.data_root, options.max_rows_per_task, options.main_tasks)
                 if name == "main"
                 else many_task_sources(
                     options.data_root, options.output_dir / "many-task-sources", options.max_rows_per_task
                 )
             )
-            tasks = build_unified(recipe)
+            tasks = build_unified(sources)
+            path = save_unified(tasks, options.output_dir / f"{name}-data", overwrite=True)
             epoch = epoch_steps(tasks, options.batch_size)
             steps = options.max_steps if options.max_steps > 0 else max(1, round(options.epochs * epoch))
             print(
@@ -603,44 +794,75 @@ def main(argv: list[str] | None = None) -> int:
                 f"{epoch} steps per epoch; every row trains {steps} steps",
                 flush=True,
             )
-            settings[name] = (tasks, steps)
-        return settings[name]
+            self.settings[name] = Setting(Path(path), tasks, steps)
+        return self.settings[name]
 
-    mined: dict[str, Any] = {}
-
-    def mined_main() -> Any:
+    def mined(self) -> Setting:
         """The main setting with its retrieval tasks' negatives mined by the base (once per output folder)."""
-        from hf_unified_embed.data import load_unified, save_unified
+        from sentence_transformers import SentenceTransformer
 
-        folder = options.output_dir / "mined-main"
-        if "main" not in mined:
-            if (folder / "README.md").is_file():  # written whole by save_unified (staged)
-                mined["main"] = load_unified(folder)
-            else:
-                tasks = setting("main")[0]
+        from hf_unified_embed.data import load_unified, save_unified
+        from hf_unified_embed.negatives import HardNegativeConfig, mine_hard_negatives
+
+        if "mined" not in self.settings:
+            options, main = self.options, self.setting("main")
+            folder = options.output_dir / "mined-main"
+            if not (folder / "README.md").is_file():  # written whole by save_unified (staged)
                 began = time.perf_counter()
                 scratch = options.output_dir / "mining-scratch"
                 scratch.mkdir(parents=True, exist_ok=True)
                 result = mine_hard_negatives(
-                    tasks,
+                    main.tasks,
                     SentenceTransformer(options.base_model, device=options.device),
                     HardNegativeConfig(num_negatives=4),
                     scratch_dir=scratch,
                 )
                 shutil.rmtree(scratch, ignore_errors=True)
                 save_unified(result.tasks, folder, overwrite=True)
-                mined["main"] = load_unified(folder)
                 print(
                     f"[mining] retrieval negatives mined by the base in {time.perf_counter() - began:.0f} s",
                     flush=True,
                 )
-        return mined["main"]
+            self.settings["mined"] = Setting(folder, load_unified(folder), main.steps)
+        return self.settings["mined"]
 
-    def kept_merge(name: str, run_row: str, seed: int) -> Trained:
+    def train(self, row: str, name: str) -> Trained:
+        """A row with a recipe form: its recipe, trained by ``train_from_recipe``."""
+        spec = ROW_SPECS[row]
+        assert spec.setting is not None
+        setting = self.mined() if spec.mined else self.setting(spec.setting)
+        trained = train_recipe(
+            row_recipe(row, self.options, setting.path, list(setting.tasks), setting.steps, name),
+            self.options.device,
+        )
+        plan = trained.path / "curriculum_plan.json"  # the recipe run keeps its plan next to the model
+        if plan.is_file():
+            order = json.loads(plan.read_text(encoding="utf-8"))["order"]
+            print(f"[{name}] curriculum task order: {' → '.join(order)}", flush=True)
+        return trained
+
+    def make(self, row: str, name: str, seed: int) -> Trained | None:
+        """Train (or merge) a row; ``None`` for the base."""
+        spec = ROW_SPECS[row]
+        if spec.setting is None:
+            return None
+        if spec.merge == "kept":
+            assert spec.merges is not None
+            return self.kept_merge(name, spec.merges, seed)
+        if spec.merge == "hierarchical":
+            return self.hierarchical_merge(name)
+        return self.train(row, name)
+
+    # The two merges have no recipe form (a recipe trains one model); their training runs are recipe runs.
+
+    def kept_merge(self, name: str, run_row: str, seed: int) -> Trained:
         """The seed's ``run_row`` run interpolated with the base, λ chosen under the keep-the-base constraint."""
-        run_key = key_of(run_row, seed)
+        from hf_unified_embed.merge.search import search_merge
+
+        options = self.options
+        run_key = self.key(run_row, seed)
         run = options.output_dir / run_key
-        training = results.get(run_key, {}).get("training")
+        training = self.results.get(run_key, {}).get("training")
         if not (run / "modules.json").is_file() or training is None:
             raise SystemExit(f"{name}: needs the {run_key} row first (put {run_row} before it in --rows)")
         dev = evaluation_suite(options, DEV_SUITE, data_root=options.data_root)
@@ -667,54 +889,29 @@ def main(argv: list[str] | None = None) -> int:
             runtime=training["train_runtime"],
         )
 
-    def curriculum_run(name: str, setting_name: str, method: str) -> Trained:
-        tasks, steps = setting(setting_name)
-        planned = time.perf_counter()
-        result = plan_curriculum(
-            SentenceTransformer(options.base_model, device=options.device),
-            tasks,
-            teacher_name="all-MiniLM-L6-v2",
-            method=method,  # type: ignore[arg-type]
-            seed=options.seed,
-        )
-        print(
-            f"[{name}] curriculum planned in {time.perf_counter() - planned:.0f} s; task order: "
-            f"{' → '.join(result.plan.order)}",
-            flush=True,
-        )
-        sampler = CurriculumBatchSampler.configure(
-            task_order=list(result.plan.order), interleave="round_robin", instance_order="easy_to_hard"
-        )
-        trained = train(name, result.tasks, codiemb_losses, sampler, steps, options)
-        result.plan.save(trained.path / "curriculum_plan.json")  # next to the model it ordered
-        return trained
+    def hierarchical_merge(self, name: str) -> Trained:
+        """The ``MERGE_RUNS`` recipes, each for its share of the steps, merged hierarchically (CoDiEmb)."""
+        from hf_unified_embed.merge import merge_models
 
-    def merge_run() -> Trained:
-        tasks, steps = setting("main")
-        # The STS-leaning run takes every task that is not retrieval (pair classification included).
-        retrieval = {name: ds for name, ds in tasks.items() if ds[0]["task_type"] == "retrieval"}
-        by_type = {
-            "retrieval": DatasetDict(retrieval),
-            "sts": DatasetDict({name: ds for name, ds in tasks.items() if name not in retrieval}),
+        options, main = self.options, self.setting("main")
+        tasks = {
+            "ir-leaning": [task for task, ds in main.tasks.items() if ds[0]["task_type"] == "retrieval"],
+            "sts-leaning": [task for task, ds in main.tasks.items() if ds[0]["task_type"] != "retrieval"],
         }
-        # Each specialist trains its share of the steps: one epoch of its own tasks at the default length.
-        share = epoch_steps(by_type["retrieval"], options.batch_size) / epoch_steps(tasks, options.batch_size)
-        ir_steps = max(1, round(steps * share))
-        ir_run = train(
-            "ir-leaning", by_type["retrieval"], {"retrieval": MultiPositiveInfoNCELoss}, shuffled, ir_steps, options
-        )
-        sts_run = train(
-            "sts-leaning",
-            by_type["sts"],
-            {"sts": CoDiEmbSTSLoss, "pair_classification": CoDiEmbSTSLoss},
-            shuffled,
-            max(1, steps - ir_steps),
-            options,
-        )
+        # Each run trains its share of the steps: one epoch of its own tasks at the default length.
+        ir_tasks = {task: main.tasks[task] for task in tasks["ir-leaning"]}
+        share = epoch_steps(ir_tasks, options.batch_size) / epoch_steps(main.tasks, options.batch_size)
+        ir_steps = max(1, round(main.steps * share))
+        steps = {"ir-leaning": ir_steps, "sts-leaning": max(1, main.steps - ir_steps)}
+        runs = {}
+        for run, values in MERGE_RUNS.items():
+            recipe = bench_recipe(options, main.path, tasks[run], steps[run], run)
+            runs[run] = train_recipe({**recipe, **values}, options.device)
+        ir_run, sts_run = runs["ir-leaning"], runs["sts-leaning"]
         merged = merge_models(
             [ir_run.path, sts_run.path],
             "hierarchical",
-            options.output_dir / "hierarchical-merge",
+            options.output_dir / name,
             ir_models=[ir_run.path],
             sts_models=[sts_run.path],
             base=options.base_model,
@@ -731,98 +928,61 @@ def main(argv: list[str] | None = None) -> int:
             runtime=ir_run.runtime + sts_run.runtime,
         )
 
-    def builders(row: str, name: str, seed: int) -> Trained | None:
-        if row == "base":
+    def run_row(self, row: str, seed: int) -> bool | None:
+        """Reuse (``--resume``, ``--report-only``) or make and evaluate one row.
+
+        Returns whether the report holds the row: ``True`` once written (after every evaluated row, so an
+        interrupted run keeps the rows it finished), ``False`` for a reused row, ``None`` for a row skipped.
+        """
+        options = self.options
+        key = self.key(row, seed)
+        saved = options.output_dir / "evaluations" / f"{key}.json"
+        if options.report_only and not saved.is_file():
             return None
+        if (options.resume or options.report_only) and saved.is_file():
+            self.results[key] = json.loads(saved.read_text(encoding="utf-8"))
+            print(f"[{key}] reusing {saved}", flush=True)
+            if options.resume:
+                model_path = options.base_model if row == "base" else str(options.output_dir / key)
+                self.results[key] = complete_evaluation(self.results[key], saved, model_path, self.suite, options)
+            return False
+        from hf_unified_embed.evaluation import run_suite
 
-        def main_tasks() -> Any:
-            return setting("main")[0]
+        row_started = time.perf_counter()
+        print(f"\n=== {key} ===", flush=True)
+        trained = self.make(row, key, seed)
+        model_path = options.base_model if trained is None else str(trained.path)
+        evaluation = run_suite(evaluation_model(model_path, options), self.suite, diagnostics=options.diagnostics)
+        evaluation.extra["seconds"] = time.perf_counter() - row_started
+        evaluation.extra["row"], evaluation.extra["seed"] = row, None if trained is None else seed
+        if trained is not None:
+            evaluation.extra["training"] = {
+                "steps": trained.steps,
+                "timed_steps": trained.timed_steps,
+                "seconds": trained.seconds,
+                "train_runtime": trained.runtime,
+            }
+        evaluation.save_json(saved, overwrite=True)
+        self.results[key] = json.loads(saved.read_text(encoding="utf-8"))
+        print(f"[{key}] done in {evaluation.extra['seconds']:.0f} s", flush=True)
+        report(self.results, options, self.argv)
+        return True
 
-        def steps() -> int:
-            return setting("main")[1]
 
-        if row == "st-baseline":
-            return train(
-                name,
-                main_tasks(),
-                # ST's loss table: scored pairs → CoSENT; pairs with a class label (MSRP) → OnlineContrastive.
-                {
-                    "retrieval": MultipleNegativesRankingLoss,
-                    "sts": CoSENTLoss,
-                    "pair_classification": OnlineContrastiveLoss,
-                },
-                MultiDatasetBatchSamplers.PROPORTIONAL,
-                steps(),
-                options,
-            )
-        if row == "codiemb+curriculum":
-            return curriculum_run(name, "main", "exact")  # every order (24 for four tasks, 120 for five)
-        if row == "hierarchical-merge":
-            return merge_run()
-        if row == "codiemb" or row in KEEP_ROWS:
-            options_of_row = keep_row_options(row)
-            if options_of_row[-1:] == ["kept-merge"]:
-                return kept_merge(name, row.removesuffix("+kept-merge"), seed)
-            return train(
-                name,
-                mined_main() if "mined" in options_of_row else main_tasks(),
-                tau05_losses if "tau05" in options_of_row else codiemb_losses,
-                shuffled,
-                steps(),
-                options,
-                keep_base="keep-base" in options_of_row,
-            )
-        if row == "many-shuffled":
-            return train(name, setting("many")[0], codiemb_losses, shuffled, setting("many")[1], options)
-        return curriculum_run(name, "many", "annealing")  # many-curriculum
-
-    def key_of(row: str, seed: int) -> str:
-        """A row's name in the results, the output folder and ``evaluations/``: ``row@seed`` under ``--seeds``
-        (so runs of one seed each, ``--resume``-d together, aggregate)."""
-        return row if row == "base" or options.seeds is None else f"{row}@{seed}"
-
-    results: dict[str, Any] = {}
+def main(argv: list[str] | None = None) -> int:
+    options = parse_options(argv)
+    options.output_dir.mkdir(parents=True, exist_ok=True)
+    bench = Bench(options, argv)
     reported = False
-    for seed in seeds:
+    for seed in options.seeds or [options.seed]:
         options.seed = seed
         for row in options.rows:
-            key = key_of(row, seed)
-            if key in results:
+            if bench.key(row, seed) in bench.results:
                 continue  # the base: once for all seeds
-            saved = options.output_dir / "evaluations" / f"{key}.json"
-            if options.report_only and not saved.is_file():
-                continue
-            if (options.resume or options.report_only) and saved.is_file():
-                results[key] = json.loads(saved.read_text(encoding="utf-8"))
-                print(f"[{key}] reusing {saved}", flush=True)
-                if options.resume:
-                    model_path = options.base_model if row == "base" else str(options.output_dir / key)
-                    results[key] = complete_evaluation(results[key], saved, model_path, suite, options)
-                reported = False
-                continue
-            row_started = time.perf_counter()
-            print(f"\n=== {key} ===", flush=True)
-            trained = builders(row, key, seed)
-            model_path = options.base_model if trained is None else str(trained.path)
-            evaluation = run_suite(evaluation_model(model_path, options), suite, diagnostics=options.diagnostics)
-            evaluation.extra["seconds"] = time.perf_counter() - row_started
-            evaluation.extra["row"], evaluation.extra["seed"] = row, None if trained is None else seed
-            if trained is not None:
-                evaluation.extra["training"] = {
-                    "steps": trained.steps,
-                    "timed_steps": trained.timed_steps,
-                    "seconds": trained.seconds,
-                    "train_runtime": trained.runtime,
-                }
-            evaluation.save_json(saved, overwrite=True)
-            results[key] = json.loads(saved.read_text(encoding="utf-8"))
-            print(f"[{key}] done in {evaluation.extra['seconds']:.0f} s", flush=True)
-            # Written after every row, so an interrupted run still leaves the rows it finished.
-            report(results, options, argv)
-            reported = True
-
+            outcome = bench.run_row(row, seed)
+            reported = reported if outcome is None else outcome
     if not reported:
-        report(results, options, argv)
+        report(bench.results, options, argv)
     return 0
 
 
@@ -860,23 +1020,6 @@ def complete_evaluation(
     with StagedOutput(saved, overwrite=True, kind="file") as stage:
         stage.path.write_text(json.dumps(evaluation, indent=2) + "\n", encoding="utf-8")
     return evaluation
-
-
-def keep_row_options(row: str) -> list[str]:
-    """The options of a keep-the-base row, ``codiemb+tau05+kept-merge`` → ``["tau05", "kept-merge"]``.
-
-    Options come in the order of ``KEEP_OPTIONS`` (so one configuration has one name, one output folder).
-    """
-    head, *options = row.split("+")
-    if (
-        head != "codiemb"
-        or any(o not in KEEP_OPTIONS for o in options)
-        or options != sorted(options, key=KEEP_OPTIONS.index)
-    ):
-        raise ValueError(f"{row!r}: expected codiemb followed by +options from {KEEP_OPTIONS}, in that order")
-    if len(set(options)) != len(options):
-        raise ValueError(f"{row!r}: an option is repeated")
-    return options
 
 
 def row_of(key: str) -> str:

@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--difficulty-threshold", type=float, default=-0.2, help="δ of Eq. 9: retrieval rows with φ < δ are masked"
     )
-    args = parse_example_args(parser, argv, full_steps=30)
+    args = parse_example_args(parser, argv, full_steps=30, needs_hub=lambda parsed: parsed.teacher is not None)
 
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
 

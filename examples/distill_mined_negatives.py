@@ -79,7 +79,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="wrong WikiQA candidates added as documents (default: %(default)s)",
     )
     parser.add_argument("--batch-size", type=int, default=16, help="rows per step (default: %(default)s)")
-    args = parse_example_args(parser, argv, full_steps=200)
+    args = parse_example_args(
+        parser, argv, full_steps=200, needs_hub=lambda parsed: bool(parsed.teacher or parsed.hub_dataset)
+    )
 
     from hf_unified_embed.data import build_unified_with_report, save_unified
     from hf_unified_embed.negatives import HardNegativeConfig, mine_negatives_folder

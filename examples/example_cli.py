@@ -1,8 +1,8 @@
 """The command line every script in ``examples/`` shares (and ``bench/quality.py``).
 
 Every example takes the same options with the same defaults and help texts — ``--base-model``,
-``--data-root``, ``--output-dir``, ``--max-steps``, ``--seed``, plus ``--eval-rows`` and ``--device``
-— and adds its own::
+``--data-root``, ``--output-dir``, ``--max-steps``, ``--seed``, plus ``--eval-rows``, ``--device`` and
+``--offline`` — and adds its own::
 
     from example_cli import example_parser, parse_example_args, run_example
 
@@ -15,10 +15,20 @@ Every example takes the same options with the same defaults and help texts — `
     if __name__ == "__main__":
         run_example(main)
 
-It lives in the package, not next to the scripts, so that an example copied out of the repository
-still runs wherever ``hf-unified-embed`` is installed. Importing it (first, before the Hugging Face
-libraries) makes a script offline unless the environment says otherwise (``HF_HUB_OFFLINE=1``:
-nothing is downloaded) and keeps tokenizers from warning about forked processes.
+It lives next to the scripts (``examples/``), not in the package: a script's own folder is on
+``sys.path`` when it runs, so ``from example_cli import ...`` finds it; copy it along with a script
+you take out of the repository. Importing it changes nothing in the environment. The Hugging Face
+settings are made by :func:`parse_example_args`, which a script calls before it imports the Hugging
+Face libraries (``huggingface_hub`` reads ``HF_HUB_OFFLINE`` once, when it is first imported):
+
+* offline mode (``HF_HUB_OFFLINE=1``: nothing is downloaded or uploaded) only where the user asks for
+  it (``--offline``) or where the run needs nothing from the Hub — the base model is the packaged
+  all-MiniLM-L6-v2 (no ``--base-model``, and the script's default is the packaged model) and the
+  script's ``needs_hub`` says no other input or output is on the Hub. A ``--base-model`` such as
+  ``BAAI/bge-small-en-v1.5`` leaves the Hub reachable; an ``HF_HUB_OFFLINE`` already in the
+  environment wins over the packaged default;
+* ``TOKENIZERS_PARALLELISM=false`` unless the environment says otherwise (no warnings about forked
+  processes).
 
 A *smoke run* is ``--max-steps`` between 1 and :data:`SMOKE_MAX_STEPS`: it exists to show the script
 still works end to end (CI runs every example that way, ``tests/test_examples.py``), so its
@@ -34,9 +44,6 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from hf_unified_embed.errors import HfUnifiedEmbedError, InputNotFoundError, SuiteError
 
@@ -113,6 +120,14 @@ def example_parser(
         help=f"evaluate on the first N rows of every evaluation set; 0: all (default: all, {SMOKE_EVAL_ROWS} in a smoke run)",
     )
     shared.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)")
+    shared.add_argument(
+        "--offline",
+        action="store_true",
+        help=(
+            "download nothing (HF_HUB_OFFLINE=1); without it, offline only when the base model is the packaged "
+            "all-MiniLM-L6-v2 and nothing else comes from the Hub"
+        ),
+    )
     return parser
 
 
@@ -122,23 +137,34 @@ def parse_example_args(
     *,
     full_steps: int = -1,
     packaged_base: bool = True,
+    needs_hub: Callable[[argparse.Namespace], bool] | None = None,
 ) -> argparse.Namespace:
-    """Parse and resolve the shared options.
+    """Parse and resolve the shared options, and make the Hugging Face settings of the run.
+
+    Call it before importing the Hugging Face libraries: offline mode (``HF_HUB_OFFLINE=1``) is set
+    here, with ``--offline`` or when the base model is the packaged MiniLM (no ``--base-model`` and
+    ``packaged_base``) and ``needs_hub(args)`` is false (a script passes it when another of its
+    options may name a Hub id or upload: a teacher, a dataset, ``--repo-id``). A Hub id given as
+    ``--base-model`` never turns it on. ``TOKENIZERS_PARALLELISM`` becomes ``false`` unless set.
 
     Afterwards ``base_model`` is a path or id (the packaged MiniLM by default; ``None`` when not given
     and ``packaged_base`` is false, for a script that builds its own), ``max_steps`` an int
     (``full_steps`` when not given; -1 means the epochs decide), ``smoke`` says whether this is a smoke
-    run, ``eval_rows`` is ``None`` (all rows) or a row cap, and ``device`` is set.
+    run, ``eval_rows`` is ``None`` (all rows) or a row cap, ``device`` is set and ``offline`` says
+    whether the run is in offline mode.
     """
-    import torch
-
-    from hf_unified_embed.recipe import packaged_minilm_path
-
     args = parser.parse_args(argv)
     if args.max_steps is not None and args.max_steps == 0:
         parser.error("--max-steps must be a positive number of steps, or -1 for the full run")
     if args.eval_rows is not None and args.eval_rows < 0:
         parser.error("--eval-rows must be 0 (all rows) or a positive number of rows")
+    packaged = packaged_base and args.base_model is None and not (needs_hub and needs_hub(args))
+    args.offline = hugging_face_environment(offline=args.offline, packaged_default=packaged)
+
+    import torch
+
+    from hf_unified_embed.recipe import packaged_minilm_path
+
     if packaged_base:
         args.base_model = args.base_model or packaged_minilm_path()
     args.max_steps = full_steps if args.max_steps is None else args.max_steps
@@ -151,6 +177,32 @@ def parse_example_args(
         rows = f"the first {args.eval_rows} rows of each set" if args.eval_rows else "whole sets"
         print(f"smoke run: {args.max_steps} step(s) per training run; any evaluation uses {rows}", flush=True)
     return args
+
+
+def hugging_face_environment(*, offline: bool = False, packaged_default: bool = False) -> bool:
+    """Set the environment of the Hugging Face libraries for a run; return whether it is offline.
+
+    ``offline`` (the user asked) sets ``HF_HUB_OFFLINE=1``; ``packaged_default`` (nothing of the run is
+    on the Hub) sets it unless the environment already holds a value. ``TOKENIZERS_PARALLELISM``
+    becomes ``false`` unless set. ``huggingface_hub`` and ``datasets`` read ``HF_HUB_OFFLINE`` once,
+    when first imported; if the script imported them earlier, their copies are updated too.
+    """
+    if offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+    elif packaged_default:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # As huggingface_hub reads it: either variable, "1", "ON", "YES" or "TRUE".
+    setting = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    is_offline = setting.upper() in {"1", "ON", "YES", "TRUE"}
+    if is_offline and (offline or packaged_default):
+        hub_constants = sys.modules.get("huggingface_hub.constants")
+        if hub_constants is not None:
+            hub_constants.HF_HUB_OFFLINE = True  # type: ignore[attr-defined]
+        datasets_config = sys.modules.get("datasets.config")
+        if datasets_config is not None:
+            datasets_config.HF_HUB_OFFLINE = datasets_config.HF_DATASETS_OFFLINE = True  # type: ignore[attr-defined]
+    return is_offline
 
 
 def require_files(data_root: Path, *relative: str) -> None:

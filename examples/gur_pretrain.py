@@ -52,8 +52,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
 
-    from hf_unified_embed.losses import GURLoss
     from hf_unified_embed.gur_pairs import PairMiningConfig, mine_dataset
+    from hf_unified_embed.losses import GURLoss
 
     with tempfile.TemporaryDirectory() as scratch:
         documents = args.documents or [wikiqa_as_documents(args.data_root, Path(scratch) / "wikiqa.jsonl")]

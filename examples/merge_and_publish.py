@@ -25,13 +25,9 @@ Run::
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from example_cli import (
     evaluation_suite,
@@ -145,14 +141,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repo-id", help=f"Hub repository; without it a dry run for {PLACEHOLDER_REPO_ID}")
     parser.add_argument("--private", action="store_true")
     parser.add_argument("--dry-run", action="store_true", help="only list what would be uploaded")
-    args = parse_example_args(parser, argv, full_steps=100)  # steps of each run trained when --models is not given
+    # full_steps: the steps of each run trained when --models is not given; a real upload needs the Hub.
+    args = parse_example_args(
+        parser, argv, full_steps=100, needs_hub=lambda parsed: bool(parsed.repo_id) and not parsed.dry_run
+    )
 
     from sentence_transformers import SentenceTransformer
 
     from hf_unified_embed.evaluation import run_suite
+    from hf_unified_embed.hub.publishing import push_folder
     from hf_unified_embed.merge import merge_models
     from hf_unified_embed.merge.search import search_merge
-    from hf_unified_embed.hub.publishing import push_folder
     from hf_unified_embed.recipe import DEFAULT_BASE_MODEL_ID, packaged_minilm_path
 
     base = args.base_model

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 from collections.abc import Sequence
 from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from example_cli import (
     example_parser,
@@ -74,13 +71,14 @@ def fine_tune(output_dir: Path, tasks: list[str], options: argparse.Namespace) -
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from hf_unified_embed.merge import analyze_deltas, fusion_weights, merge_models
-
     parser = example_parser(__file__, __doc__)
     parser.add_argument(
         "--temperature", type=float, default=None, help="τ of Eq. 11 (default: the mean |δ_IR − δ_STS|)"
     )
     args = parse_example_args(parser, argv, full_steps=20)
+
+    from hf_unified_embed.merge import analyze_deltas, fusion_weights, merge_models
+
     require_files(args.data_root, "sts/stsbenchmark/sts-train.csv", "ir/wikiqa/train.tsv")
 
     base = args.base_model

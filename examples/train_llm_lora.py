@@ -26,13 +26,10 @@ On several GPUs: ``accelerate launch --config_file examples/accelerate/fsdp.yaml
 from __future__ import annotations
 
 import argparse
-import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from example_cli import (
     example_parser,
@@ -99,15 +96,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     from huggingface_hub import ModelCard
     from sentence_transformers import SentenceTransformer
 
-    from hf_unified_embed.training.backbones import merge_adapter
     from hf_unified_embed.data import build_unified, save_unified
     from hf_unified_embed.recipe import recipe_from_dict
-    from _tiny_decoders import bundled_corpus, make_tiny_decoder
     from hf_unified_embed.recipe.run import train_from_recipe
+    from hf_unified_embed.training.backbones import merge_adapter
 
     out: Path = args.output_dir
     base = args.base_model
     if base is None:
+        # The tiny decoder builder is a test helper (tests/_tiny_decoders.py), not part of the package:
+        # the script reaches it in the repository only when it has to build its own base model.
+        sys.path.insert(0, str(REPO / "tests"))
+        from _tiny_decoders import bundled_corpus, make_tiny_decoder
+
         base = str(
             make_tiny_decoder(out / "base", "qwen2", bundled_corpus(REPO / "examples" / "data"), hidden_size=64)
         )

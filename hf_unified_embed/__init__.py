@@ -152,6 +152,29 @@ _DEPRECATED: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
+    from hf_unified_embed.curriculum import (
+        plan_curriculum,
+    )
+    from hf_unified_embed.data import (
+        build_unified,
+        load_unified,
+        save_unified,
+        validate_unified_folder,
+    )
+    from hf_unified_embed.errors import (
+        HfUnifiedEmbedError,
+    )
+    from hf_unified_embed.evaluation import (
+        load_suite,
+        run_suite,
+    )
+    from hf_unified_embed.gur_pairs import (
+        mine_pairs,
+    )
+    from hf_unified_embed.hub import (
+        push_folder,
+        push_unified,
+    )
     from hf_unified_embed.losses import (
         AnglEJointLoss,
         CoDiEmbSTSLoss,
@@ -168,52 +191,29 @@ if TYPE_CHECKING:
         PROLoss,
         RankKLLoss,
     )
-    from hf_unified_embed.sampling import (
-        CurriculumBatchSampler,
-    )
-    from hf_unified_embed.training import (
-        device_training_args,
-        exclude_instructions_from_pooling,
-        losses_for_tasks,
-        UnifiedDataCollator,
-    )
-    from hf_unified_embed.data import (
-        build_unified,
-        load_unified,
-        save_unified,
-        validate_unified_folder,
-    )
     from hf_unified_embed.merge import (
-        merge_models,
         MergeConfig,
+        merge_models,
     )
     from hf_unified_embed.merge.search import (
         search_merge,
     )
-    from hf_unified_embed.evaluation import (
-        load_suite,
-        run_suite,
-    )
-    from hf_unified_embed.recipe import (
-        load_train_recipe,
-        train_from_recipe,
-        TrainRecipe,
-    )
-    from hf_unified_embed.hub import (
-        push_folder,
-        push_unified,
-    )
-    from hf_unified_embed.curriculum import (
-        plan_curriculum,
-    )
     from hf_unified_embed.negatives import (
         mine_hard_negatives,
     )
-    from hf_unified_embed.gur_pairs import (
-        mine_pairs,
+    from hf_unified_embed.recipe import (
+        TrainRecipe,
+        load_train_recipe,
+        train_from_recipe,
     )
-    from hf_unified_embed.errors import (
-        HfUnifiedEmbedError,
+    from hf_unified_embed.sampling import (
+        CurriculumBatchSampler,
+    )
+    from hf_unified_embed.training import (
+        UnifiedDataCollator,
+        device_training_args,
+        exclude_instructions_from_pooling,
+        losses_for_tasks,
     )
 
 _NAME_TO_MODULE = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -16,7 +16,7 @@ from hf_unified_embed.data import (
     register_source_format,
     source_format_names,
 )
-from hf_unified_embed.data.readers import resolve_files
+from hf_unified_embed.utils.readers import resolve_files
 
 
 def read(format_name: str, data_files, **options):

@@ -28,8 +28,8 @@ from hf_unified_embed.errors import (
     OutputError,
     UnifiedSchemaError,
 )
-from hf_unified_embed.utils.naming import task_name_problem
 from hf_unified_embed.schema import UNIFIED_FEATURES
+from hf_unified_embed.utils.naming import task_name_problem
 
 # Path escapes, hidden and dot names, the reserved config name, and names no Windows folder can have.
 BAD_NAMES = ["../../../escaped", "../../x", "..", ".", ".hidden", "..x", "a/b", "all", "a.", "CON", "nul.txt", "Lpt1"]
@@ -316,7 +316,7 @@ def test_non_utf8_byte_names_file_line_offset_and_codec(tmp_path: Path, monkeypa
     data.write_bytes(b"".join(lines))
     offset = sum(len(line) for line in lines[:3]) + lines[3].index(b"\xe9")
     if chunk:  # the re-scan must find the byte across its read chunks too
-        import hf_unified_embed.data.readers as readers
+        import hf_unified_embed.utils.readers as readers
 
         original = readers.first_undecodable_byte
         monkeypatch.setattr(readers, "first_undecodable_byte", lambda p, e="utf-8": original(p, e, chunk_size=chunk))

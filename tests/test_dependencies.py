@@ -12,8 +12,8 @@ import tomllib
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from hf_unified_embed.utils import stack
 from hf_unified_embed.errors import IncompatibleStackError
+from hf_unified_embed.utils import stack
 
 REPO = Path(__file__).resolve().parent.parent
 DEPS = REPO / ".ci" / "deps.py"

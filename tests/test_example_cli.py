@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-DEMO_SUITE = REPO / "examples" / "suites" / "demo.yaml"
+EXAMPLES = REPO / "examples"
+DEMO_SUITE = EXAMPLES / "suites" / "demo.yaml"
+#: The variables the shared command line may set (tests/conftest.py sets them for the test session).
+HF_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "TOKENIZERS_PARALLELISM")
+
+# example_cli lives next to the scripts (a script's folder is on sys.path when it runs), not in the package.
+if str(EXAMPLES) not in sys.path:
+    sys.path.insert(0, str(EXAMPLES))
 
 
 def _parse(*argv: str, full_steps: int = -1):
@@ -52,8 +62,9 @@ def test_bad_values_are_usage_errors(argv: list[str]) -> None:
 
 
 def test_evaluation_suite_caps_rows_and_resolves_the_yaml_data_root(tmp_path: Path) -> None:
-    from hf_unified_embed.evaluation import load_suite
     from example_cli import evaluation_suite
+
+    from hf_unified_embed.evaluation import load_suite
 
     smoke = evaluation_suite(_parse("--max-steps", "1", "--eval-rows", "16"), DEMO_SUITE)
     assert smoke["max_rows"] == 16 and smoke["diagnostics"] == {"max_texts": 16}
@@ -146,3 +157,77 @@ def test_sample_recipe_looks_the_bundled_files_up_by_name(tmp_path: Path) -> Non
     assert recipe.base_dir == tmp_path
     assert {spec.name: spec.data_files for spec in recipe.sources}["stsb"] == "stsb-train.tsv"
     assert {spec.name: spec.license for spec in recipe.sources}["sick"] == "CC-BY-NC-SA-3.0"  # notes kept
+
+
+def _without_hf_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment of a user who set none of the variables (monkeypatch restores them afterwards)."""
+    import huggingface_hub.constants
+
+    for name in HF_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    # parse_example_args also updates the libraries' copies of the setting when they are already imported.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", huggingface_hub.constants.HF_HUB_OFFLINE)
+    datasets_config = sys.modules.get("datasets.config")
+    if datasets_config is not None:
+        for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+            monkeypatch.setattr(datasets_config, name, getattr(datasets_config, name))
+
+
+def test_importing_example_cli_leaves_the_environment_alone() -> None:
+    # A fresh process, without the variables the test session sets: a setdefault at import would show.
+    env = {key: value for key, value in os.environ.items() if key not in HF_VARIABLES}
+    code = (
+        "import os, sys; before = dict(os.environ); sys.path.insert(0, sys.argv[1]); import example_cli; "
+        "changed = sorted(set(before.items()) ^ set(os.environ.items())); print(changed); assert not changed"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(EXAMPLES)], env=env, cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_hub_base_model_does_not_turn_offline_mode_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub.constants
+
+    _without_hf_variables(monkeypatch)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    args = _parse("--base-model", "BAAI/bge-small-en-v1.5")
+    assert args.base_model == "BAAI/bge-small-en-v1.5" and args.offline is False
+    assert "HF_HUB_OFFLINE" not in os.environ and huggingface_hub.constants.HF_HUB_OFFLINE is False
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
+
+
+def test_the_packaged_default_base_model_turns_offline_mode_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub.constants
+
+    _without_hf_variables(monkeypatch)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    args = _parse()
+    assert args.offline is True and os.environ["HF_HUB_OFFLINE"] == "1"
+    # huggingface_hub was imported before (by this test session): its copy of the setting follows.
+    assert huggingface_hub.constants.HF_HUB_OFFLINE is True
+
+
+def test_the_environment_wins_over_the_packaged_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without_hf_variables(monkeypatch)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert _parse().offline is False and os.environ["HF_HUB_OFFLINE"] == "0"
+
+
+def test_offline_option_turns_offline_mode_on_with_a_hub_base_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without_hf_variables(monkeypatch)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the user's explicit option wins over the environment
+    args = _parse("--base-model", "BAAI/bge-small-en-v1.5", "--offline")
+    assert args.offline is True and os.environ["HF_HUB_OFFLINE"] == "1"
+
+
+def test_a_script_without_the_packaged_base_or_needing_the_hub_stays_online(monkeypatch: pytest.MonkeyPatch) -> None:
+    from example_cli import example_parser, parse_example_args
+
+    _without_hf_variables(monkeypatch)
+    own_base = parse_example_args(example_parser(EXAMPLES / "x.py"), [], packaged_base=False)
+    assert own_base.base_model is None and own_base.offline is False
+    parser = example_parser(EXAMPLES / "x.py")
+    parser.add_argument("--teacher")
+    teacher = parse_example_args(parser, ["--teacher", "BAAI/bge-small-en-v1.5"], needs_hub=lambda a: bool(a.teacher))
+    assert teacher.offline is False and "HF_HUB_OFFLINE" not in os.environ

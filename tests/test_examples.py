@@ -9,8 +9,10 @@ lays it out like ../shared/data (links, no copies), so every example reads it th
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,8 +25,25 @@ from tests import _processes as processes
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 SAMPLE = EXAMPLES / "data"
-SCRIPTS = sorted(path.name for path in EXAMPLES.glob("*.py"))
-SHARED_OPTIONS = ("--base-model", "--data-root", "--output-dir", "--max-steps", "--seed", "--eval-rows", "--device")
+#: The shared command line of the scripts, next to them; not an example itself.
+SHARED_CLI = "example_cli.py"
+SCRIPTS = sorted(path.name for path in EXAMPLES.glob("*.py") if path.name != SHARED_CLI)
+SHARED_OPTIONS = (
+    "--base-model",
+    "--data-root",
+    "--output-dir",
+    "--max-steps",
+    "--seed",
+    "--eval-rows",
+    "--device",
+    "--offline",
+)
+#: The variables the shared command line may set (tests/conftest.py sets them for the test session).
+HF_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "TOKENIZERS_PARALLELISM")
+
+# example_cli lives next to the scripts (a script's folder is on sys.path when it runs), not in the package.
+if str(EXAMPLES) not in sys.path:
+    sys.path.insert(0, str(EXAMPLES))
 
 #: Scripts that read the bundled sample in its own layout (their default --data-root).
 OWN_SAMPLE_LAYOUT = {"demo.py", "train_llm_lora.py"}
@@ -131,6 +150,56 @@ def test_example_takes_the_shared_options(script: str, capsys: pytest.CaptureFix
     assert group in text
     for option in SHARED_OPTIONS:
         assert option in group
+
+
+#: Run in a fresh process: load every script and run its ``main`` up to ``parse_example_args``.
+BEFORE_PARSING = """
+import importlib.util, json, os, sys
+from pathlib import Path
+
+examples = Path(sys.argv[1])
+sys.path.insert(0, str(examples))
+before = dict(os.environ)
+import example_cli
+
+class Parsed(Exception):
+    pass
+
+def parse_example_args(parser, argv=None, **settings):
+    raise Parsed(sorted(name for name in ("huggingface_hub", "datasets", "transformers") if name in sys.modules))
+
+example_cli.parse_example_args = parse_example_args  # the scripts import the name when they are loaded
+report = {}
+for script in sys.argv[2:]:
+    spec = importlib.util.spec_from_file_location("example_" + Path(script).stem, examples / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        module.main([])
+    except Parsed as parsed:
+        report[script] = parsed.args[0]
+    else:
+        report[script] = "main never called parse_example_args"
+report["environment changes"] = sorted(set(before.items()) ^ set(os.environ.items()))
+print(json.dumps(report))
+"""
+
+
+def test_examples_import_the_hugging_face_libraries_only_after_parsing() -> None:
+    # parse_example_args decides offline mode; huggingface_hub reads HF_HUB_OFFLINE when first imported.
+    env = {key: value for key, value in os.environ.items() if key not in HF_VARIABLES}
+    done = subprocess.run(
+        [sys.executable, "-c", BEFORE_PARSING, str(EXAMPLES), *SCRIPTS],
+        env={**env, "PYTHONPATH": str(REPO)},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report.pop("environment changes") == [], "loading an example changed os.environ"
+    assert report == {script: [] for script in SCRIPTS}, "Hugging Face libraries imported before parse_example_args"
 
 
 def _without_defaults(text: str) -> str:

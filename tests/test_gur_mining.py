@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, get_source_format
+from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, get_source_format
 from hf_unified_embed.gur_pairs import (
     CharWeights,
     Document,

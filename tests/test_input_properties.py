@@ -248,10 +248,10 @@ def inputs(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: str) -> It
 def train_recipe(inputs: dict[str, Path]) -> ConfigFile:
     from sentence_transformers import SentenceTransformerTrainingArguments
 
-    from hf_unified_embed.training.backbones import ModelConfig
     from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
-    from hf_unified_embed.recipe import DataConfig, SamplerConfig, TrainRecipe
+    from hf_unified_embed.recipe.train_recipe import DataConfig, SamplerConfig, TrainRecipe
     from hf_unified_embed.schema import TASK_TYPES
+    from hf_unified_embed.training.backbones import ModelConfig
     from hf_unified_embed.utils.typecheck import constructor_parameters
 
     tasks = ["stsb", "sick", "wikiqa", "trecqa", "msrp", "msmarco"]
@@ -312,7 +312,7 @@ def train_recipe(inputs: dict[str, Path]) -> ConfigFile:
 
 def build_recipe(inputs: dict[str, Path]) -> ConfigFile:
     from hf_unified_embed.data.build_recipe import SourceSpec
-    from hf_unified_embed.data.registry import get_source_format, source_format_names
+    from hf_unified_embed.data.source_formats import get_source_format, source_format_names
 
     data = {
         "sources": [

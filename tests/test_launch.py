@@ -79,7 +79,13 @@ def _recipe(folder: Path, unified_dir: Path, model: str, **changes: Any) -> Path
 
 
 def _launch(*arguments: str, **env: str) -> Any:
-    command = [sys.executable, "-m", "hf_unified_embed.cli.launch", "--nproc_per_node=2", f"--master_port={free_port()}"]
+    command = [
+        sys.executable,
+        "-m",
+        "hf_unified_embed.cli.launch",
+        "--nproc_per_node=2",
+        f"--master_port={free_port()}",
+    ]
     return run([*command, *arguments], expected=LAUNCH, env={**os.environ, "OMP_NUM_THREADS": "1", **env})
 
 

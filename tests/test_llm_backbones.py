@@ -12,9 +12,9 @@ import yaml
 from huggingface_hub import ModelCard
 from sentence_transformers import SentenceTransformer
 
-from hf_unified_embed.training.backbones import ModelConfig, append_eos_token, build_model, merge_adapter
 from hf_unified_embed.errors import IncompatibleStackError, RecipeError
 from hf_unified_embed.training import exclude_instructions_from_pooling
+from hf_unified_embed.training.backbones import ModelConfig, append_eos_token, build_model, merge_adapter
 from hf_unified_embed.training.prompts import ends_on_token_boundary, prompts_from_unified
 
 REPO = Path(__file__).resolve().parent.parent

@@ -27,8 +27,8 @@ from hf_unified_embed.losses import (
     PROLoss,
     RankKLLoss,
 )
-from hf_unified_embed.losses.gradcache.minibatches import plan_minibatches
 from hf_unified_embed.losses.embedding_loss import FINAL
+from hf_unified_embed.losses.gradcache.minibatches import plan_minibatches
 from hf_unified_embed.losses.parts import total_loss, with_means
 
 QUERIES = [

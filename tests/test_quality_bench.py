@@ -287,11 +287,13 @@ def test_resume_scores_a_reused_row_on_the_entries_added_since(quality, tiny_mod
 
 def test_sts_loss_options_reach_the_codiemb_rows_loss_tables(quality) -> None:
     """``--sts-loss`` / ``--sts-mid-layer-weight`` change the STS loss of every CoDiEmb row and nothing else."""
+    import inspect
     from argparse import Namespace
 
     from sentence_transformers.sentence_transformer.losses import CoSENTLoss
 
     from hf_unified_embed.losses import AnglEJointLoss, CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
+    from hf_unified_embed.recipe.preflight import resolve_loss_class
 
     def tables(**changed):
         defaults = {
@@ -303,10 +305,128 @@ def test_sts_loss_options_reach_the_codiemb_rows_loss_tables(quality) -> None:
         return quality.codiemb_loss_tables(Namespace(**{**defaults, **changed}))
 
     codiemb, tau05 = tables()
-    assert codiemb["sts"] == (CoDiEmbSTSLoss, {"infonce_temperature": 0.02, "mid_layer_weight": 1.0})
-    assert codiemb["retrieval"] is MultiPositiveInfoNCELoss
-    assert tau05 == {**codiemb, "retrieval": (MultiPositiveInfoNCELoss, {"temperature": quality.RETRIEVAL_TAU05})}
-    assert tables(sts_mid_layer_weight=0.0)[1]["sts"][1]["mid_layer_weight"] == 0.0
+    # The tables are recipe ``losses`` sections; a setting equal to the loss's default is left out, as
+    # train.yaml leaves it out: CoDiEmbSTSLoss at infonce_temperature 0.02 and mid_layer_weight 1.0.
+    assert codiemb["sts"] == {"name": "CoDiEmbSTSLoss"}
+    parameters = inspect.signature(CoDiEmbSTSLoss).parameters
+    assert (parameters["infonce_temperature"].default, parameters["mid_layer_weight"].default) == (0.02, 1.0)
+    assert resolve_loss_class(codiemb["retrieval"]["name"]) is MultiPositiveInfoNCELoss
+    assert codiemb["retrieval"] == {"name": "MultiPositiveInfoNCELoss"}
+    assert tau05 == {
+        **codiemb,
+        "retrieval": {"name": "MultiPositiveInfoNCELoss", "temperature": quality.RETRIEVAL_TAU05},
+    }
+    assert tables(sts_mid_layer_weight=0.0)[1]["sts"]["mid_layer_weight"] == 0.0
     cosent, cosent_tau05 = tables(sts_loss="CoSENTLoss", pair_loss="AnglEJointLoss")
-    assert cosent["sts"] is CoSENTLoss and cosent_tau05["sts"] is CoSENTLoss
-    assert cosent["pair_classification"] is AnglEJointLoss
+    assert cosent["sts"] == cosent_tau05["sts"] == {"name": "CoSENTLoss"}
+    assert resolve_loss_class(cosent["sts"]["name"]) is CoSENTLoss  # sentence-transformers' own
+    assert resolve_loss_class(cosent["pair_classification"]["name"]) is AnglEJointLoss
+
+
+def flat(recipe: dict) -> dict:
+    """A recipe's fields as ``{"section.key": value}``: a section's entries one by one (``losses.sts``,
+    ``training_args.learning_rate``), a top-level value as it is."""
+    items = {}
+    for key, value in recipe.items():
+        if isinstance(value, dict) and value:
+            items.update({f"{key}.{inner}": entry for inner, entry in value.items()})
+        else:
+            items[key] = value
+    return items
+
+
+def test_the_tau05_row_is_the_shipped_recipe_but_for_what_the_bench_sets(quality, tmp_path: Path) -> None:
+    """The report's default row trains train.yaml; what differs is listed here, field by field."""
+    from hf_unified_embed.recipe import load_train_recipe, recipe_from_dict
+
+    # docs/quality.md's reproduction of the default (MS MARCO 0.7992), at the recipe's task order.
+    argv = ["--seeds", "42", "--rows", "codiemb+tau05", "--learning-rate", "5e-5", "--device", "cpu"]
+    options = quality.parse_options([*argv, "--main-tasks", *quality.RECIPE_TASKS, "--output-dir", str(tmp_path)])
+    data = tmp_path / "main-data"
+    recipe = quality.row_recipe("codiemb+tau05", options, data, options.main_tasks, steps=123, name="run")
+    row = flat(recipe_from_dict(recipe).to_dict())
+    shipped = flat(load_train_recipe(quality.SHIPPED_RECIPE).to_dict())
+    changed = {key for key in row.keys() | shipped.keys() if row.get(key, "missing") != shipped.get(key, "missing")}
+    assert changed == {
+        "model_name",
+        "data.path",  # the folder this script builds from --data-root
+        "negatives_per_query",  # --negatives (1; the recipe's 2)
+        "sampler.batch_sizes",  # one --batch-size for every task
+        "losses.pair_classification",  # --pair-loss; trained only with msrp in --main-tasks
+        "training_args.per_device_train_batch_size",  # --batch-size (32; the recipe's 16)
+        "training_args.logging_steps",  # a tenth of the steps
+        "training_args.max_steps",  # the setting's steps
+        "training_args.seed",
+        "training_args.save_strategy",  # preflight's defaults, given by the examples' command line
+        "training_args.report_to",
+        "training_args.dataloader_pin_memory",
+        "training_args.use_cpu",  # --device cpu
+        "evaluation",  # the bench evaluates every model alike, after the run
+        "output_dir",
+    }
+    assert row["data.path"] == str(data) and row["output_dir"] == str(tmp_path / "run")
+    assert (row["negatives_per_query"], row["sampler.batch_sizes"]) == (1, {})
+    assert row["training_args.max_steps"] == 123 and row["training_args.per_device_train_batch_size"] == 32
+    assert row["losses.pair_classification"] == {"name": "CoDiEmbSTSLoss"} and row["evaluation"] is None
+    # The same row at the bench's defaults also differs in its tasks and learning rate, nothing else.
+    defaults = quality.parse_options(["--device", "cpu", "--output-dir", str(tmp_path)])
+    default_row = flat(
+        recipe_from_dict(
+            quality.row_recipe("codiemb+tau05", defaults, data, defaults.main_tasks, 123, "run")
+        ).to_dict()
+    )
+    assert {key for key in row if row[key] != default_row.get(key)} == {"data.tasks", "training_args.learning_rate"}
+
+
+def test_every_trained_row_trains_through_train_from_recipe(quality, monkeypatch, tmp_path: Path) -> None:
+    """Each row is its recipe run by train_from_recipe (the merges: their runs), with the row's values."""
+    from types import SimpleNamespace
+
+    import hf_unified_embed.merge
+    import hf_unified_embed.recipe
+    from hf_unified_embed.recipe import TrainRecipe
+    from hf_unified_embed.recipe.preflight import preflight
+
+    trained: dict[str, TrainRecipe] = {}
+
+    def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False):
+        preflight(recipe, overwrite=overwrite)  # every loss resolves, the arguments build
+        trained[Path(recipe.output_dir).name] = recipe
+        return SimpleNamespace(model_dir=Path(recipe.output_dir))
+
+    merged: dict[str, Path] = {}
+    monkeypatch.setattr(hf_unified_embed.recipe, "train_from_recipe", train_from_recipe)
+    monkeypatch.setattr(
+        hf_unified_embed.merge, "merge_models", lambda models, method, output, **kw: merged.setdefault(method, output)
+    )
+    options = quality.parse_options(["--device", "cpu", "--seeds", "42", "--output-dir", str(tmp_path)])
+    bench = quality.Bench(options, [])
+    tasks = {"stsb": [{"task_type": "sts"}] * 40, "wikiqa": [{"task_type": "retrieval"}] * 24}
+    for name in ("main", "mined", "many"):
+        (tmp_path / name).mkdir()
+        bench.settings[name] = quality.Setting(tmp_path / name, tasks, steps=4)
+    made = {}
+    for row in quality.ROWS:
+        if quality.ROW_SPECS[row].merge != "kept":  # merge search over a trained run: not a recipe
+            made[row] = bench.make(row, bench.key(row, 42), 42)
+    assert made["base"] is None
+    assert set(trained) == {
+        f"{row}@42" for row in quality.ROWS if quality.ROW_SPECS[row].setting and not quality.ROW_SPECS[row].merge
+    } | {"ir-leaning", "sts-leaning"}
+    assert merged == {"hierarchical": tmp_path / "hierarchical-merge@42"}
+    recipe = trained
+    assert recipe["st-baseline@42"].sampler.kind == "proportional"
+    assert recipe["st-baseline@42"].losses["sts"] == {"name": "CoSENTLoss"}
+    assert recipe["codiemb@42"].sampler.interleave == "shuffled" and recipe["codiemb@42"].keep_base is None
+    keep_base = recipe["codiemb+keep-base@42"].keep_base
+    assert keep_base is not None and keep_base.weight == options.keep_base_weight
+    assert recipe["codiemb+tau05+mined@42"].data.path == str(tmp_path / "mined")
+    assert recipe["codiemb+tau05+mined@42"].losses["retrieval"]["temperature"] == quality.RETRIEVAL_TAU05
+    for row, method in (("codiemb+curriculum", "exact"), ("many-curriculum", "annealing")):
+        curriculum = recipe[f"{row}@42"].curriculum
+        assert curriculum is not None and (curriculum.method, curriculum.teacher) == (method, str(options.base_model))
+        assert recipe[f"{row}@42"].sampler.instance_order == "easy_to_hard"
+    assert recipe["many-shuffled@42"].data.path == str(tmp_path / "many")
+    # The merge's runs split the tasks by type and the steps by their share of an epoch.
+    assert recipe["ir-leaning"].data.tasks == ["wikiqa"] and recipe["sts-leaning"].data.tasks == ["stsb"]
+    assert [recipe[run].training_args["max_steps"] for run in ("ir-leaning", "sts-leaning")] == [1, 3]

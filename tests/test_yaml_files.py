@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from hf_unified_embed.data import load_build_recipe
+from hf_unified_embed.errors import RecipeError
 from hf_unified_embed.evaluation import EvaluationSuite
 from hf_unified_embed.merge import MergeConfig, MergeError
-from hf_unified_embed.recipe import RecipeError
 from hf_unified_embed.utils.yaml_files import read_yaml_mapping
 
 #: The one-line message of ``a: [unclosed``: file, line and column, what PyYAML expected and from where.

@@ -62,10 +62,10 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
 def run_build(args: argparse.Namespace) -> int:
     from hf_unified_embed.data import build_unified_with_report, load_build_recipe, task_summary
     from hf_unified_embed.data.hub_layout import write_unified
-    from hf_unified_embed.data.readers import local_files, resolve_inputs
-    from hf_unified_embed.data.registry import get_source_format
+    from hf_unified_embed.data.source_formats import get_source_format
     from hf_unified_embed.errors import HfUnifiedEmbedError
     from hf_unified_embed.utils.outputs import StagedOutput
+    from hf_unified_embed.utils.readers import local_files, resolve_inputs
 
     recipe = load_build_recipe(args.recipe)
     inputs = []

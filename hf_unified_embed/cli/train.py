@@ -34,8 +34,8 @@ def register(subparsers: Any) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from hf_unified_embed.recipe.train_recipe import load_train_recipe
     from hf_unified_embed.recipe.run import check_recipe, train_from_recipe
+    from hf_unified_embed.recipe.train_recipe import load_train_recipe
 
     recipe = load_train_recipe(args.recipe)
     if args.output_dir:

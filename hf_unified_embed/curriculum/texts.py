@@ -28,8 +28,8 @@ from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
 from hf_unified_embed.errors import InputError, InputNotFoundError
-from hf_unified_embed.utils.outputs import StagedOutput
 from hf_unified_embed.schema import task_instruction
+from hf_unified_embed.utils.outputs import StagedOutput
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer

@@ -12,7 +12,7 @@ Adding a source format
 Create one module in ``hf_unified_embed/data/adapters/`` (every module there is imported when the
 registry is first used) with a generator decorated by :func:`register_source_format`::
 
-    from hf_unified_embed.data.registry import AdapterContext, SourceRow, register_source_format
+    from hf_unified_embed.data.source_formats import AdapterContext, SourceRow, register_source_format
 
     @register_source_format("raw-text")
     def read_raw_text(files, context: AdapterContext, *, min_chars: int = 20) -> Iterator[SourceRow]:
@@ -31,6 +31,7 @@ instructions. Scores must be normalised to [0, 1] (document the mapping in the d
 Other packages can register formats through the ``hf_unified_embed.source_formats`` entry-point group.
 """
 
+from hf_unified_embed.data.build_recipe import BuildRecipe, SourceSpec, load_build_recipe
 from hf_unified_embed.data.builder import (
     BuildResult,
     UnifiedEmbedBuilder,
@@ -46,8 +47,7 @@ from hf_unified_embed.data.hub_layout import (
     write_unified,
 )
 from hf_unified_embed.data.layout_check import validate_unified_folder
-from hf_unified_embed.data.build_recipe import BuildRecipe, SourceSpec, load_build_recipe
-from hf_unified_embed.data.registry import (
+from hf_unified_embed.data.source_formats import (
     AdapterContext,
     SourceFormat,
     SourceRow,

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.data.registry import get_source_format, source_format_names
+from hf_unified_embed.data.source_formats import get_source_format, source_format_names
 from hf_unified_embed.errors import NameRuleError, RecipeError, SourceFormatError
-from hf_unified_embed.utils.naming import check_distinct_names, split_name_problem, task_name_problem
 from hf_unified_embed.schema import TASK_TYPES
+from hf_unified_embed.utils.naming import check_distinct_names, split_name_problem, task_name_problem
 from hf_unified_embed.utils.typecheck import function_parameters, mismatched_field, type_problem
 from hf_unified_embed.utils.yaml_files import read_yaml_mapping
 

@@ -16,10 +16,9 @@ from datasets import BuilderConfig, DatasetDict, DatasetInfo, DownloadMode, Gene
 from datasets.exceptions import DatasetGenerationError
 from datasets.fingerprint import get_temporary_cache_files_directory
 
-from hf_unified_embed.data.provenance import task_notes, with_source_notes
-from hf_unified_embed.data.readers import decoding_error, first_undecodable_byte, resolve_inputs
 from hf_unified_embed.data.build_recipe import BuildRecipe, SourceSpec, load_build_recipe
-from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, get_source_format
+from hf_unified_embed.data.provenance import task_notes, with_source_notes
+from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, get_source_format
 from hf_unified_embed.errors import HfUnifiedEmbedError, InputError, RecipeError
 from hf_unified_embed.schema import (
     DIFFICULTY_COLUMN,
@@ -28,6 +27,7 @@ from hf_unified_embed.schema import (
     UnifiedSchemaError,
     validate_row,
 )
+from hf_unified_embed.utils.readers import decoding_error, first_undecodable_byte, resolve_inputs
 
 logger = logging.getLogger(__name__)
 

@@ -18,15 +18,15 @@ from datasets import Dataset, DatasetDict, DatasetInfo, SplitDict, SplitInfo, lo
 from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from hf_unified_embed.utils.templates import render_template
+from hf_unified_embed.data.build_recipe import SourceSpec
 from hf_unified_embed.data.layout_check import check_layout, check_shard_schemas, read_card, unified_tasks
 from hf_unified_embed.data.provenance import card_license, notes_of, task_notes, with_source_notes
-from hf_unified_embed.data.build_recipe import SourceSpec
 from hf_unified_embed.errors import InputError
+from hf_unified_embed.schema import UNIFIED_FEATURES, validate_unified
 from hf_unified_embed.utils.locations import looks_local
 from hf_unified_embed.utils.naming import ALL_CONFIG, check_distinct_names, check_split_name, check_task_name
 from hf_unified_embed.utils.outputs import StagedOutput
-from hf_unified_embed.schema import UNIFIED_FEATURES, validate_unified
+from hf_unified_embed.utils.templates import render_template
 
 CARD_TEMPLATE = "dataset_card.md.j2"
 DEFAULT_MAX_SHARD_BYTES = 500 * 1024**2

@@ -32,8 +32,6 @@ from huggingface_hub import DatasetCard
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError, OfflineModeIsEnabled
 
 from hf_unified_embed.errors import InputError, InputNotFoundError, SourceFormatError, UnifiedSchemaError
-from hf_unified_embed.utils.locations import looks_local
-from hf_unified_embed.utils.naming import ALL_CONFIG, split_name_problem, task_name_problem
 from hf_unified_embed.schema import (
     DIFFICULTY_COLUMN,
     InstructionTracker,
@@ -41,6 +39,8 @@ from hf_unified_embed.schema import (
     unified_features,
     validate_row,
 )
+from hf_unified_embed.utils.locations import looks_local
+from hf_unified_embed.utils.naming import ALL_CONFIG, split_name_problem, task_name_problem
 
 CARD_FILE = "README.md"
 DATA_FOLDER = "data"

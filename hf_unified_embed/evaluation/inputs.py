@@ -16,8 +16,8 @@ from typing import Any
 
 from datasets import Dataset
 
-from hf_unified_embed.data.readers import iter_json_records, require_text, resolve_files
 from hf_unified_embed.errors import EvaluationDataError, InputNotFoundError, SourceFormatError
+from hf_unified_embed.utils.readers import iter_json_records, require_text, resolve_files
 
 
 def _rows(dataset: Dataset | Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:

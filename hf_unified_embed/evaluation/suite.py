@@ -65,14 +65,14 @@ from datasets import Dataset
 from sentence_transformers.sentence_transformer.evaluation import SequentialEvaluator
 from tqdm.auto import tqdm
 
-from hf_unified_embed.data.registry import source_format_names
+from hf_unified_embed.data.source_formats import source_format_names
 from hf_unified_embed.errors import HfUnifiedEmbedError, InputNotFoundError, SuiteError
 from hf_unified_embed.evaluation.diagnostics import EmbeddingSpaceDiagnostics, embedding_space_diagnostics
 from hf_unified_embed.evaluation.inputs import drop_seen_pairs, entry_files, row_pairs
 from hf_unified_embed.evaluation.kinds import EvaluationKind, get_evaluation_kind
 from hf_unified_embed.evaluation.results import EntryResult, SuiteResults
-from hf_unified_embed.utils.naming import split_name_problem, task_name_problem
 from hf_unified_embed.schema import TASK_TYPES
+from hf_unified_embed.utils.naming import split_name_problem, task_name_problem
 from hf_unified_embed.utils.typecheck import mismatched_field, type_problem
 from hf_unified_embed.utils.yaml_files import read_yaml_mapping
 

@@ -11,8 +11,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hf_unified_embed.data.readers import JSON_SUFFIXES, iter_json_records
-from hf_unified_embed.data.registry import SourceFormatError
+from hf_unified_embed.errors import SourceFormatError
+from hf_unified_embed.utils.readers import JSON_SUFFIXES, iter_json_records
 
 __all__ = ["Document", "iter_documents"]
 

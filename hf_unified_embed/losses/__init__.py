@@ -1,12 +1,12 @@
 """Loss classes (one per file) following the sentence-transformers loss API."""
 
 from hf_unified_embed.losses.angle_joint import AnglEJointLoss
-from hf_unified_embed.losses.embedding_loss import EmbeddingLoss
 from hf_unified_embed.losses.codiemb_sts import CoDiEmbSTSLoss
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.curriculum_infonce import CurriculumInfoNCELoss
 from hf_unified_embed.losses.distill_kl import DistillKLLoss
 from hf_unified_embed.losses.distill_margin_mse import DistillMarginMSELoss
+from hf_unified_embed.losses.embedding_loss import EmbeddingLoss
 from hf_unified_embed.losses.gur import GURLoss
 from hf_unified_embed.losses.instructor import InstructorLoss
 from hf_unified_embed.losses.keep_base import KeepBaseLoss

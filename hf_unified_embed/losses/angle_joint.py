@@ -8,11 +8,11 @@ import torch
 from sentence_transformers.util import cos_sim, pairwise_angle_sim, pairwise_cos_sim
 from torch import Tensor, nn
 
-from hf_unified_embed.losses.common.input_checks import as_float, require_labels, require_pairs, zero_loss
+from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.common.citations import ANGLE
+from hf_unified_embed.losses.common.input_checks import as_float, require_labels, require_pairs, zero_loss
 from hf_unified_embed.losses.common.text_identity import text_ids_of
 from hf_unified_embed.losses.embedding_loss import EmbeddingLoss, MemoryBudget, MiniBatchOption, NonNegative, Positive
-from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.parts import LossParts
 
 

@@ -7,10 +7,11 @@ from typing import Any, Literal
 from sentence_transformers.util import all_gather, pairwise_cos_sim
 from torch import Tensor, nn
 
-from hf_unified_embed.losses.common.input_checks import as_float, require_labels, require_pairs
+from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.common.citations import CODIEMB
 from hf_unified_embed.losses.common.distributed import all_gather_with_grad
 from hf_unified_embed.losses.common.hidden_states import embed_columns_with_layer
+from hf_unified_embed.losses.common.input_checks import as_float, require_labels, require_pairs
 from hf_unified_embed.losses.common.text_identity import gather_ids, text_ids_of
 from hf_unified_embed.losses.embedding_loss import (
     FINAL,
@@ -21,7 +22,6 @@ from hf_unified_embed.losses.embedding_loss import (
     NonNegative,
     Positive,
 )
-from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.mid_layer_infonce import thresholded_infonce
 from hf_unified_embed.losses.parts import LossParts
 from hf_unified_embed.losses.pearson import PearsonLoss

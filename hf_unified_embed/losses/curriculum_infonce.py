@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hf_unified_embed.losses.common.input_checks import as_float, require_columns, require_labels, zero_loss
+from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.common.citations import DATA_CUBE
+from hf_unified_embed.losses.common.input_checks import as_float, require_columns, require_labels, zero_loss
 from hf_unified_embed.losses.common.text_identity import same_text, text_ids_of
 from hf_unified_embed.losses.embedding_loss import EmbeddingLoss, MemoryBudget, MiniBatchOption, Positive
-from hf_unified_embed.losses.columns import ColumnLayout
 
 
 class CurriculumInfoNCELoss(EmbeddingLoss):

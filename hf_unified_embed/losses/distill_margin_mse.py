@@ -6,9 +6,9 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.common.teacher_scores import TeacherScoreLoss
 from hf_unified_embed.losses.embedding_loss import AtLeastOne, MemoryBudget, MiniBatchOption, Positive
-from hf_unified_embed.losses.columns import ColumnLayout
 
 MARGIN_MSE_CITATION = """
 @misc{hofstaetter2021crossarchitecture,

@@ -3,14 +3,13 @@
 ``forward`` embeds the input columns and hands them to ``compute_loss_from_embeddings``, so every
 loss can be checked on raw embedding tensors against a transcription of its paper's equation. The same
 split gives every loss a gradient-cached mode (``mini_batch_size`` or ``mini_batch_num_tokens``): embed in
-mini-batches, compute the loss once on the whole batch (see ``losses/_gradcache.py``).
+mini-batches, compute the loss once on the whole batch (see ``losses/gradcache/``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import torch
@@ -21,13 +20,11 @@ from sentence_transformers.base.model import BaseModel
 from torch import Tensor, nn
 
 from hf_unified_embed.errors import LossOptionError
+from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.gradcache.auto_mini_batch import AUTO, AutoMiniBatch, choose_auto
 from hf_unified_embed.losses.gradcache.cached_loss import cached_loss
-from hf_unified_embed.losses.columns import ColumnLayout
+from hf_unified_embed.losses.gradcache.protocol import FINAL, Embedded
 from hf_unified_embed.losses.parts import LossOutput, LossParts, total_loss, with_means
-
-#: The view holding the final sentence embeddings: the first argument of ``compute_loss_from_embeddings``.
-FINAL = "embeddings"
 
 #: A mini-batch size or token budget: a positive integer, ``"auto"`` (sized to memory) or ``None`` (off). The
 #: bound is part of the annotation so that a recipe's preflight rejects 0 before any data are loaded.
@@ -39,23 +36,6 @@ MemoryBudget = Annotated[int, Ge(1)] | None
 Positive = Annotated[float, Gt(0)]
 NonNegative = Annotated[float, Ge(0)]
 AtLeastOne = Annotated[int, Ge(1)]
-
-
-@dataclass
-class Embedded:
-    """What :meth:`EmbeddingLoss.embed` computes for a batch (or a slice of its rows).
-
-    Args:
-        views: Per-row embeddings the loss needs, by the keyword of ``compute_loss_from_embeddings`` they
-            go to, one ``(rows, dim)`` tensor per input column each. ``"embeddings"`` (the final sentence
-            embeddings) is always there; e.g. ``"mid_layer_embeddings"`` adds an intermediate layer.
-        means: Loss parts that are a mean over items spread across the rows (GUR's masked-LM loss over
-            the masked tokens), as ``(sum over these rows, number of items in these rows)``. They need no
-            batch-wide computation, so the gradient-cached mode computes them mini-batch by mini-batch.
-    """
-
-    views: dict[str, list[Tensor]]
-    means: dict[str, tuple[Tensor, int]] = field(default_factory=dict)
 
 
 class EmbeddingLoss(nn.Module, ABC):

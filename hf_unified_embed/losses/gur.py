@@ -17,6 +17,7 @@ from sentence_transformers.base.losses.merged_forward import merge_feature_batch
 from torch import Tensor, nn
 from transformers.activations import ACT2FN
 
+from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.common.input_checks import as_float, zero_loss
 from hf_unified_embed.losses.common.text_identity import copies_elsewhere, text_ids_of
 from hf_unified_embed.losses.embedding_loss import (
@@ -29,7 +30,6 @@ from hf_unified_embed.losses.embedding_loss import (
     NonNegative,
     Positive,
 )
-from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.parts import LossParts
 
 logger = logging.getLogger(__name__)

@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hf_unified_embed.losses.common.input_checks import as_float, require_columns
+from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.common.citations import INSTRUCTOR
+from hf_unified_embed.losses.common.input_checks import as_float, require_columns
 from hf_unified_embed.losses.common.text_identity import copies_elsewhere, same_text, text_ids_of
 from hf_unified_embed.losses.embedding_loss import EmbeddingLoss, MemoryBudget, MiniBatchOption, Positive
-from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.parts import LossParts
 
 

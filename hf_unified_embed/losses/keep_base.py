@@ -11,14 +11,14 @@ import torch.nn.functional as F
 from sentence_transformers.util import all_gather, get_rank
 from torch import Tensor, nn
 
-from hf_unified_embed.losses.gradcache.auto_mini_batch import device_of
-from hf_unified_embed.losses.common.input_checks import as_float
-from hf_unified_embed.losses.common.distributed import all_gather_with_grad
-from hf_unified_embed.losses.gradcache.minibatches import plan_minibatches
-from hf_unified_embed.losses.common.teacher_scores import TeacherScoreLoss
-from hf_unified_embed.losses.embedding_loss import Embedded, EmbeddingLoss, NonNegative
 from hf_unified_embed.losses.columns import ColumnLayout
+from hf_unified_embed.losses.common.distributed import all_gather_with_grad
+from hf_unified_embed.losses.common.input_checks import as_float
+from hf_unified_embed.losses.common.teacher_scores import TeacherScoreLoss
 from hf_unified_embed.losses.distill_kl import DistillKLLoss
+from hf_unified_embed.losses.embedding_loss import Embedded, EmbeddingLoss, NonNegative
+from hf_unified_embed.losses.gradcache.auto_mini_batch import device_of
+from hf_unified_embed.losses.gradcache.minibatches import plan_minibatches
 from hf_unified_embed.losses.parts import LossOutput, LossParts
 
 LEARNING_WITHOUT_FORGETTING = """

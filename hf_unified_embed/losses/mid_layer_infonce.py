@@ -8,12 +8,19 @@ import torch.nn.functional as F
 from sentence_transformers.util import cos_sim
 from torch import Tensor, nn
 
-from hf_unified_embed.losses.common.input_checks import as_float, require_labels, require_pairs, zero_loss
+from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.common.citations import CODIEMB
 from hf_unified_embed.losses.common.hidden_states import embed_columns_with_layer
+from hf_unified_embed.losses.common.input_checks import as_float, require_labels, require_pairs, zero_loss
 from hf_unified_embed.losses.common.text_identity import copies_elsewhere, text_ids_of
-from hf_unified_embed.losses.embedding_loss import FINAL, Embedded, EmbeddingLoss, MemoryBudget, MiniBatchOption, Positive
-from hf_unified_embed.losses.columns import ColumnLayout
+from hf_unified_embed.losses.embedding_loss import (
+    FINAL,
+    Embedded,
+    EmbeddingLoss,
+    MemoryBudget,
+    MiniBatchOption,
+    Positive,
+)
 
 
 def thresholded_infonce(

@@ -9,12 +9,12 @@ import torch.nn.functional as F
 from sentence_transformers.util import get_rank
 from torch import Tensor, nn
 
-from hf_unified_embed.losses.common.input_checks import as_float, require_columns
+from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.common.citations import CODIEMB
 from hf_unified_embed.losses.common.distributed import all_gather_with_grad
+from hf_unified_embed.losses.common.input_checks import as_float, require_columns
 from hf_unified_embed.losses.common.text_identity import gather_ids, same_text, text_ids_of
 from hf_unified_embed.losses.embedding_loss import AtLeastOne, EmbeddingLoss, MemoryBudget, MiniBatchOption, Positive
-from hf_unified_embed.losses.columns import ColumnLayout
 
 
 class MultiPositiveInfoNCELoss(EmbeddingLoss):

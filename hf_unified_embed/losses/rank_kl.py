@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hf_unified_embed.losses.common.input_checks import zero_loss
 from hf_unified_embed.losses.common.citations import CODIEMB
+from hf_unified_embed.losses.common.input_checks import zero_loss
 from hf_unified_embed.losses.common.pair_scores import PairScoreLoss
 from hf_unified_embed.losses.embedding_loss import MemoryBudget, MiniBatchOption, Positive
 

@@ -22,10 +22,10 @@ Example::
 from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.analysis import DeltaReport, analyze_deltas
 from hf_unified_embed.merge.api import merge_models, open_inputs, run_merge
-from hf_unified_embed.merge.merge_config import CardConfig, MergeConfig, ModelSpec
 from hf_unified_embed.merge.engine import FolderSink, MemorySink, stream_merge
 from hf_unified_embed.merge.layers import group_tensor_names, layer_group, layer_positions
 from hf_unified_embed.merge.loader import LazyCheckpoint, TensorInfo
+from hf_unified_embed.merge.merge_config import CardConfig, MergeConfig, ModelSpec
 from hf_unified_embed.merge.methods import (
     MERGE_METHODS,
     Hierarchical,

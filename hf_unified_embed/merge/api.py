@@ -33,15 +33,15 @@ from typing import Any
 import yaml
 
 from hf_unified_embed.errors import InputNotFoundError, MergeError
-from hf_unified_embed.utils.locations import copy_of_hub_model, public_name
 from hf_unified_embed.merge.card import CardInput, write_merge_card
 from hf_unified_embed.merge.checks import check_compatible
-from hf_unified_embed.merge.merge_config import DEFAULT_MAX_SHARD_SIZE, CardConfig, MergeConfig, ModelSpec
 from hf_unified_embed.merge.engine import FolderSink, TensorSink, stream_merge
 from hf_unified_embed.merge.layers import group_tensor_names
 from hf_unified_embed.merge.loader import LazyCheckpoint
+from hf_unified_embed.merge.merge_config import DEFAULT_MAX_SHARD_SIZE, CardConfig, MergeConfig, ModelSpec
 from hf_unified_embed.merge.methods import MergeMethod, get_merge_method
 from hf_unified_embed.merge.model_ids import resolve_hub_ids
+from hf_unified_embed.utils.locations import copy_of_hub_model, public_name
 from hf_unified_embed.utils.outputs import StagedOutput
 from hf_unified_embed.utils.redaction import redact
 

@@ -17,12 +17,12 @@ from typing import Any
 from huggingface_hub import EvalResult
 from huggingface_hub.repocard_data import eval_results_to_model_index
 
-from hf_unified_embed.utils.templates import render_template
 from hf_unified_embed.merge.checks import is_mergeable
-from hf_unified_embed.merge.merge_config import CardConfig
 from hf_unified_embed.merge.loader import LazyCheckpoint
+from hf_unified_embed.merge.merge_config import CardConfig
 from hf_unified_embed.merge.methods import MergeMethod
 from hf_unified_embed.utils.redaction import redact
+from hf_unified_embed.utils.templates import render_template
 
 TEMPLATE = "merged_model_card.md.j2"
 

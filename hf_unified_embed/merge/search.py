@@ -50,8 +50,8 @@ from hf_unified_embed.merge.api import (
     write_merged_model,
 )
 from hf_unified_embed.merge.card import METRIC_DIGITS
-from hf_unified_embed.merge.merge_config import CardConfig, MergeConfig, SearchConfig
 from hf_unified_embed.merge.engine import FolderSink, MemorySink
+from hf_unified_embed.merge.merge_config import CardConfig, MergeConfig, SearchConfig
 from hf_unified_embed.merge.methods import MergeMethod
 from hf_unified_embed.utils.outputs import StagedOutput
 from hf_unified_embed.utils.redaction import redact

@@ -10,12 +10,12 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from hf_unified_embed.data.hub_layout import load_unified, read_card, source_notes, write_unified
-from hf_unified_embed.data.readers import decoding_error, first_undecodable_byte
 from hf_unified_embed.errors import InputNotFoundError, SourceFormatError
-from hf_unified_embed.utils.locations import looks_local
 from hf_unified_embed.negatives.hard_negative_config import HardNegativeConfig
 from hf_unified_embed.negatives.miner import ExternalCorpus, MiningResult, mine_hard_negatives
+from hf_unified_embed.utils.locations import looks_local
 from hf_unified_embed.utils.outputs import StagedOutput
+from hf_unified_embed.utils.readers import decoding_error, first_undecodable_byte
 
 if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder, SentenceTransformer

@@ -29,11 +29,11 @@ from datasets.fingerprint import get_temporary_cache_files_directory
 from tqdm.auto import tqdm
 
 from hf_unified_embed.errors import UsageError
-from hf_unified_embed.utils.locations import public_name
-from hf_unified_embed.negatives.hard_negative_config import HardNegativeConfig, MiningReport
 from hf_unified_embed.negatives.exact_search import Corpus, search
+from hf_unified_embed.negatives.hard_negative_config import HardNegativeConfig, MiningReport
 from hf_unified_embed.negatives.store import EmbeddingDtype, EmbeddingFile, Encoder
 from hf_unified_embed.schema import task_instruction
+from hf_unified_embed.utils.locations import public_name
 
 if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder, SentenceTransformer

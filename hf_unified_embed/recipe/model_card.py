@@ -19,18 +19,25 @@ Three behaviours differ from the stock card on purpose:
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from huggingface_hub.constants import HF_HUB_OFFLINE
 from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardData
 
-from hf_unified_embed.utils.templates import template_path
 from hf_unified_embed.evaluation.results import CARD_DIGITS
 from hf_unified_embed.schema import UNIFIED_COLUMNS
+from hf_unified_embed.utils.templates import template_path
+
+if TYPE_CHECKING:
+    from datasets import DatasetDict
+    from torch import nn
+
+    from hf_unified_embed.recipe.train_recipe import TrainRecipe
 
 _SECTIONS_TEMPLATE = "model_card.md.j2"
 _INSERT_BEFORE = "## Training Details"
@@ -186,3 +193,73 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
         text = super().to_yaml(line_break=line_break)
         # sentence-transformers writes only the keys it knows; the Hub reads this one for adapters.
         return f"{text}\nbase_model_relation: {self.base_model_relation}" if self.base_model_relation else text
+
+
+def card_data(recipe: TrainRecipe, tasks: DatasetDict) -> UnifiedModelCardData:
+    """The card data a recipe run starts from: base model, data ids, and per task its source and license."""
+    from hf_unified_embed.data.hub_layout import task_summary
+    from hf_unified_embed.data.provenance import UNKNOWN, card_license, notes_of
+
+    notes = {name: notes_of(dataset) for name, dataset in tasks.items()}
+    unified_tasks = [
+        {
+            "task": name,
+            **task_summary(dataset),
+            "source": notes[name].get("source", UNKNOWN),
+            "license": notes[name].get("license", UNKNOWN),
+        }
+        for name, dataset in tasks.items()
+    ]
+    dataset_id = None if Path(recipe.data.path).exists() else recipe.data.path
+    return UnifiedModelCardData(
+        # The data's licenses bind the model: their one shared license, else "other" with the per-task table.
+        license=card_license(notes.values()) if any(notes.values()) else None,
+        model_name=recipe.model_name,
+        model_id=recipe.hub.repo_id if recipe.hub else None,
+        base_model_id=recipe.base_model_id,
+        unified_dataset_id=dataset_id,
+        unified_tasks=unified_tasks,
+        train_datasets=[{"name": name, **({"id": dataset_id} if dataset_id else {})} for name in tasks],
+        local_files_only=True,
+    )
+
+
+def task_loss_table(tasks: DatasetDict, losses: dict[str, nn.Module]) -> dict[str, dict[str, Any]]:
+    """The card's loss table: one row per task type, naming its tasks; a type whose tasks train with
+    different losses or settings (a per-task override in the recipe) gets one row per setting."""
+    settings: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, loss in losses.items():
+        task_type = tasks[name][0]["task_type"] if len(tasks[name]) else "unknown"
+        get_config = getattr(loss, "get_config_dict", None)
+        config = json.loads(json.dumps(get_config() if callable(get_config) else {}, default=str))
+        key = json.dumps([type(loss).__name__, config], sort_keys=True)
+        row = settings.setdefault(task_type, {}).setdefault(key, {"name": type(loss).__name__, "config": config})
+        row.setdefault("tasks", []).append(name)
+    table = {}
+    for task_type, by_setting in settings.items():
+        for row in by_setting.values():
+            table[task_type if len(by_setting) == 1 else f"{task_type} ({', '.join(row['tasks'])})"] = row
+    return table
+
+
+def describe_training(
+    card: UnifiedModelCardData,
+    tasks: DatasetDict,
+    losses: dict[str, nn.Module],
+    sampler: dict[str, Any],
+    curriculum: dict[str, Any] | None,
+) -> None:
+    """Fill the card's training sections once the run has trained: losses per task type, sampler, curriculum."""
+    card.task_losses = task_loss_table(tasks, losses)
+    card.sampler = sampler
+    card.curriculum = curriculum
+
+
+def attach_evaluation(card: Any, results: Any) -> None:
+    """Put suite results (table, ``model-index``, diagnostics) into a :class:`UnifiedModelCardData`."""
+    card.evaluation = [
+        {"name": row["evaluation"], "kind": row["kind"], "metric": row["metric"], "value": row["value"]}
+        for row in results.table
+    ]
+    card.model_index_results = [result for index in results.model_index() for result in index.get("results", [])]
+    card.diagnostics = {name: diag.to_dict() for name, diag in results.diagnostics.items()}

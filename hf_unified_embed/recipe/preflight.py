@@ -47,7 +47,6 @@ from typing import Annotated, Any, cast
 from pydantic import Field
 from torch import nn
 
-from hf_unified_embed.utils import stack
 from hf_unified_embed.errors import (
     HfUnifiedEmbedError,
     InputError,
@@ -56,11 +55,12 @@ from hf_unified_embed.errors import (
     SuiteError,
     UsageError,
 )
-from hf_unified_embed.utils.locations import looks_local
-from hf_unified_embed.utils.outputs import StagedOutput
-from hf_unified_embed.utils.plugins import import_object, is_import_path
-from hf_unified_embed.utils.processes import is_main_process, world_size
 from hf_unified_embed.recipe.train_recipe import TrainRecipe
+from hf_unified_embed.utils import stack
+from hf_unified_embed.utils.locations import looks_local
+from hf_unified_embed.utils.outputs import check_output
+from hf_unified_embed.utils.plugins import import_object, is_import_path
+from hf_unified_embed.utils.processes import world_size
 from hf_unified_embed.utils.redaction import remember_secret
 from hf_unified_embed.utils.typecheck import constructor_parameters, field_annotations, mismatched_field, type_problem
 
@@ -74,7 +74,7 @@ _RESERVED_TRAINING_ARGS = {
 
 @dataclass
 class ResolvedRecipe:
-    """A recipe after preflight: resolved loss classes, built arguments and the staged output.
+    """A recipe after preflight: resolved loss classes and the checked settings the run is built from.
 
     Attributes:
         recipe: the recipe.
@@ -86,7 +86,8 @@ class ResolvedRecipe:
         suite: the loaded evaluation suite, if any.
         peft_config: the built ``peft.LoraConfig``, if any.
         merge_adapter: fold the trained adapter into the base weights before saving (``peft.merge_adapter``).
-        output: the staged output folder (``None`` on every process but the main one).
+        overwrite: replace an existing output folder (checked: see :func:`~hf_unified_embed.utils.outputs.check_output`).
+        inputs: the local paths the run reads, which its output may not overlap.
     """
 
     recipe: TrainRecipe
@@ -96,7 +97,8 @@ class ResolvedRecipe:
     suite: Any | None
     peft_config: Any | None
     merge_adapter: bool
-    output: StagedOutput | None
+    overwrite: bool
+    inputs: list[str]
 
 
 def resolve_loss_class(name: str, where: str = "losses") -> type[nn.Module]:
@@ -472,7 +474,5 @@ def preflight(recipe: TrainRecipe, *, overwrite: bool = False) -> ResolvedRecipe
     # Every process checks the output (only the main one writes it), so that under a launcher all of
     # them stop on the same error instead of the others loading data for a run that has ended.
     inputs = [path for path in (recipe.data.path, recipe.base_model) if path and Path(path).exists()]
-    output = StagedOutput(recipe.output_dir, overwrite=overwrite, inputs=inputs)
-    return ResolvedRecipe(
-        recipe, losses, args, hub_token, suite, peft_config, merge_adapter, output if is_main_process() else None
-    )
+    check_output(recipe.output_dir, overwrite=overwrite, inputs=inputs)
+    return ResolvedRecipe(recipe, losses, args, hub_token, suite, peft_config, merge_adapter, overwrite, inputs)

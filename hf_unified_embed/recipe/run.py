@@ -31,12 +31,13 @@ import yaml
 from datasets import DatasetDict
 from torch import nn
 
-from hf_unified_embed.training.backbones import merge_adapter, without_cudnn_attention
 from hf_unified_embed.errors import AfterTrainingError, HfUnifiedEmbedError, HubError, InputError, RecipeError
-from hf_unified_embed.recipe.model_card import UnifiedModelCardData
-from hf_unified_embed.utils.outputs import StagedOutput
+from hf_unified_embed.recipe.model_card import UnifiedModelCardData, attach_evaluation, card_data, describe_training
 from hf_unified_embed.recipe.preflight import ResolvedRecipe, check_sampler_tasks, preflight
 from hf_unified_embed.recipe.train_recipe import TrainRecipe
+from hf_unified_embed.training.backbones import merge_adapter, without_cudnn_attention
+from hf_unified_embed.utils.outputs import StagedOutput
+from hf_unified_embed.utils.processes import is_main_process
 from hf_unified_embed.utils.redaction import redact
 
 logger = logging.getLogger(__name__)
@@ -132,67 +133,6 @@ def _curriculum(
     return tasks, summary
 
 
-def _card_data(recipe: TrainRecipe, tasks: DatasetDict) -> UnifiedModelCardData:
-    from hf_unified_embed.data.hub_layout import task_summary
-    from hf_unified_embed.data.provenance import UNKNOWN, card_license, notes_of
-
-    notes = {name: notes_of(dataset) for name, dataset in tasks.items()}
-    unified_tasks = [
-        {
-            "task": name,
-            **task_summary(dataset),
-            "source": notes[name].get("source", UNKNOWN),
-            "license": notes[name].get("license", UNKNOWN),
-        }
-        for name, dataset in tasks.items()
-    ]
-    dataset_id = None if Path(recipe.data.path).exists() else recipe.data.path
-    return UnifiedModelCardData(
-        # The data's licenses bind the model: their one shared license, else "other" with the per-task table.
-        license=card_license(notes.values()) if any(notes.values()) else None,
-        model_name=recipe.model_name,
-        model_id=recipe.hub.repo_id if recipe.hub else None,
-        base_model_id=recipe.base_model_id,
-        unified_dataset_id=dataset_id,
-        unified_tasks=unified_tasks,
-        train_datasets=[{"name": name, **({"id": dataset_id} if dataset_id else {})} for name in tasks],
-        local_files_only=True,
-    )
-
-
-def _batch_sampler(recipe: TrainRecipe, task_order: list[str] | None) -> Any:
-    """The ``multi_dataset_batch_sampler`` argument: ours (a factory) or a stock sentence-transformers one."""
-    config = recipe.sampler
-    if config.kind != "curriculum":
-        from sentence_transformers.base.sampler import MultiDatasetBatchSamplers
-
-        return MultiDatasetBatchSamplers(config.kind)
-    from hf_unified_embed.sampling import CurriculumBatchSampler
-
-    return CurriculumBatchSampler.configure(
-        task_order=task_order,
-        interleave=config.interleave,
-        instance_order=config.instance_order,
-        batch_sizes=dict(config.batch_sizes),
-        balance=config.balance,
-    )
-
-
-def _sampler_card(recipe: TrainRecipe, args: Any) -> dict[str, Any]:
-    config = recipe.sampler
-    if config.kind != "curriculum":
-        section: dict[str, Any] = {"class": f"sentence-transformers MultiDatasetBatchSamplers.{config.kind.upper()}"}
-    else:
-        section = {
-            "class": "CurriculumBatchSampler",
-            "interleave": config.interleave,
-            "instance_order": config.instance_order,
-            "batch_sizes": dict(config.batch_sizes) or "per_device_train_batch_size",
-            "balance": config.balance,
-        }
-    return {**section, "world_size": args.world_size, "gradient_accumulation_steps": args.gradient_accumulation_steps}
-
-
 def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curriculum: bool = True) -> PreparedRun:
     """Load the data, plan the curriculum, build the model, the losses, the collator and the sampler.
 
@@ -217,7 +157,7 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
         with _named(origin, "curriculum"):
             tasks, curriculum = _curriculum(recipe, tasks, work_dir)
     with _named(origin):
-        model = _model(resolved, _card_data(recipe, tasks))
+        model = _model(resolved, card_data(recipe, tasks))
     try:
         losses = losses_for_tasks(model, tasks, resolved.losses)
         if recipe.keep_base is not None:
@@ -232,8 +172,8 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
         seed=recipe.seed,
         prompts=None if recipe.instructions else {},
     )
-    resolved.training_args.multi_dataset_batch_sampler = _batch_sampler(
-        recipe, curriculum["task_order"] if curriculum else None
+    resolved.training_args.multi_dataset_batch_sampler = recipe.sampler.batch_sampler(
+        curriculum["task_order"] if curriculum else None
     )
     return PreparedRun(resolved, tasks, curriculum, model, losses, collator)
 
@@ -251,8 +191,8 @@ def _named(origin: str, key: str | None = None) -> Iterator[None]:
 
 def _model(resolved: ResolvedRecipe, card: UnifiedModelCardData) -> Any:
     """The model to train: backbone per ``model:``, LoRA adapter per ``peft:``, instructions not pooled."""
-    from hf_unified_embed.training.backbones import build_model
     from hf_unified_embed.training import exclude_instructions_from_pooling
+    from hf_unified_embed.training.backbones import build_model
 
     recipe = resolved.recipe
     model = build_model(
@@ -298,7 +238,10 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
     from hf_unified_embed.training.checkpoints import RedactCheckpointsCallback, no_empty_folder
 
     resolved = preflight(recipe, overwrite=overwrite)
-    output = resolved.output
+    # Only the main process writes the model folder; the others train and write nothing.
+    output = (
+        StagedOutput(recipe.output_dir, overwrite=overwrite, inputs=resolved.inputs) if is_main_process() else None
+    )
     model_dir = Path(recipe.output_dir)
     args = resolved.training_args
     with (
@@ -319,15 +262,14 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
         model = _trained_model(trainer, run)
         if output is None or model is None:
             return TrainingOutcome(model_dir, result.training_loss, None)
-        card: UnifiedModelCardData = model.model_card_data
-        card.task_losses = _task_losses(run.tasks, run.losses)
-        card.sampler = _sampler_card(recipe, args)
-        card.curriculum = run.curriculum
+        describe_training(
+            model.model_card_data, run.tasks, run.losses, recipe.sampler.card_section(args), run.curriculum
+        )
         if resolved.peft_config is not None:
             if resolved.merge_adapter:
                 merge_adapter(model)
             else:
-                card.base_model_relation = "adapter"
+                model.model_card_data.base_model_relation = "adapter"
         model.save(str(output.path))
         _write_yaml(output.path / RECIPE_FILENAME, portable_paths(recipe.to_dict()))
         _write_text(
@@ -365,7 +307,7 @@ def describe_run(run: PreparedRun) -> str:
     names = list(run.tasks)
     sizes = [len(run.tasks[name]) for name in names]
     batch_sizes = [recipe.sampler.batch_sizes.get(name, args.per_device_train_batch_size) for name in names]
-    steps = _steps_per_task(recipe, args, sizes, batch_sizes)
+    steps = recipe.sampler.steps_per_task(args, sizes, batch_sizes)
     table = [["task", "type", "rows", "loss", "columns", "batch", "steps/epoch"]]
     for name, size, batch, count in zip(names, sizes, batch_sizes, steps):
         layout = run.collator.layouts[name]
@@ -377,7 +319,7 @@ def describe_run(run: PreparedRun) -> str:
     lines = [f"recipe {recipe.source}: checked", f"base model: {recipe.base_model or 'packaged all-MiniLM-L6-v2'}"]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in table]
     per_epoch = sum(steps)
-    sampler = _sampler_card(recipe, args)
+    sampler = recipe.sampler.card_section(args)
     lines.append("sampler: " + ", ".join(f"{key}={value}" for key, value in sampler.items()))
     budget = f"max_steps={args.max_steps}" if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"
     lines.append(f"optimizer steps per epoch: {per_epoch} ({budget})")
@@ -386,30 +328,6 @@ def describe_run(run: PreparedRun) -> str:
         lines.append(f"evaluation: {suite.name} ({', '.join(entry.name for entry in suite.entries)})")
     lines.append(f"output: {recipe.output_dir} (checkpoints: {args.output_dir})")
     return "\n".join(lines)
-
-
-def _steps_per_task(recipe: TrainRecipe, args: Any, sizes: list[int], batch_sizes: list[int]) -> list[int]:
-    """Optimizer steps each task gets in one epoch, as the configured sampler will plan them."""
-    from hf_unified_embed.sampling.batch_plan import count_groups
-
-    group_size = args.world_size * args.gradient_accumulation_steps
-    if recipe.sampler.kind == "curriculum":
-        counts = count_groups(
-            sizes,
-            batch_sizes,
-            group_size=group_size,
-            balance=recipe.sampler.balance,  # type: ignore[arg-type]  # checked by SamplerConfig
-            drop_last=args.dataloader_drop_last,
-        )
-        return [int(count) for count in counts.groups]
-    # sentence-transformers' samplers: every batch of every task (proportional), or as many batches of
-    # each task as the smallest task has (round robin); accelerate then deals batches to processes.
-    batches = [
-        size // batch if args.dataloader_drop_last else -(-size // batch) for size, batch in zip(sizes, batch_sizes)
-    ]
-    if recipe.sampler.kind == "round_robin":
-        batches = [min(batches)] * len(batches)
-    return [-(-count // group_size) for count in batches]
 
 
 def portable_paths(data: dict[str, Any]) -> dict[str, Any]:
@@ -456,24 +374,6 @@ def _write_text(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _task_losses(tasks: DatasetDict, losses: dict[str, nn.Module]) -> dict[str, dict[str, Any]]:
-    """The card's loss table: one row per task type, naming its tasks; a type whose tasks train with
-    different losses or settings (a per-task override in the recipe) gets one row per setting."""
-    settings: dict[str, dict[str, dict[str, Any]]] = {}
-    for name, loss in losses.items():
-        task_type = tasks[name][0]["task_type"] if len(tasks[name]) else "unknown"
-        get_config = getattr(loss, "get_config_dict", None)
-        config = json.loads(json.dumps(get_config() if callable(get_config) else {}, default=str))
-        key = json.dumps([type(loss).__name__, config], sort_keys=True)
-        row = settings.setdefault(task_type, {}).setdefault(key, {"name": type(loss).__name__, "config": config})
-        row.setdefault("tasks", []).append(name)
-    table = {}
-    for task_type, by_setting in settings.items():
-        for row in by_setting.values():
-            table[task_type if len(by_setting) == 1 else f"{task_type} ({', '.join(row['tasks'])})"] = row
-    return table
-
-
 def _evaluate(model: Any, suite: Any, model_dir: Path) -> Any:
     """Run the suite on the saved model's weights; write ``evaluation.json`` and the card with the results."""
     from sentence_transformers.base.model_card import generate_model_card
@@ -487,13 +387,3 @@ def _evaluate(model: Any, suite: Any, model_dir: Path) -> Any:
     with StagedOutput(model_dir / "README.md", overwrite=True, kind="file") as card:
         card.path.write_text(generate_model_card(model), encoding="utf-8")
     return results
-
-
-def attach_evaluation(card: Any, results: Any) -> None:
-    """Put suite results (table, ``model-index``, diagnostics) into a :class:`UnifiedModelCardData`."""
-    card.evaluation = [
-        {"name": row["evaluation"], "kind": row["kind"], "metric": row["metric"], "value": row["value"]}
-        for row in results.table
-    ]
-    card.model_index_results = [result for index in results.model_index() for result in index.get("results", [])]
-    card.diagnostics = {name: diag.to_dict() for name, diag in results.diagnostics.items()}

@@ -45,13 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.training.backbones import ModelConfig
 from hf_unified_embed.errors import RecipeError
+from hf_unified_embed.schema import TASK_TYPES
+from hf_unified_embed.training.backbones import ModelConfig
 from hf_unified_embed.utils.locations import DEFAULT_BASE_MODEL_ID, packaged_minilm_path
 from hf_unified_embed.utils.naming import check_split_name, check_task_name
-from hf_unified_embed.schema import TASK_TYPES
 from hf_unified_embed.utils.typecheck import mismatched_field
 from hf_unified_embed.utils.yaml_files import read_yaml_mapping
+
 
 def _positive_int(value: Any, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -144,6 +145,66 @@ class SamplerConfig:
                 raise ValueError(
                     f"{changed} only apply to kind: curriculum, not to sentence-transformers' {self.kind}"
                 )
+
+    def batch_sampler(self, task_order: list[str] | None) -> Any:
+        """The ``multi_dataset_batch_sampler`` argument: ours (a factory) or a stock sentence-transformers one."""
+
+        if self.kind != "curriculum":
+            from sentence_transformers.base.sampler import MultiDatasetBatchSamplers
+
+            return MultiDatasetBatchSamplers(self.kind)
+        from hf_unified_embed.sampling import CurriculumBatchSampler
+
+        return CurriculumBatchSampler.configure(
+            task_order=task_order,
+            interleave=self.interleave,
+            instance_order=self.instance_order,
+            batch_sizes=dict(self.batch_sizes),
+            balance=self.balance,
+        )
+
+    def card_section(self, args: Any) -> dict[str, Any]:
+        """The sampler as the card and ``train --check`` show it, with the run's processes and accumulation."""
+
+        if self.kind != "curriculum":
+            section: dict[str, Any] = {"class": f"sentence-transformers MultiDatasetBatchSamplers.{self.kind.upper()}"}
+        else:
+            section = {
+                "class": "CurriculumBatchSampler",
+                "interleave": self.interleave,
+                "instance_order": self.instance_order,
+                "batch_sizes": dict(self.batch_sizes) or "per_device_train_batch_size",
+                "balance": self.balance,
+            }
+        return {
+            **section,
+            "world_size": args.world_size,
+            "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        }
+
+    def steps_per_task(self, args: Any, sizes: list[int], batch_sizes: list[int]) -> list[int]:
+        """Optimizer steps each task gets in one epoch, as the configured sampler will plan them."""
+        from hf_unified_embed.sampling.batch_plan import count_groups
+
+        group_size = args.world_size * args.gradient_accumulation_steps
+        if self.kind == "curriculum":
+            counts = count_groups(
+                sizes,
+                batch_sizes,
+                group_size=group_size,
+                balance=self.balance,  # type: ignore[arg-type]  # checked by SamplerConfig
+                drop_last=args.dataloader_drop_last,
+            )
+            return [int(count) for count in counts.groups]
+        # sentence-transformers' samplers: every batch of every task (proportional), or as many batches of
+        # each task as the smallest task has (round robin); accelerate then deals batches to processes.
+        batches = [
+            size // batch if args.dataloader_drop_last else -(-size // batch)
+            for size, batch in zip(sizes, batch_sizes)
+        ]
+        if self.kind == "round_robin":
+            batches = [min(batches)] * len(batches)
+        return [-(-count // group_size) for count in batches]
 
 
 #: ``keep_base.distillation`` values: the teacher-score losses that compare the student's scores with the base's.

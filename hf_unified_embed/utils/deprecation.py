@@ -41,6 +41,8 @@ MOVED_MODULES: dict[str, str] = {
     "mining.pairs": "gur_pairs.pair_mining",
     "mining": "gur_pairs",
     "data.recipe": "data.build_recipe",
+    "data.readers": "utils.readers",
+    "data.registry": "data.source_formats",
     "sampling.plan": "sampling.batch_plan",
     "losses.base": "losses.embedding_loss",
     "losses._gradcache": "losses.gradcache.cached_loss",

@@ -69,6 +69,24 @@ def check_not_inputs(target: Path, inputs: Iterable[str | Path]) -> None:
             raise OutputError(f"output {target} overlaps the input {entry}; inputs are never overwritten")
 
 
+def check_output(
+    target: str | Path,
+    *,
+    overwrite: bool,
+    inputs: Iterable[str | Path] = (),
+    kind: Literal["folder", "file"] = "folder",
+) -> Path:
+    """The one check of an output before anything is written; the absolute target.
+
+    Every command (and a recipe's preflight, on every process of a launched run) calls it before it
+    reads its inputs, and :class:`StagedOutput` calls it again when it is created.
+    """
+    absolute = Path(target).absolute()
+    check_target(absolute, overwrite=overwrite, kind=kind)
+    check_not_inputs(absolute, inputs)
+    return absolute
+
+
 def remove_stale_staging(target: Path) -> list[Path]:
     """Remove staging folders for ``target`` left by dead processes of this host; return what was removed."""
     parent, host = target.parent, _host()
@@ -112,11 +130,9 @@ class StagedOutput:
         inputs: Iterable[str | Path] = (),
         kind: Literal["folder", "file"] = "folder",
     ) -> None:
-        self.target = Path(target).absolute()
+        self.target = check_output(target, overwrite=overwrite, inputs=inputs, kind=kind)
         self.overwrite = overwrite
         self.kind = kind
-        check_target(self.target, overwrite=overwrite, kind=kind)
-        check_not_inputs(self.target, inputs)
         self.root = self.target.parent / f".{self.target.name}.staging-{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.path = self.root / self.target.name
         self.scratch = self.root / "scratch"

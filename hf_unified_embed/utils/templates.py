@@ -12,10 +12,11 @@ import yaml
 
 def templates_dir() -> Path:
     """Where the card templates are: inside the installed package, or ``cards/`` of a source checkout."""
-    packaged = Path(__file__).parent / "cards"
+    package = Path(__file__).resolve().parent.parent
+    packaged = package / "cards"
     if packaged.is_dir():
         return packaged
-    checkout = Path(__file__).parent.parent / "cards"
+    checkout = package.parent / "cards"
     if checkout.is_dir():
         return checkout
     raise FileNotFoundError(f"card templates not found in {packaged} or {checkout}")

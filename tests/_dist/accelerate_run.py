@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 from sentence_transformers import SentenceTransformerTrainer
 
-from hf_unified_embed.recipe.preflight import preflight
 from hf_unified_embed.recipe import recipe_from_dict
+from hf_unified_embed.recipe.preflight import preflight
 from hf_unified_embed.recipe.run import PreparedRun, prepare_run
 
 

@@ -13,8 +13,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from hf_unified_embed.data.readers import Quoting, column_positions, iter_delimited, read_header, require_text
-from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, register_source_format
+from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
+from hf_unified_embed.utils.readers import Quoting, column_positions, iter_delimited, read_header, require_text
 
 _QUOTING: dict[str, Quoting] = {"minimal": csv.QUOTE_MINIMAL, "none": csv.QUOTE_NONE}
 

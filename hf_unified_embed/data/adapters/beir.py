@@ -22,8 +22,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.data.readers import iter_delimited, iter_json_records
-from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, register_source_format
+from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
+from hf_unified_embed.utils.readers import iter_delimited, iter_json_records
 
 _BATCH = 20_000
 _POSITIVE, _NEGATIVE = 1, 0

@@ -14,8 +14,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.data.readers import iter_json_records, require_text
-from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, register_source_format
+from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
+from hf_unified_embed.utils.readers import iter_json_records, require_text
 
 _TASK_TYPES = {"ir": "retrieval", "sts": "sts"}
 

@@ -22,9 +22,9 @@ from typing import Any
 import datasets
 from datasets.exceptions import DatasetGenerationError, DatasetNotFoundError
 
-from hf_unified_embed.data.readers import parse_score, record_field, record_text, record_texts, score_bounds
-from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, register_source_format
+from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
 from hf_unified_embed.errors import InputError, InputNotFoundError, one_line
+from hf_unified_embed.utils.readers import parse_score, record_field, record_text, record_texts, score_bounds
 
 
 def _columns(value: str | Sequence[str] | None) -> list[str]:

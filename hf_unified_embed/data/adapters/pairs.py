@@ -10,7 +10,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.data.readers import (
+from hf_unified_embed.data.source_formats import AdapterContext, SourceRow, register_source_format
+from hf_unified_embed.utils.readers import (
     iter_table_records,
     parse_score,
     record_field,
@@ -18,7 +19,6 @@ from hf_unified_embed.data.readers import (
     record_texts,
     score_bounds,
 )
-from hf_unified_embed.data.registry import AdapterContext, SourceRow, register_source_format
 
 
 @register_source_format("pairs")

@@ -12,8 +12,8 @@ import csv
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from hf_unified_embed.data.readers import column_positions, iter_delimited, read_header, require_text
-from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, register_source_format
+from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
+from hf_unified_embed.utils.readers import column_positions, iter_delimited, read_header, require_text
 
 
 @register_source_format("msrp")

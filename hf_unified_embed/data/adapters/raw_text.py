@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from hf_unified_embed.data.registry import AdapterContext, SourceRow, register_source_format
+from hf_unified_embed.data.source_formats import AdapterContext, SourceRow, register_source_format
 from hf_unified_embed.gur_pairs.documents import iter_documents
 from hf_unified_embed.gur_pairs.lcs import CharWeights
 from hf_unified_embed.gur_pairs.pair_mining import PairMiningConfig, mine_dataset, mine_document

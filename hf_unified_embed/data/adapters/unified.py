@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from hf_unified_embed.data.readers import iter_table_records
-from hf_unified_embed.data.registry import AdapterContext, SourceFormatError, SourceRow, register_source_format
+from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
 from hf_unified_embed.schema import DIFFICULTY_COLUMN, UNIFIED_COLUMNS
+from hf_unified_embed.utils.readers import iter_table_records
 
 
 @register_source_format("unified", with_difficulty_option=True)

@@ -35,18 +35,26 @@ import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 from datasets import Dataset
 from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
 
 from hf_unified_embed.errors import SuiteError
-from hf_unified_embed.utils.plugins import import_object, is_import_path
 from hf_unified_embed.schema import TASK_TYPES
+from hf_unified_embed.utils.plugins import import_object, is_import_path
 from hf_unified_embed.utils.typecheck import constructor_parameters, type_problem
 
-if TYPE_CHECKING:
-    from hf_unified_embed.evaluation.suite import SuiteEntry
+
+class SuiteEntry(Protocol):
+    """What a kind reads of a suite entry (:class:`hf_unified_embed.evaluation.suite.SuiteEntry`, which
+    looks its kind up here: the kinds depend on this protocol, not on the suite module)."""
+
+    name: str
+    source: str | None
+    data_files: Any
+    corpus_files: Any
+    evaluator: dict[str, Any]
 
 
 class EvaluationKind(ABC):

@@ -53,7 +53,7 @@ from hf_unified_embed.evaluation.kinds.evaluation_kind import EvaluationKind, re
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
-    from hf_unified_embed.evaluation.suite import SuiteEntry
+    from hf_unified_embed.evaluation.kinds.evaluation_kind import SuiteEntry
 
 #: Reference embeddings kept per process: (reference, max_seq_length, texts) → normalised embeddings.
 _REFERENCE_CACHE: OrderedDict[tuple[Any, ...], torch.Tensor] = OrderedDict()

@@ -16,7 +16,7 @@ from hf_unified_embed.evaluation.kinds.evaluation_kind import EvaluationKind, re
 if TYPE_CHECKING:
     from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
 
-    from hf_unified_embed.evaluation.suite import SuiteEntry
+    from hf_unified_embed.evaluation.kinds.evaluation_kind import SuiteEntry
 
 
 @register_evaluation_kind

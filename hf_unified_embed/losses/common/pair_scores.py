@@ -7,9 +7,9 @@ from abc import abstractmethod
 from sentence_transformers.util import pairwise_cos_sim
 from torch import Tensor
 
+from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.common.input_checks import as_float, require_labels, require_pairs
 from hf_unified_embed.losses.embedding_loss import EmbeddingLoss
-from hf_unified_embed.losses.columns import ColumnLayout
 
 
 class PairScoreLoss(EmbeddingLoss):

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.common.input_checks import as_float, require_columns
 from hf_unified_embed.losses.embedding_loss import EmbeddingLoss, MemoryBudget, MiniBatchOption
-from hf_unified_embed.losses.columns import ColumnLayout
 
 
 class TeacherScoreLoss(EmbeddingLoss):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 import torch
@@ -31,9 +31,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from hf_unified_embed.errors import LossOptionError
 from hf_unified_embed.losses.gradcache.minibatches import plan_minibatches, select_rows
-
-if TYPE_CHECKING:
-    from hf_unified_embed.losses.embedding_loss import EmbeddingLoss
+from hf_unified_embed.losses.gradcache.protocol import CachedLoss
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +79,7 @@ class AutoMiniBatch:
 
 
 def _saved_activation_bytes(
-    loss: EmbeddingLoss, features: list[dict[str, Any]], context: Any, rows: slice | Tensor
+    loss: CachedLoss, features: list[dict[str, Any]], context: Any, rows: slice | Tensor
 ) -> int:
     """Bytes autograd saves for the backward pass while ``loss`` embeds ``features`` (not parameters or buffers)."""
     own = {tensor.untyped_storage().data_ptr() for tensor in (*loss.parameters(), *loss.buffers())}
@@ -104,7 +102,7 @@ def _saved_activation_bytes(
     return sum(saved.values())
 
 
-def _default_budget(loss: EmbeddingLoss, device: torch.device) -> tuple[int, str]:
+def _default_budget(loss: CachedLoss, device: torch.device) -> tuple[int, str]:
     trainable = sum(p.numel() * p.element_size() for p in loss.parameters() if p.requires_grad)
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
@@ -128,7 +126,7 @@ def _default_budget(loss: EmbeddingLoss, device: torch.device) -> tuple[int, str
     return budget, f"{SAFETY:.0%} of the {source} less {OPTIMISER_BYTES_PER_PARAMETER_BYTE}x the trainable parameters"
 
 
-def _longest_row_tokens(loss: EmbeddingLoss, sentence_features: list[dict[str, Any]]) -> int:
+def _longest_row_tokens(loss: CachedLoss, sentence_features: list[dict[str, Any]]) -> int:
     """Tokens of a row as long as a row can be: every column at the model's ``max_seq_length`` (or, for a model
     without one, at this batch's width)."""
     model = getattr(loss.model, "module", loss.model)
@@ -141,7 +139,7 @@ def _longest_row_tokens(loss: EmbeddingLoss, sentence_features: list[dict[str, A
     return total
 
 
-def _bytes_per_token(loss: EmbeddingLoss, sentence_features: list[dict[str, Any]], context: Any) -> float:
+def _bytes_per_token(loss: CachedLoss, sentence_features: list[dict[str, Any]], context: Any) -> float:
     """Activation bytes per padded token on the batch's longest rows: ``k`` rows against the same rows twice."""
     plan = plan_minibatches(sentence_features, PROBE_ROWS, None)
     index = len(plan) - 1  # a plan embeds its longest rows last
@@ -173,7 +171,7 @@ def _smallest_across_processes(chosen: int, device: torch.device) -> tuple[int, 
 
 
 def choose_auto(
-    loss: EmbeddingLoss, sentence_features: list[dict[str, Any]], context: Any, memory_budget: int | None
+    loss: CachedLoss, sentence_features: list[dict[str, Any]], context: Any, memory_budget: int | None
 ) -> AutoMiniBatch:
     """Measure the activation bytes per token on the batch's longest rows and size the mini-batches to the budget."""
     bytes_per_token = _bytes_per_token(loss, sentence_features, context)

@@ -3,7 +3,7 @@
 The design of sentence-transformers' ``CachedMultipleNegativesRankingLoss`` (``CachedLossMixin``),
 generalised to what this package's losses need:
 
-1. the batch is cut into mini-batches (``losses/_minibatches.py``: rows sorted by length, cut by rows or by
+1. the batch is cut into mini-batches (``minibatches.py``: rows sorted by length, cut by rows or by
    a token budget) and every mini-batch is embedded without a graph — all input columns of the mini-batch
    in one call of the loss's ``embed`` (merged forward passes, intermediate-layer views, per-token parts),
    with the random state snapshotted before each call (sentence-transformers' ``RandContext``);
@@ -25,7 +25,7 @@ time), which took 10 % of a cached MiniLM step at 64 rows (``torch.profiler``). 
 the parameters' gradients end dense, as the optimiser and DDP expect.
 
 Differences from sentence-transformers' mixin: the mini-batches of a row hold all its columns and are cut
-over length-sorted rows (see ``_minibatches.py``); the kept last mini-batch; a multi-part loss returns its
+over length-sorted rows (see ``minibatches.py``); the kept last mini-batch; a multi-part loss returns its
 named parts (all of them tied to one replay, which needs the trainer's equal weighting of the parts,
 checked); parts that are a mean over items of the rows (GUR's masked-LM loss) are computed per mini-batch
 in the replay itself.
@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from sentence_transformers.base.losses.gradcache import RandContext
@@ -44,10 +44,8 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from hf_unified_embed.losses.gradcache.minibatches import MiniBatchPlan, plan_minibatches
+from hf_unified_embed.losses.gradcache.protocol import CachedLoss, Embedded
 from hf_unified_embed.losses.parts import LossOutput, LossParts, with_means
-
-if TYPE_CHECKING:
-    from hf_unified_embed.losses.embedding_loss import Embedded, EmbeddingLoss
 
 
 class _ReplayOnBackward(torch.autograd.Function):
@@ -89,7 +87,7 @@ def _flat_views(views: Mapping[str, list[Tensor]]) -> list[Tensor]:
     return [tensor for columns in views.values() for tensor in columns]
 
 
-def _ddp(loss: EmbeddingLoss) -> DistributedDataParallel | None:
+def _ddp(loss: CachedLoss) -> DistributedDataParallel | None:
     model = getattr(loss.model, "_orig_mod", loss.model)
     return model if isinstance(model, DistributedDataParallel) else None
 
@@ -112,7 +110,7 @@ def _sparse_embedding_gradients(model: nn.Module) -> Iterator[None]:
             layer.sparse = False
 
 
-def _sparse_unless(last: bool, loss: EmbeddingLoss, features: list[dict[str, Any]]) -> AbstractContextManager[None]:
+def _sparse_unless(last: bool, loss: CachedLoss, features: list[dict[str, Any]]) -> AbstractContextManager[None]:
     """Sparse embedding gradients for a backward pass that is not the ``last``, on the CPU (see the module notes)."""
     tensors = _tensors(features)
     if last or not tensors or tensors[0].device.type != "cpu":
@@ -121,7 +119,7 @@ def _sparse_unless(last: bool, loss: EmbeddingLoss, features: list[dict[str, Any
 
 
 def cached_loss(
-    loss: EmbeddingLoss,
+    loss: CachedLoss,
     sentence_features: list[dict[str, Any]],
     labels: Tensor | None,
     inputs: Mapping[str, Any],
@@ -227,7 +225,7 @@ def _push(
 def _replay(
     grad_output: Tensor,
     *,
-    loss: EmbeddingLoss,
+    loss: CachedLoss,
     sentence_features: list[dict[str, Any]],
     context: Any,
     plan: MiniBatchPlan,

@@ -27,7 +27,6 @@ from itertools import pairwise
 from typing import Any
 
 import torch
-from sentence_transformers.base.losses.gradcache import _create_minibatch, _get_batch_size
 from torch import Tensor
 
 from hf_unified_embed.errors import LossOptionError
@@ -42,7 +41,7 @@ class MiniBatchPlan:
         ranges: ``(begin, end)`` positions of each mini-batch in ``order``.
         order: The batch row at each position (a tensor on the batch's device), or ``None`` for batch order.
         widths: Per mini-batch, the token width each column is cut to (its longest row in the mini-batch),
-            or ``None`` to let sentence-transformers' ``_create_minibatch`` slice (flattened inputs, inputs
+            or ``None`` to slice the rows as they are (:func:`slice_rows`: flattened inputs, inputs
             without an attention mask).
         tokens: Per mini-batch, the tokens it computes: padded tokens summed over the columns (real tokens
             for flattened inputs).
@@ -66,7 +65,7 @@ class MiniBatchPlan:
         """Every column's features of mini-batch ``index``, trimmed to its longest row."""
         begin, end = self.ranges[index]
         if self.widths is None:
-            return [_create_minibatch(column, begin, end) for column in sentence_features]
+            return [slice_rows(column, begin, end) for column in sentence_features]
         rows = self.batch_rows(index)
         return [
             select_rows(column, rows, width, self.rows) for column, width in zip(sentence_features, self.widths[index])
@@ -98,6 +97,51 @@ def select_rows(column: dict[str, Any], rows: slice | Tensor, width: int, batch:
     return selected
 
 
+def batch_size_of(column: dict[str, Any]) -> int:
+    """The rows of one input column: sequences of a flattened column (``cu_seq_lens_q`` holds rows + 1
+    offsets), else the first dimension of its ``input_ids`` / ``attention_mask`` or of any tensor."""
+    if "cu_seq_lens_q" in column:
+        return len(column["cu_seq_lens_q"]) - 1
+    for key in ("input_ids", "attention_mask"):
+        if isinstance(column.get(key), Tensor):
+            return int(column[key].shape[0])
+    return next(int(value.shape[0]) for value in column.values() if isinstance(value, Tensor) and value.ndim > 0)
+
+
+def slice_rows(column: dict[str, Any], begin: int, end: int) -> dict[str, Any]:
+    """Rows ``begin:end`` of a column, for the cases :func:`select_rows` does not cover.
+
+    A flattened column (``DataCollatorWithFlattening``: every sequence's tokens concatenated on the last
+    axis, ``cu_seq_lens_*`` the offsets) keeps the tokens of those sequences with offsets, ``max_length_*``
+    and ``seq_idx`` rebuilt; a padded column without an attention mask slices every tensor whose first
+    axis is the rows. Written here rather than taken from sentence-transformers' private ``gradcache``
+    helpers, which any release may rename.
+    """
+    if "cu_seq_lens_q" not in column:
+        rows = batch_size_of(column)
+        return {
+            key: value[begin:end] if isinstance(value, Tensor) and value.ndim > 0 and value.shape[0] == rows else value
+            for key, value in column.items()
+        }
+    offsets = column["cu_seq_lens_q"]
+    end = min(end, len(offsets) - 1)
+    token_begin, token_end, total = int(offsets[begin]), int(offsets[end]), int(offsets[-1])
+    new_offsets = offsets[begin : end + 1] - offsets[begin]
+    sliced: dict[str, Any] = {}
+    for key, value in column.items():
+        if key in ("cu_seq_lens_q", "cu_seq_lens_k"):
+            sliced[key] = new_offsets
+        elif key in ("max_length_q", "max_length_k"):
+            sliced[key] = int((new_offsets[1:] - new_offsets[:-1]).max())
+        elif key == "seq_idx":
+            sliced[key] = value[..., token_begin:token_end] - begin
+        elif isinstance(value, Tensor) and value.ndim >= 1 and value.shape[-1] == total:
+            sliced[key] = value[..., token_begin:token_end]  # token-level: input_ids, position_ids, ...
+        else:
+            sliced[key] = value
+    return sliced
+
+
 def _token_ends(column: dict[str, Any]) -> list[int] | None:
     """Per row, the position after its last attended token (its length under right padding, at least 1);
     ``None`` when the column has no ``(rows, tokens)`` attention mask. One device-to-host transfer."""
@@ -127,7 +171,7 @@ def plan_minibatches(
 ) -> MiniBatchPlan:
     """Cut a batch into mini-batches of ``mini_batch_size`` rows or of at most ``mini_batch_num_tokens``
     tokens (exactly one of them is set), over rows sorted by length where the inputs are padded."""
-    rows = _get_batch_size(sentence_features[0])
+    rows = batch_size_of(sentence_features[0])
     if any("cu_seq_lens_q" in column for column in sentence_features):
         return _plan_in_batch_order(rows, mini_batch_size, mini_batch_num_tokens, sentence_features)
     ends = [_token_ends(column) for column in sentence_features]

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 from scipy.special import expit
 
 from hf_unified_embed.errors import MergeError
-from hf_unified_embed.merge.methods.merge_method import LayerGroups, LinearMergeMethod, register_merge_method
+from hf_unified_embed.merge.methods.merge_method import LayerGroups, LinearMergeMethod
+from hf_unified_embed.merge.methods.registry import register_merge_method
 
 if TYPE_CHECKING:
     from hf_unified_embed.merge.analysis import DeltaReport

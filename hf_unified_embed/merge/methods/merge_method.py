@@ -1,4 +1,4 @@
-"""The merge-method interface and its registry.
+"""The merge-method interface (its registry is :mod:`.registry`).
 
 A method is a small dataclass whose fields are its parameters, of one of two kinds:
 
@@ -12,23 +12,21 @@ A method also describes itself, so that the card, the config reader and the CLI 
 its ``description`` and ``citation`` (card text), the roles of its inputs (:meth:`MergeMethod.input_roles`),
 whether ``models`` may be left out of a config (``models_optional``) and extra card material
 (:meth:`MergeMethod.card_section`, e.g. a plot). A method written in the user's own module is named
-``package.module:ClassName`` wherever a method name is accepted (:func:`get_merge_method`).
+``package.module:ClassName`` wherever a method name is accepted (:func:`~hf_unified_embed.merge.methods.registry.get_merge_method`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from hf_unified_embed.errors import MergeError
-from hf_unified_embed.utils.plugins import import_object, is_import_path
 from hf_unified_embed.utils.typecheck import mismatched_field
 
 if TYPE_CHECKING:
@@ -170,47 +168,3 @@ def check_weights(method: str, weights: Sequence[float] | float, count: int, wha
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
             raise MergeError(f"{method}: weight {index} must be a finite number, got {weight!r}")
     return [float(weight) for weight in values]
-
-
-MethodT = TypeVar("MethodT", bound=type[MergeMethod])
-
-MERGE_METHODS: dict[str, type[MergeMethod]] = {}
-
-
-def register_merge_method(cls: MethodT) -> MethodT:
-    """Class decorator adding a method to :data:`MERGE_METHODS` under its ``name``."""
-    if cls.name in MERGE_METHODS:
-        raise ValueError(f"merge method {cls.name!r} is already registered")
-    MERGE_METHODS[cls.name] = cls
-    return cls
-
-
-def available_merge_methods() -> list[str]:
-    """Registered names, then mergekit's (when mergekit is installed)."""
-    from hf_unified_embed.merge.methods.mergekit_methods import mergekit_method_names
-
-    return [*sorted(MERGE_METHODS), *mergekit_method_names()]
-
-
-def get_merge_method(name: str) -> type[MergeMethod]:
-    """A registered method, one of mergekit's, or a user's ``package.module:ClassName`` (a :class:`MergeMethod`)."""
-    from hf_unified_embed.merge.methods.mergekit_methods import mergekit_method
-
-    if not isinstance(name, str):
-        raise MergeError(f"method must be a name, got {name!r}")
-    if name in MERGE_METHODS:
-        return MERGE_METHODS[name]
-    if (from_mergekit := mergekit_method(name)) is not None:
-        return from_mergekit
-    if not is_import_path(name):
-        raise MergeError(
-            f"unknown merge method {name!r}; available: {', '.join(available_merge_methods())} "
-            "(mergekit's methods need the 'merge' extra: pip install hf-unified-embed[merge]) "
-            "or 'package.module:ClassName' for your own"
-        )
-    method = import_object(name, MergeError, "merge method")
-    if not (isinstance(method, type) and issubclass(method, MergeMethod)) or inspect.isabstract(method):
-        raise MergeError(f"merge method {name!r} is not a concrete subclass of hf_unified_embed.merge.MergeMethod")
-    if not isinstance(getattr(method, "name", None), str):
-        raise MergeError(f"merge method {name!r} has no class attribute 'name' (the name its card shows)")
-    return method

@@ -41,17 +41,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from hf_unified_embed.utils import stack
 from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.layers import layer_positions
 from hf_unified_embed.merge.methods.merge_method import (
-    MERGE_METHODS,
     LayerGroups,
     MergeMethod,
     TensorMergeMethod,
     TensorReader,
 )
-from hf_unified_embed.utils.plugins import is_import_path
+from hf_unified_embed.utils import stack
 
 if TYPE_CHECKING:
     from mergekit.merge_methods import MergeMethod as MergekitKernel
@@ -234,12 +232,12 @@ class MergekitMethod(TensorMergeMethod):
 
 
 def mergekit_method_names() -> list[str]:
-    """mergekit's method names this package serves through :class:`MergekitMethod` (none without mergekit)."""
+    """mergekit's method names (none without mergekit); the registry serves a native method of the same name first."""
     try:
         from mergekit.merge_methods import registered_methods
     except ImportError:
         return []
-    return sorted(kernel.spec.name for kernel in registered_methods() if kernel.spec.name not in MERGE_METHODS)
+    return sorted(kernel.spec.name for kernel in registered_methods())
 
 
 @functools.cache
@@ -249,8 +247,6 @@ def mergekit_method(name: str) -> type[MergekitMethod] | None:
     Built on first use, so that mergekit is imported only by merges that use it. An installed mergekit
     outside the declared range is an :class:`~hf_unified_embed.errors.IncompatibleStackError`.
     """
-    if name in MERGE_METHODS or is_import_path(name):
-        return None
     if stack.installed_version("mergekit") is not None:
         stack.check(f"merge method {name!r} (one of mergekit's)", stack.mergekit_needs())
     if name not in mergekit_method_names():

@@ -7,7 +7,12 @@ import math
 from pathlib import Path
 
 from hf_unified_embed.errors import MergeError
-from hf_unified_embed.merge.methods.merge_method import LayerGroups, LinearMergeMethod, check_weights, register_merge_method
+from hf_unified_embed.merge.methods.merge_method import (
+    LayerGroups,
+    LinearMergeMethod,
+    check_weights,
+)
+from hf_unified_embed.merge.methods.registry import register_merge_method
 
 
 @register_merge_method

@@ -1,4 +1,4 @@
-"""Streaming readers shared by the adapters: delimited text, JSON lines / arrays, CSV and Parquet.
+"""Reading the files users give: delimited text, JSON / JSON lines, Parquet, with errors that name file, line and field.
 
 Each yields one record at a time with its 1-based line (or row) number, so memory does not grow
 with the file and errors can point at the exact place.
@@ -20,7 +20,7 @@ from typing import Any, Literal, TextIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hf_unified_embed.data.registry import SourceFormatError
+from hf_unified_embed.errors import SourceFormatError
 from hf_unified_embed.utils.locations import looks_local
 
 Quoting = Literal[0, 1, 2, 3]  # csv.QUOTE_MINIMAL, QUOTE_ALL, QUOTE_NONNUMERIC, QUOTE_NONE
