@@ -1,158 +1,364 @@
-"""Benchmark: build throughput and peak memory of ``build_unified`` on large generated inputs.
+"""Benchmark: time and peak memory of ``hf-unified-embed build`` on a mixed recipe, single-process and
+parallel, beside ``datasets.load_dataset`` of the same raw files.
 
-Inputs (generated once per size into a scratch folder):
-  * a BEIR folder with N queries, N corpus passages, one positive qrel per query and a mined
-    negatives file with 4 negatives per query → N rows of (query, positive, 4 negatives);
-  * a pairs JSON-lines file with N (anchor, positive) lines.
+Inputs (generated once per size into a scratch folder; N output rows in all, in the shapes of the shared
+sets): an STS Benchmark tab file (20 % of the rows; every tenth line with the two trailing source
+fields), a SICK file (10 %), two SemEval STS files (10 %, plus a fifth as many unlabeled lines, which are
+skipped), an MSRP file with a byte-order mark (10 %), a WikiQA file (10 % answered questions of four
+candidates, plus half as many unanswered ones, skipped), a quoted TrecQA csv (5 %), an MS MARCO-like
+BEIR folder (15 %: two graded judgements and four mined negatives per query), a pairs JSON-lines file
+with scores (10 %) and a triplets Parquet file (10 %).
 
-For each input and size, two fresh processes run back to back: ``build_unified`` (parse, join,
-validate, write Arrow) and the baseline, a bare ``datasets.Dataset.from_generator`` that yields
-the same rows, already joined, without reading files or validating. Reported: rows/s, peak RSS
-(``ru_maxrss`` of each process) and the time ratio build / baseline; memory should not grow with N
-(peak RSS at 100k vs 1M).
+Each measurement runs in a fresh process, back to back:
 
-    .venv/bin/python bench/build.py                 # sizes 100000 and 1000000
-    .venv/bin/python bench/build.py --sizes 20000   # quick run
+* ``build 1``: ``hf-unified-embed build recipe.yaml -o OUT --num-proc 1`` (read, validate, write the
+  Parquet shards and the card);
+* ``build N``: the same with ``--num-proc N`` (default: the CPUs this process may use);
+* ``load_dataset``: ``datasets.load_dataset`` of every raw file (csv / json / parquet builders, a fresh
+  cache), one process; no parsing into the schema, no validation, no Parquet output.
+
+Reported per size: seconds, CPU seconds of the process and its workers (user + system: what the work
+costs whatever else the machine runs), rows/s (output rows, wall clock), the peak memory of the process
+tree (the process and its workers, sampled every 0.2 s from ``/proc/PID/smaps_rollup``; proportional set
+sizes, so pages shared after a fork count once): all its pages (``Pss``, memory-mapped Arrow files
+included) and its anonymous pages (``Pss_Anon``: the heap); and whether ``build 1`` and ``build N`` wrote
+the same bytes. The load average before and after each size is printed: on a shared machine the wall
+times are noisy.
+
+    .venv/bin/python bench/build.py                          # sizes 10k, 100k, 1M
+    .venv/bin/python bench/build.py --sizes 10000            # quick run
+    .venv/bin/python bench/build.py --sizes 10000000 --modes build-N   # 10M, the parallel build only
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
-import resource
+import os
+import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-NEGATIVES = 4
+_VOCABULARY = (
+    "a man woman child dog cat plane car train city river mountain house street market school player team "
+    "game music flute guitar piano book story paper news report court police government minister election "
+    "is are was were has had takes playing running eating reading writing riding sitting standing walking "
+    "large small old young red blue green quick slow happy sad new early late first last other same on in "
+    "at with from into over under near after before during about against between through"
+)
+WORDS = tuple(_VOCABULARY.split())
+GENRES = ("main-captions", "main-news", "main-forums")
 
 
-def query_text(i: int) -> str:
-    return f"what is the meaning of item number {i} in the benchmark collection"
+def sentence(rng: random.Random, words: int = 12) -> str:
+    text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(max(1, words - 4), words + 4)))
+    return text[0].upper() + text[1:] + "."
 
 
-def passage_text(i: int) -> str:
-    return f"Passage {i}: the benchmark item {i} is described here in a sentence of ordinary length for retrieval."
+def shares(n: int) -> dict[str, int]:
+    fractions = {
+        "stsb": 0.2,
+        "sick": 0.1,
+        "semeval": 0.1,
+        "msrp": 0.1,
+        "wikiqa": 0.1,
+        "trecqa": 0.05,
+        "beir": 0.15,
+        "pairs": 0.1,
+    }
+    counts = {name: int(n * fraction) for name, fraction in fractions.items()}
+    counts["triplets"] = n - sum(counts.values())
+    return counts
 
 
-def negative_ids(i: int, n: int) -> list[int]:
-    return [(i + k * 7919) % n for k in range(1, NEGATIVES + 1)]
+def write_inputs(folder: Path, n: int, seed: int = 0) -> dict[str, Any]:
+    """The raw files and the recipe; returns the recipe path and the expected rows per task."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-
-def write_inputs(folder: Path, n: int) -> None:
+    rng = random.Random(seed)
+    counts = shares(n)
+    with open(folder / "stsb.tsv", "w") as out:
+        for i in range(counts["stsb"]):
+            extra = "\tsource-a\tsource-b" if i % 10 == 0 else ""
+            score = rng.randint(0, 50) / 10
+            out.write(
+                f"{GENRES[i % 3]}\tMSRvid\t2012test\t{i:04d}\t{score:.3f}\t{sentence(rng)}\t{sentence(rng)}{extra}\n"
+            )
+    with open(folder / "sick.txt", "w") as out:
+        out.write("pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n")
+        for i in range(counts["sick"]):
+            out.write(f"{i + 1}\t{sentence(rng)}\t{sentence(rng)}\t{rng.randint(10, 50) / 10}\tNEUTRAL\n")
+    for part, name in enumerate(("answers-forums", "headlines")):
+        with open(folder / f"semeval-{name}.tsv", "w") as out:
+            for i in range(counts["semeval"] // 2 + part * (counts["semeval"] % 2)):
+                if i % 5 == 0:
+                    out.write(f"\t{sentence(rng)}\t{sentence(rng)}\n")  # unlabeled: skipped
+                out.write(f"{rng.randint(0, 50) / 10:.2f}\t{sentence(rng)}\t{sentence(rng)}\n")
+    with open(folder / "msrp.tsv", "w", encoding="utf-8-sig") as out:
+        out.write("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n")
+        for i in range(counts["msrp"]):
+            out.write(f"{i % 2}\t{2 * i}\t{2 * i + 1}\t{sentence(rng)}\t{sentence(rng)}\n")
+    with open(folder / "wikiqa.tsv", "w") as out:
+        out.write("QuestionID\tQuestion\tSentenceID\tSentence\tLabel\n")
+        sentence_id = 0
+        for q in range(counts["wikiqa"] + counts["wikiqa"] // 2):
+            question = f"how is item {q} described? " + sentence(rng, 6)
+            correct = rng.randrange(4) if q % 3 != 2 else -1  # every third question unanswered
+            for c in range(4):
+                sentence_id += 1
+                out.write(f"Q{q}\t{question}\tS{sentence_id}\t{sentence(rng)}\t{int(c == correct)}\n")
+    with open(folder / "trecqa.csv", "w") as out:
+        out.write("qtext,label,atext\n")
+        for q in range(counts["trecqa"]):
+            question = f'"Who wrote ""{sentence(rng, 4)}"" , number {q} ?"'
+            for c in range(5):
+                out.write(f'{question},{int(c == 0)},"{sentence(rng, 20).replace(" on ", " , on ")}"\n')
     beir = folder / "beir"
     (beir / "qrels").mkdir(parents=True)
-    with open(beir / "corpus.jsonl", "w") as corpus, open(beir / "queries.jsonl", "w") as queries:
-        for i in range(n):
-            corpus.write(json.dumps({"_id": f"d{i}", "title": "", "text": passage_text(i)}) + "\n")
-            queries.write(json.dumps({"_id": f"q{i}", "text": query_text(i)}) + "\n")
+    queries = counts["beir"]
+    documents = 2 * queries
+    with open(beir / "corpus.jsonl", "w") as corpus:
+        for d in range(documents):
+            corpus.write(json.dumps({"_id": f"d{d}", "title": "", "text": sentence(rng, 40)}) + "\n")
+    with open(beir / "queries.jsonl", "w") as out:
+        for q in range(queries):
+            out.write(json.dumps({"_id": f"q{q}", "text": sentence(rng, 6)}) + "\n")
     with open(beir / "qrels" / "train.tsv", "w") as qrels, open(beir / "negatives.jsonl", "w") as negatives:
         qrels.write("query-id\tcorpus-id\tscore\n")
-        for i in range(n):
-            qrels.write(f"q{i}\td{i}\t1\n")
-            negatives.write(
-                json.dumps({"query-id": f"q{i}", "corpus-ids": [f"d{j}" for j in negative_ids(i, n)]}) + "\n"
+        for q in range(queries):
+            qrels.write(f"q{q}\td{2 * q}\t3\nq{q}\td{2 * q + 1}\t{1 + q % 2}\n")
+            mined = [f"d{(2 * q + 7919 * k) % documents}" for k in range(1, 5)]
+            negatives.write(json.dumps({"query-id": f"q{q}", "corpus-ids": mined}) + "\n")
+    with open(folder / "pairs.jsonl", "w") as out:
+        for _ in range(counts["pairs"]):
+            out.write(
+                json.dumps({"anchor": sentence(rng, 8), "positive": sentence(rng), "score": rng.random()}) + "\n"
             )
-    with open(folder / "pairs.jsonl", "w") as pairs:
-        for i in range(n):
-            pairs.write(json.dumps({"anchor": query_text(i), "positive": passage_text(i)}) + "\n")
-
-
-def baseline_rows(kind: str, n: int) -> Iterator[dict[str, Any]]:
-    for i in range(n):
-        yield {
-            "task": kind,
+    triplets = counts["triplets"]
+    for start in range(0, triplets, 500_000):
+        stop = min(triplets, start + 500_000)
+        part = pa.table(
+            {
+                "anchor": [sentence(rng, 8) for _ in range(start, stop)],
+                "positive": [sentence(rng) for _ in range(start, stop)],
+                "negative": [sentence(rng) for _ in range(start, stop)],
+            }
+        )
+        if start == 0:
+            writer = pq.ParquetWriter(folder / "triplets.parquet", part.schema)
+        writer.write_table(part)
+    writer.close()
+    sources = [
+        {"name": "stsb", "format": "stsb", "data_files": "stsb.tsv", "task_type": "sts", "query_instruction": "Q: "},
+        {"name": "sick", "format": "sick", "data_files": "sick.txt", "task_type": "sts"},
+        {"name": "semeval", "format": "semeval-sts", "data_files": "semeval-*.tsv", "task_type": "sts"},
+        {"name": "msrp", "format": "msrp", "data_files": "msrp.tsv", "task_type": "pair_classification"},
+        {"name": "wikiqa", "format": "wikiqa", "data_files": "wikiqa.tsv", "task_type": "retrieval"},
+        {"name": "trecqa", "format": "trecqa", "data_files": "trecqa.csv", "task_type": "retrieval"},
+        {
+            "name": "msmarco",
+            "format": "beir",
+            "data_files": "beir",
             "task_type": "retrieval",
-            "query_instruction": "",
-            "document_instruction": "",
-            "query": query_text(i),
-            "positives": [passage_text(i)],
-            "negatives": [passage_text(j) for j in negative_ids(i, n)] if kind == "beir" else [],
-            "positive_scores": [1.0] if kind == "beir" else [],
-            "negative_scores": [],
-        }
+            "options": {"negatives_file": "negatives.jsonl"},
+        },
+        {
+            "name": "pairs",
+            "format": "pairs",
+            "data_files": "pairs.jsonl",
+            "task_type": "retrieval",
+            "options": {"score_column": "score"},
+        },
+        {"name": "triplets", "format": "triplets", "data_files": "triplets.parquet", "task_type": "retrieval"},
+    ]
+    recipe = folder / "recipe.yaml"
+    recipe.write_text(json.dumps({"sources": sources}, indent=1))  # JSON is YAML
+    return {"recipe": recipe, "rows": n}
 
 
-def worker(mode: str, kind: str, folder: Path, n: int) -> dict[str, float]:
+def load_raw_files(folder: Path, cache: Path) -> int:
+    """``datasets.load_dataset`` of every raw file of the recipe; returns the records read."""
     import datasets
 
-    from hf_unified_embed.data import build_unified
-    from hf_unified_embed.schema import UNIFIED_FEATURES
-
     datasets.disable_progress_bars()
-    cache = tempfile.mkdtemp(dir=folder, prefix=f"cache-{mode}-")
+    tab = {"delimiter": "\t", "quoting": 3}
+    loads: list[tuple[str, dict[str, Any]]] = [
+        ("csv", {"data_files": str(folder / "stsb.tsv"), **tab, "column_names": [f"c{i}" for i in range(9)]}),
+        ("csv", {"data_files": str(folder / "sick.txt"), **tab}),
+        ("csv", {"data_files": str(folder / "semeval-*.tsv"), **tab, "column_names": ["score", "s1", "s2"]}),
+        ("csv", {"data_files": str(folder / "msrp.tsv"), **tab}),
+        ("csv", {"data_files": str(folder / "wikiqa.tsv"), **tab}),
+        ("csv", {"data_files": str(folder / "trecqa.csv")}),
+        ("json", {"data_files": str(folder / "beir" / "corpus.jsonl")}),
+        ("json", {"data_files": str(folder / "beir" / "queries.jsonl")}),
+        ("csv", {"data_files": str(folder / "beir" / "qrels" / "train.tsv"), **tab}),
+        ("json", {"data_files": str(folder / "beir" / "negatives.jsonl")}),
+        ("json", {"data_files": str(folder / "pairs.jsonl")}),
+        ("parquet", {"data_files": str(folder / "triplets.parquet")}),
+    ]
+    return sum(
+        len(datasets.load_dataset(kind, split="train", cache_dir=str(cache), **kwargs)) for kind, kwargs in loads
+    )
+
+
+#: How often the memory of the process tree is sampled (reading smaps_rollup is not free for the process).
+SAMPLE_SECONDS = 0.2
+
+
+def _proportional_kb(pid: int) -> tuple[int, int]:
+    """``(Pss, Pss_Anon)`` of a process in kB: its share of the pages it maps (a page shared after a fork
+    counts once across the tree), all of them and the anonymous ones (heap, not mapped files)."""
+    values = {"Pss:": 0, "Pss_Anon:": 0}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                name, _, rest = line.partition(" ")
+                if name in values:
+                    values[name] = int(rest.split()[0])
+    except OSError:
+        pass
+    return values["Pss:"], values["Pss_Anon:"]
+
+
+def measure(command: list[str], env: dict[str, str] | None = None) -> dict[str, float]:
+    """Run ``command``; its seconds and the sampled peaks of the process tree's memory (MB): ``pss_mb``, all
+    its pages (file-backed ones included, such as memory-mapped Arrow files), and ``anon_mb``, its heap."""
+    import resource
+
+    import psutil
+
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    cpu_before = cpu()
     start = time.perf_counter()
-    if mode == "build":
-        source = {"name": kind, "task_type": "retrieval"}
-        if kind == "beir":
-            source |= {
-                "format": "beir",
-                "data_files": str(folder / "beir"),
-                "options": {"negatives_file": "negatives.jsonl"},
-            }
-        else:
-            source |= {"format": "pairs", "data_files": str(folder / "pairs.jsonl")}
-        rows = len(build_unified({"sources": [source]}, cache_dir=cache)[kind])
-    else:
-        rows = len(
-            datasets.Dataset.from_generator(
-                baseline_rows, gen_kwargs={"kind": kind, "n": n}, features=UNIFIED_FEATURES, cache_dir=cache
-            )
-        )
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    peaks = {"pss": 0, "anon": 0}
+    done = threading.Event()
+
+    def sample() -> None:
+        root = psutil.Process(process.pid)
+        while not done.is_set():
+            try:
+                tree = [root.pid, *(child.pid for child in root.children(recursive=True))]
+            except psutil.Error:
+                tree = []
+            totals = [sum(values) for values in zip((0, 0), *(_proportional_kb(pid) for pid in tree))]
+            peaks["pss"], peaks["anon"] = max(peaks["pss"], totals[0]), max(peaks["anon"], totals[1])
+            done.wait(SAMPLE_SECONDS)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    stdout, stderr = process.communicate()
     seconds = time.perf_counter() - start
-    assert rows == n, (rows, n)
+    done.set()
+    sampler.join()
+    if process.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed ({process.returncode}):\n{stderr[-3000:]}")
     return {
         "seconds": seconds,
-        "rows_per_s": n / seconds,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "cpu_seconds": cpu() - cpu_before,
+        "pss_mb": peaks["pss"] / 1024,
+        "anon_mb": peaks["anon"] / 1024,
+        "stdout": stdout,
     }
 
 
-def run_worker(mode: str, kind: str, folder: Path, n: int) -> dict[str, float]:
-    output = subprocess.run(
-        [sys.executable, __file__, "--worker", mode, kind, str(folder), str(n)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return json.loads(output.strip().splitlines()[-1])
+def digest(folder: Path) -> str:
+    sha = hashlib.sha256()
+    for path in sorted((folder / "data").rglob("*.parquet")):
+        sha.update(path.relative_to(folder).as_posix().encode())
+        sha.update(path.read_bytes())
+    return sha.hexdigest()
+
+
+def load_average() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
-    parser.add_argument("--worker", nargs=4, metavar=("MODE", "KIND", "FOLDER", "N"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        mode, kind, folder, n = args.worker
-        print(json.dumps(worker(mode, kind, Path(folder), int(n))))
-        return
-    print(
-        f"{'input':<6} {'rows':>9} {'build rows/s':>13} {'base rows/s':>12} {'time ratio':>10} {'build RSS MB':>13} {'base RSS MB':>12}"
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument(
+        "--num-proc", type=int, default=None, help="processes of the parallel build (default: the CPUs)"
     )
-    peaks: dict[str, list[float]] = {}
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        default=["build-1", "build-N", "load_dataset"],
+        choices=["build-1", "build-N", "load_dataset"],
+    )
+    parser.add_argument("--scratch", type=Path, default=None, help="where to generate inputs (default: a temp folder)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--load-worker", nargs=2, metavar=("FOLDER", "CACHE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.load_worker:
+        print(load_raw_files(Path(args.load_worker[0]), Path(args.load_worker[1])))
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from hf_unified_embed.data.builder import available_cpus
+
+    num_proc = args.num_proc or available_cpus()
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    print(f"{num_proc} processes for build-N; {os.cpu_count()} CPUs; load average {load_average()}", flush=True)
+    print(
+        f"{'rows':>10} {'mode':<13} {'seconds':>8} {'CPU s':>7} {'rows/s':>9} {'tree PSS MB':>12} {'tree anon MB':>13}"
+    )
+    results = []
     for n in args.sizes:
-        with tempfile.TemporaryDirectory(prefix="bench-build-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="bench-build-", dir=args.scratch) as scratch:
             folder = Path(scratch)
-            write_inputs(folder, n)
-            for kind in ("beir", "pairs"):
-                built = run_worker("build", kind, folder, n)
-                base = run_worker("baseline", kind, folder, n)
-                peaks.setdefault(kind, []).append(built["peak_rss_mb"])
+            started = time.perf_counter()
+            inputs = write_inputs(folder, n)
+            size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+            print(
+                f"# {n:,} rows: inputs {size / 1e6:,.0f} MB written in {time.perf_counter() - started:.0f} s; "
+                f"load average {load_average()}",
+                flush=True,
+            )
+            digests = {}
+            for mode in args.modes:
+                if mode == "load_dataset":
+                    command = [sys.executable, __file__, "--load-worker", str(folder), str(folder / "cache-load")]
+                else:
+                    processes = 1 if mode == "build-1" else num_proc
+                    out = folder / f"out-{processes}"
+                    command = [
+                        sys.executable,
+                        "-m",
+                        "hf_unified_embed",
+                        "build",
+                        str(inputs["recipe"]),
+                        "-o",
+                        str(out),
+                    ]
+                    command += ["--num-proc", str(processes)]
+                result = measure(command, env)
+                if mode != "load_dataset":
+                    digests[mode] = digest(out)
+                label = f"build {num_proc}" if mode == "build-N" else mode.replace("-", " ")
                 print(
-                    f"{kind:<6} {n:>9,} {built['rows_per_s']:>13,.0f} {base['rows_per_s']:>12,.0f} "
-                    f"{built['seconds'] / base['seconds']:>10.2f} {built['peak_rss_mb']:>13.0f} {base['peak_rss_mb']:>12.0f}",
+                    f"{n:>10,} {label:<13} {result['seconds']:>8.1f} {result['cpu_seconds']:>7.1f} "
+                    f"{n / result['seconds']:>9,.0f} "
+                    f"{result['pss_mb']:>12,.0f} {result['anon_mb']:>13,.0f}",
                     flush=True,
                 )
-    if len(args.sizes) > 1:
-        for kind, values in peaks.items():
-            print(
-                f"{kind}: peak RSS at {args.sizes[-1]:,} rows / at {args.sizes[0]:,} rows = {values[-1] / values[0]:.2f}"
-            )
+                results.append({"rows": n, "mode": label, **{k: v for k, v in result.items() if k != "stdout"}})
+            if len(digests) == 2:
+                print(
+                    f"# build 1 and build {num_proc} wrote the same Parquet bytes: {len(set(digests.values())) == 1}"
+                )
+            print(f"# load average {load_average()}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

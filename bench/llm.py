@@ -1,4 +1,5 @@
-"""LoRA vs full fine-tuning of a small random decoder, and the cost of the mid-layer InfoNCE term on decoders.
+"""LoRA vs full fine-tuning of a small random decoder, causal vs bidirectional attention, and the cost of the
+mid-layer InfoNCE term on decoders.
 
 Builds a random Qwen2 decoder (``tests/_tiny_decoders.py``, a test helper; tokenizer trained on the bundled
 sample) and runs each configuration in a fresh process, so that peak memory is that configuration's
@@ -9,11 +10,20 @@ positive, negative) rows, last-token pooling with an appended EOS, left padding.
   median step time, peak memory, trainable parameters; ratios against ``full``.
 * ``sts`` vs ``sts+mid``: ``CoDiEmbSTSLoss`` without and with the intermediate-layer InfoNCE term
   (``hidden_states[n // 2]`` of the decoder): step-time ratio.
+* attention: ``full`` and ``lora`` (causal, last-token pooling of an appended EOS, as the causal anchors
+  train) vs ``bidir`` and ``bidir+lora`` (``model.attention: bidirectional`` in every layer, mean
+  pooling: transformers' ``is_causal: false``) and ``bidir@half`` (bidirectional from the middle layer,
+  BiLLM's start index: the layer hooks of :mod:`hf_unified_embed.training.attention`).
+
+On CPU the table also gives the process's CPU time per step (all threads), which other work on a
+shared machine inflates far less than the wall-clock step time.
 
 Peak memory: ``torch.cuda.max_memory_allocated`` on a GPU; on CPU the process's peak RSS and its rise
 above the RSS after loading (weights, gradients, optimizer state and activations of training).
 
-Run: ``.venv/bin/python bench/llm.py`` (CPU, ~3 min on 2 cores) or
+``--configs`` runs a subset (``full``, the reference of every ratio, always runs).
+
+Run: ``.venv/bin/python bench/llm.py`` (CPU, ~5 min on 2 quiet cores) or
 ``python bench/llm.py --device cuda --hidden 1024 --layers 8 --batch 32 --seq 128`` on a GPU.
 """
 
@@ -34,7 +44,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
 
-CONFIGS = ("full", "lora", "lora+gc", "sts", "sts+mid")
+CONFIGS = ("full", "lora", "lora+gc", "sts", "sts+mid", "bidir", "bidir@half", "bidir+lora")
 
 
 def _tiny_decoders() -> Any:
@@ -65,12 +75,15 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(0)
     device = args.device
     config = args.worker
-    model = build_model(
-        args.model,
-        ModelConfig(pooling="lasttoken", padding_side="left", gradient_checkpointing=config.endswith("+gc")),
-        max_seq_length=args.seq,
-    ).to(device)
-    if config.startswith("lora"):
+    if config.startswith("bidir"):  # mean pooling, the default of bidirectional attention
+        first = args.layers // 2 if config == "bidir@half" else None
+        model_config = ModelConfig(attention="bidirectional", first_bidirectional_layer=first, padding_side="left")
+    else:
+        model_config = ModelConfig(
+            pooling="lasttoken", padding_side="left", gradient_checkpointing=config.endswith("+gc")
+        )
+    model = build_model(args.model, model_config, max_seq_length=args.seq).to(device)
+    if config.startswith("lora") or config.endswith("+lora"):
         model.add_adapter(LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
     model.train()
     texts = _texts(args.seq)
@@ -90,9 +103,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    times = []
+    times, cpu_times = [], []
     for step in range(args.warmup + args.steps):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         output = loss(features, labels)
         value = sum(output.values()) if isinstance(output, dict) else output
         value.backward()
@@ -102,10 +115,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             torch.cuda.synchronize()
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
+            cpu_times.append(time.process_time() - cpu_start)
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {
         "config": config,
         "step_s": statistics.median(times),
+        "cpu_s": statistics.median(cpu_times),
         "peak_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else peak_rss,
         "training_bytes": None if device == "cuda" else peak_rss - rss_loaded,
         "trainable": sum(p.numel() for p in trainable),
@@ -123,6 +138,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS), help="configurations to run")
     parser.add_argument("--worker", choices=CONFIGS, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -145,7 +161,7 @@ def main() -> None:
             num_layers=args.layers,
         )
         results = {}
-        for config in CONFIGS:
+        for config in [name for name in CONFIGS if name == "full" or name in args.configs]:
             command = [sys.executable, __file__, "--worker", config, "--model", str(model_dir)]
             for flag in ("device", "hidden", "layers", "batch", "seq", "steps", "warmup", "threads"):
                 command += [f"--{flag}", str(getattr(args, flag))]
@@ -155,10 +171,13 @@ def main() -> None:
 
     device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU ({args.threads} threads)"
     print(f"Qwen2 decoder, hidden {args.hidden}, {args.layers} layers, batch {args.batch} x seq {args.seq}, {device}")
+    cpu = args.device != "cuda"
+    cpu_header = f" {'CPU (s)':>9} {'ratio':>6}" if cpu else ""
     print(
-        f"{'config':<9} {'step (s)':>9} {'ratio':>6} {'peak MB':>9} {'ratio':>6} {'train MB':>9} {'ratio':>6} {'trainable':>11}"
+        f"{'config':<10} {'step (s)':>9} {'ratio':>6}{cpu_header} {'peak MB':>9} {'ratio':>6} {'train MB':>9} {'ratio':>6} "
+        f"{'trainable':>11}"
     )
-    for config in ("full", "lora", "lora+gc"):
+    for config in [name for name in CONFIGS if name in results and not name.startswith("sts")]:
         row, base = results[config], results["full"]
         training = row["training_bytes"]
         training_cells = (
@@ -166,13 +185,21 @@ def main() -> None:
             if training is not None
             else f"{'-':>9} {'-':>6}"
         )
+        cpu_cells = f" {row['cpu_s']:>9.4f} {row['cpu_s'] / base['cpu_s']:>6.2f}" if cpu else ""
         print(
-            f"{config:<9} {row['step_s']:>9.4f} {row['step_s'] / base['step_s']:>6.2f} "
+            f"{config:<10} {row['step_s']:>9.4f} {row['step_s'] / base['step_s']:>6.2f}{cpu_cells} "
             f"{row['peak_bytes'] / 2**20:>9.1f} {row['peak_bytes'] / base['peak_bytes']:>6.2f} {training_cells} "
             f"{row['trainable']:>11,}"
         )
-    sts, mid = results["sts"], results["sts+mid"]
-    print(f"CoDiEmbSTSLoss step with / without the mid-layer InfoNCE term: {mid['step_s'] / sts['step_s']:.3f}x")
+    if "sts" in results and "sts+mid" in results:
+        sts, mid = results["sts"], results["sts+mid"]
+        print(f"CoDiEmbSTSLoss step with / without the mid-layer InfoNCE term: {mid['step_s'] / sts['step_s']:.3f}x")
+    if "lora" in results and "bidir+lora" in results:
+        lora, bidir = results["lora"], results["bidir+lora"]
+        ratios = f"{bidir['step_s'] / lora['step_s']:.3f}x" + (
+            f" (CPU time {bidir['cpu_s'] / lora['cpu_s']:.3f}x)" if cpu else ""
+        )
+        print(f"LoRA step, bidirectional / causal: {ratios}")
 
 
 if __name__ == "__main__":

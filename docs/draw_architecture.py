@@ -10,7 +10,7 @@ Every ``import`` and ``from ... import`` of ``hf_unified_embed`` in every module
 imported), ``function`` (inside a function or method, runs when it is called) and ``type`` (under
 ``if TYPE_CHECKING:``, never runs). The checks count all three. Imports made with
 ``importlib.import_module`` from a computed name (the package face's lazy exports, the command
-registry of ``cli/main.py``, the adapter discovery of ``data/registry.py``) are not seen; each of them
+registry of ``cli/main.py``, the adapter discovery of ``data/source_formats.py``) are not seen; each of them
 stays inside its own package or repeats a ``TYPE_CHECKING`` import that is seen.
 
 A *unit* is a top-level sub-package (``losses`` with everything below it) or a module at the package

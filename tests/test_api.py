@@ -48,8 +48,8 @@ def test_every_error_class_is_under_the_one_base() -> None:
 
 def test_one_name_per_meaning() -> None:
     from hf_unified_embed import data, evaluation, merge, schema
+    from hf_unified_embed.data import source_formats as registry
     from hf_unified_embed.recipe import train_recipe as recipe
-    from hf_unified_embed.data import registry
 
     assert recipe.RecipeError is errors.RecipeError
     assert data.SourceFormatError is registry.SourceFormatError is errors.SourceFormatError

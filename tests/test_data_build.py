@@ -176,8 +176,13 @@ def test_save_refuses_non_empty_output_unless_overwrite(sample, tmp_path: Path):
     (out / "keep.txt").write_text("x")
     with pytest.raises(FileExistsError, match="overwrite"):
         save_unified(result.dataset, out)
-    save_unified(result.dataset, out, overwrite=True)
-    assert not (out / "keep.txt").exists() and (out / "README.md").is_file()
+    with pytest.raises(OSError, match="not written by hf-unified-embed"):  # overwrite replaces only the tool's
+        save_unified(result.dataset, out, overwrite=True)
+    assert (out / "keep.txt").exists()
+    (out / "keep.txt").unlink()
+    save_unified(result.dataset, out)  # an empty folder is no one's
+    save_unified(result.dataset, out, overwrite=True)  # the tool's own output: replaced
+    assert (out / "README.md").is_file()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]  # no staging left behind
 
 

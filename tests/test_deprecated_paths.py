@@ -46,6 +46,15 @@ def test_headline_names_do_not_warn() -> None:
     assert 30 <= len(hf_unified_embed.__all__) <= 40
 
 
+@pytest.mark.parametrize("name", ["SamplerConfig", "DataConfig", "KeepBaseConfig", "HubConfig", "SAMPLER_KINDS"])
+def test_names_of_the_old_recipe_module_resolve_from_the_recipe_package(name: str) -> None:
+    from hf_unified_embed.recipe import train_recipe
+
+    with pytest.warns(DeprecationWarning, match=rf"hf_unified_embed\.recipe\.train_recipe\.{name}"):
+        value = getattr(importlib.import_module("hf_unified_embed.recipe"), name)
+    assert value is getattr(train_recipe, name)
+
+
 def test_old_from_import_in_a_fresh_process() -> None:
     """What a user's 0.1 script does, in a process of its own: the finder is installed by importing the package."""
     code = (

@@ -125,9 +125,12 @@ def test_device_training_args_pin_memory_only_with_cuda(monkeypatch: pytest.Monk
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert device_training_args() == {"dataloader_pin_memory": False}
     assert device_training_args("cpu") == {"dataloader_pin_memory": False, "use_cpu": True}
+    # A GPU without bfloat16 or TF32 (compute capability 7.0); tests/test_device_defaults.py has the rest.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert device_training_args() == {"dataloader_pin_memory": True}
-    assert device_training_args("cuda:1") == {"dataloader_pin_memory": True}
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
+    assert device_training_args()["dataloader_pin_memory"] is True
+    assert device_training_args("cuda:1")["dataloader_pin_memory"] is True
     assert device_training_args("cpu") == {"dataloader_pin_memory": False, "use_cpu": True}
 
 

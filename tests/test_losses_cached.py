@@ -210,7 +210,8 @@ def partitioned_reference(
             sums.setdefault(part, []).append(total)
             counts[part] = counts.get(part, 0) + count
     joined = {view: [torch.stack(by_row) for by_row in tensors] for view, tensors in views.items()}  # type: ignore[misc]
-    output = loss.compute_loss_from_embeddings(
+    # The loss's own entry to its maths: in float32, outside autocast, when autocast is on.
+    output = loss._loss_maths(
         joined.pop(FINAL), torch.tensor(labels) if labels is not None else None, **joined, **inputs
     )
     output = with_means(output, {part: torch.stack(values).sum() / counts[part] for part, values in sums.items()})

@@ -51,7 +51,9 @@ def test_card_metadata_body_and_model_index(runs: list[Path], tmp_path: Path) ->
     assert "### Direct Usage (Sentence Transformers)" in card.text
     assert 'SentenceTransformer("my-org/minilm-soup")' in card.text
     assert "| `encoder.layer.1` |" in card.text and "0.7500" in card.text
-    assert yaml.safe_load((out / "merge_config.yaml").read_text())["weights"] == [0.25, 0.75]
+    written = yaml.safe_load((out / "merge_config.yaml").read_text())
+    assert written["parameters"]["weights"] == [0.25, 0.75]
+    assert written["models"] == [{"path": "run0", "id": "my-org/run-0"}, {"path": "run1", "id": "my-org/run-1"}]
 
 
 def test_card_of_hierarchical_merge_names_roles_and_heatmap(

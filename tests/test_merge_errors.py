@@ -156,8 +156,12 @@ def test_non_empty_output_needs_overwrite(pair: tuple[Path, Path], tmp_path: Pat
     with pytest.raises(FileExistsError, match="not empty"):
         merge_models(list(pair), "soup", out, show_progress=False)
     assert (out / "keep.txt").exists()
+    with pytest.raises(OSError, match="not written by hf-unified-embed"):  # overwrite replaces only the tool's
+        merge_models(list(pair), "soup", out, overwrite=True, show_progress=False)
+    (out / "keep.txt").unlink()
+    merge_models(list(pair), "soup", out, show_progress=False)
     merge_models(list(pair), "soup", out, overwrite=True, show_progress=False)
-    assert not (out / "keep.txt").exists() and (out / "model.safetensors").exists()
+    assert (out / "model.safetensors").exists()
 
 
 def test_truncated_safetensors(pair: tuple[Path, Path], tmp_path: Path) -> None:
@@ -194,3 +198,55 @@ def test_config_validation(tmp_path: Path) -> None:
                 "card": {"evaluation_results": [{"task_type": "x"}]},
             }
         )
+
+
+def test_negative_averaging_weights_need_the_option(pair: tuple[Path, Path], tmp_path: Path, capsys) -> None:
+    """A soup (or mergekit's linear) with a negative weight extrapolates: refused unless allowed; a task
+    vector's λ may be negative (task negation)."""
+    from hf_unified_embed.cli.main import main
+
+    assert_fails(
+        list(pair), tmp_path / "out", r"soup: weights\[0\] = -1 is negative.*--allow-negative-weights", weights=[-1, 2]
+    )
+    assert_fails(
+        list(pair), tmp_path / "out", r"linear: weight\[1\] = -0.5 is negative", method="linear", weight=[1, -0.5]
+    )
+    args = ["merge", "--method", "soup", "--models", *map(str, pair), "-o", str(tmp_path / "cli"), "--no-progress"]
+    assert main([*args, "--weights", "-1", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: soup: weights[0] = -1 is negative"), err
+    assert not (tmp_path / "cli").exists()
+    assert main([*args, "--weights", "-1", "2", "--allow-negative-weights"]) == 0
+    weights = read_weights(tmp_path / "cli")
+    inputs = [read_weights(path) for path in pair]
+    name = "encoder.layer.0.output.dense.weight"
+    torch.testing.assert_close(weights[name], 2 * inputs[1][name] - inputs[0][name], rtol=0, atol=1e-6)
+    merge_models(
+        list(pair[:1]), "task_arithmetic", tmp_path / "negated", base=pair[1], weights=[-0.5], show_progress=False
+    )
+
+
+def test_a_missing_input_is_a_missing_folder_naming_its_key(
+    pair: tuple[Path, Path], tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """A local path that does not exist is never looked up on the Hub; a bare name that is neither a folder here
+    nor a cached Hub model says both."""
+    from hf_unified_embed.cli.main import main
+
+    monkeypatch.chdir(pair[0].parent)
+    base = ["merge", "--method", "soup", "-o", str(tmp_path / "out"), "--no-progress"]
+    assert main([*base, "--models", "a", "./b-typo"]) == 2
+    assert capsys.readouterr().err == "error: --models ./b-typo: no such folder (a local path that does not exist)\n"
+    assert main([*base, "--method", "task_arithmetic", "--models", "a", "--base", "/no/such/base"]) == 2
+    assert (
+        capsys.readouterr().err == "error: --base /no/such/base: no such folder (a local path that does not exist)\n"
+    )
+    with pytest.raises(FileNotFoundError, match=r"^base /no/such/base: no such folder"):
+        merge_models([pair[0]], "task_arithmetic", tmp_path / "out", base="/no/such/base", show_progress=False)
+    with pytest.raises(FileNotFoundError, match=r"^models\[1\] .*/nope: no such folder"):
+        merge_models([pair[0], pair[0].parent / "nope"], "soup", tmp_path / "out", show_progress=False)
+    assert main([*base, "--models", "a", "b-typo"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: models[1] b-typo: no local folder of that name, and the Hub model cannot be loaded")
+    assert err.count("\n") == 1
+    assert not (tmp_path / "out").exists()

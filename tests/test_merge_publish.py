@@ -74,11 +74,11 @@ def test_local_runs_of_one_base_list_that_base(runs: list[Path], tmp_path: Path)
     assert f"[{BASE_ID}](https://huggingface.co/{BASE_ID})" in card.text
     assert_no_local_paths(out, tmp_path, runs[0].parent)
     recipe = yaml.safe_load((out / "merge_config.yaml").read_text())
-    assert [entry["id"] for entry in recipe["models"]] == [BASE_ID, BASE_ID]
-    assert [entry["path"] for entry in recipe["models"]] == [path.name for path in runs]  # names, not paths
+    # Each run by its own folder name, never by its base's Hub id.
+    assert recipe["models"] == [path.name for path in runs]
     with safe_open(str(out / "model.safetensors"), "pt") as handle:
         metadata = json.loads(handle.metadata()["merge_recipe"])
-    assert [entry["path"] for entry in metadata["models"]] == [path.name for path in runs]
+    assert metadata["models"] == [path.name for path in runs]
 
 
 def test_ids_from_config_cards_and_hub_cache(runs: list[Path], tiny_model_path: str, tmp_path: Path) -> None:
@@ -118,7 +118,7 @@ def test_hierarchical_and_mergekit_recipes_name_inputs_without_paths(
     assert_publishable(out / "README.md")
     assert_no_local_paths(out, tmp_path, Path(tiny_model_path))
     recipe = yaml.safe_load((out / "merge_config.yaml").read_text())
-    assert recipe["ir_specialist"] == specialists[0].name
+    assert recipe["parameters"]["ir_specialist"] == specialists[0].name
     ties = merge_models(
         runs,
         "ties",
@@ -130,6 +130,9 @@ def test_hierarchical_and_mergekit_recipes_name_inputs_without_paths(
     )
     card = assert_publishable(ties / "README.md")
     assert card.data.base_model == [BASE_ID, "org/tiny-base"]  # the runs' base, then the TIES base
-    assert yaml.safe_load((ties / "merge_config.yaml").read_text())["base"] == "org/tiny-base"
+    written = yaml.safe_load((ties / "merge_config.yaml").read_text())
+    # A local base is named by its folder (so the config merges again), its given Hub id beside it.
+    tiny = Path(tiny_model_path).name
+    assert written["parameters"]["base"] == tiny and written["model_ids"] == {tiny: "org/tiny-base"}
     assert_no_local_paths(ties, tmp_path, Path(tiny_model_path))
     assert "| `encoder.layer.0` |" in card.text and "density[0]" in card.text

@@ -202,6 +202,7 @@ def test_task_selection_and_config_errors(teacher):
     }
     result = mine_hard_negatives(data, teacher, corpus=["x", "y"], show_progress_bar=False)
     assert list(result.reports) == ["qa"] and result.tasks["sts"] is data["sts"]
+    assert result.skipped == {"sts": "sts task"}
     with pytest.raises(UsageError, match="'sts' is a sts task"):
         mine_hard_negatives(data, teacher, task_names=["sts"])
     with pytest.raises(UsageError, match="'nope' is not in the data"):
@@ -282,7 +283,56 @@ def test_cli_missing_model_is_an_input_error(unified_dir: Path, tmp_path: Path, 
         main(["mine-negatives", str(unified_dir), "-o", str(tmp_path / "o"), "--model", str(tmp_path / "no-model")])
         == 2
     )
-    assert "cannot be loaded" in capsys.readouterr().err
+    assert (
+        capsys.readouterr().err
+        == f"error: --model {tmp_path / 'no-model'}: no such folder (a local path that does not exist)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flag", "name"),
+    [
+        ("--model", "data/model-typo"),  # its first part exists here: a local path, never a Hub id
+        ("--model", "./model-typo"),
+        ("--cross-encoder", "../no/such/reranker"),
+    ],
+)
+def test_cli_mistyped_local_model_is_a_missing_folder_not_a_hub_lookup(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path, capsys, monkeypatch, flag, name
+):
+    monkeypatch.chdir(tmp_path)
+    models = ["--model", tiny_model_path, flag, name] if flag == "--cross-encoder" else [flag, name]
+    assert main(["mine-negatives", str(unified_dir), "-o", "out", *models]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {flag} {name}: no such folder (a local path that does not exist)\n"
+    assert "huggingface.co" not in err and not (tmp_path / "out").exists()
+
+
+def test_cli_names_the_tasks_it_does_not_mine(unified_dir: Path, tiny_model_path: str, tmp_path: Path, capsys):
+    """Tasks that are not retrieval tasks are copied unmined, a task without the split is not written: one line
+    says which and why."""
+    rows = [unified_row(f"which {TOPICS[i % 10]} is {i}", [sentence(i)], task="dev-qa") for i in range(5)]
+    data = load_unified(unified_dir)
+    source = save_unified(
+        {"train": data, "test": DatasetDict({"dev-qa": Dataset.from_list(rows, features=UNIFIED_FEATURES)})},
+        tmp_path / "two-splits",
+    )
+    out = tmp_path / "mined"
+    assert main(["mine-negatives", str(source), "-o", str(out), "--model", tiny_model_path]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith(("qa:", "wrote"))]
+    assert lines == [
+        "not mined (only retrieval tasks are), copied unchanged: sts (sts task); "
+        "not in the output: dev-qa (no train split; it has test)"
+    ]
+    assert sorted(load_unified(out)) == ["qa", "sts"]
+    result = mine_hard_negatives(
+        dict(data),
+        SentenceTransformer(tiny_model_path, device="cpu"),
+        task_names=["qa"],
+        corpus=["x"],
+        show_progress_bar=False,
+    )
+    assert result.skipped == {"sts": "not chosen"} and result.left_out == {}
 
 
 def test_task_documents_number_like_one_dictionary_over_corpus_then_task_texts():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from hf_unified_embed.errors import OutputError, OutputExistsError, SecretLeakError
-from hf_unified_embed.utils.outputs import StagedOutput, remove_stale_staging
+from hf_unified_embed.utils.outputs import (
+    MARKER,
+    StagedOutput,
+    check_output,
+    mark_output,
+    remove_stale_staging,
+    written_by_tool,
+)
 from hf_unified_embed.utils.redaction import REDACTED, remember_secret
 
 
@@ -42,13 +50,14 @@ def test_folder_appears_only_on_success(tmp_path: Path) -> None:
 
 def test_overwrite_rules_and_replacement(tmp_path: Path) -> None:
     target = tmp_path / "out"
-    target.mkdir()
-    (target / "old.txt").write_text("old")
+    with StagedOutput(target) as stage:
+        (stage.path / "old.txt").write_text("old")
+    assert sorted(p.name for p in target.iterdir()) == [MARKER, "old.txt"], "every output folder is marked"
     with pytest.raises(OutputExistsError, match="not empty; pass --overwrite"):
         StagedOutput(target)
     with StagedOutput(target, overwrite=True) as stage:
         (stage.path / "new.txt").write_text("new")
-    assert sorted(p.name for p in target.iterdir()) == ["new.txt"]
+    assert sorted(p.name for p in target.iterdir()) == [MARKER, "new.txt"]
     (tmp_path / "file").write_text("x")
     with pytest.raises(OutputError, match="not a folder"):
         StagedOutput(tmp_path / "file")
@@ -59,11 +68,73 @@ def test_overwrite_rules_and_replacement(tmp_path: Path) -> None:
     assert (empty / "x").exists()
 
 
+def test_overwrite_replaces_only_what_the_tool_wrote(tmp_path: Path) -> None:
+    foreign = tmp_path / "notes"
+    foreign.mkdir()
+    (foreign / "mine.txt").write_text("the user's")
+    with pytest.raises(OutputExistsError, match="not written by hf-unified-embed"):
+        StagedOutput(foreign)
+    with pytest.raises(OutputError, match=r"notes exists and was not written by hf-unified-embed \(no "):
+        StagedOutput(foreign, overwrite=True)
+    assert (foreign / "mine.txt").read_text() == "the user's"
+
+    results = tmp_path / "results.json"
+    results.write_text('{"metrics": 1}')  # JSON, but not the tool's
+    with pytest.raises(OutputError, match="not a result file of this tool"):
+        StagedOutput(results, kind="file", overwrite=True)
+    results.write_text(json.dumps({"written_by": "hf-unified-embed", "results": {}}))
+    with StagedOutput(results, kind="file", overwrite=True) as stage:
+        stage.path.write_text("{}")
+    legacy = tmp_path / "legacy.json"  # evaluation results written before the key existed
+    legacy.write_text(json.dumps(dict.fromkeys(["model", "suite", "results", "table", "model-index"])))
+    plan = tmp_path / "plan.json"  # a curriculum plan, known by its keys
+    plan.write_text(json.dumps(dict.fromkeys(["version", "tasks", "order", "similarity", "score", "method"])))
+    assert (
+        written_by_tool(legacy) and written_by_tool(plan) and not written_by_tool(tmp_path / "file-that-is-not-there")
+    )
+    (tmp_path / "file").write_text("x")
+    assert not written_by_tool(tmp_path / "file") and not written_by_tool(foreign)
+
+    model = tmp_path / "model"  # a file directly inside a folder the tool wrote is the tool's
+    with StagedOutput(model) as stage:
+        (stage.path / "README.md").write_text("card")
+    with StagedOutput(model / "README.md", kind="file", overwrite=True) as stage:
+        stage.path.write_text("new card")
+    assert (model / "README.md").read_text() == "new card"
+
+
+@pytest.mark.parametrize("name", ["", ".", "cwd", "..", "parent", "home", "/"])
+def test_the_current_folder_its_ancestors_home_and_root_are_never_outputs(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "project" / "work"
+    work.mkdir(parents=True)
+    (work / "keep.txt").write_text("x")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    target = {"cwd": str(work), "parent": str(tmp_path), "home": str(tmp_path / "home")}.get(name, name)
+    why = {"": "is empty", "/": "is the root folder", "home": "is the home folder", ".": "is the current folder"}
+    for overwrite in (False, True):
+        for kind in ("folder", "file"):
+            with pytest.raises(OutputError, match=why.get(name, "current folder")):
+                check_output(target, overwrite=overwrite, kind=kind)  # type: ignore[arg-type]
+    assert (work / "keep.txt").read_text() == "x"
+
+
+def test_check_output_names_the_path_and_returns_it_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert check_output("fresh", overwrite=False) == tmp_path / "fresh"
+    with pytest.raises(OutputError, match=r"output path '' is empty"):
+        check_output("", overwrite=True)
+
+
 def test_single_file_output(tmp_path: Path) -> None:
     target = tmp_path / "results.json"
+    written = '{"written_by": "hf-unified-embed"}'
     with StagedOutput(target, kind="file") as stage:
-        stage.path.write_text("{}")
-    assert target.read_text() == "{}"
+        stage.path.write_text(written)
+    assert target.read_text() == written
     with pytest.raises(OutputExistsError):
         StagedOutput(target, kind="file")
     with StagedOutput(target, kind="file", overwrite=True) as stage:
@@ -74,9 +145,17 @@ def test_single_file_output(tmp_path: Path) -> None:
 def test_inputs_are_never_overwritten(tmp_path: Path) -> None:
     data = tmp_path / "data"
     (data / "sub").mkdir(parents=True)
+    mark_output(data)  # even an input the tool wrote itself
     for target in (data, data / "sub" / "out", tmp_path):
         with pytest.raises(OutputError, match="overlaps the input"):
             StagedOutput(target, inputs=[data], overwrite=True)
+
+
+def test_ctrl_c_removes_the_staging_folder(tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt), StagedOutput(tmp_path / "out") as stage:
+        (stage.path / "partial").write_text("x")
+        raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_read_only_parent_fails_before_any_work(tmp_path: Path) -> None:

@@ -20,11 +20,15 @@ def hub_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict]]:
 
     def recorder(name: str):
         def record(*args, **kwargs):
-            if name == "upload_folder":
+            if name == "upload_folder":  # what huggingface_hub would send: every file not ignored
+                from huggingface_hub.utils import filter_repo_objects
+
+                files = (str(p.relative_to(kwargs["folder_path"])) for p in Path(kwargs["folder_path"]).rglob("*"))
                 kwargs["uploaded"] = sorted(
-                    str(p.relative_to(kwargs["folder_path"]))
-                    for p in Path(kwargs["folder_path"]).rglob("*")
-                    if p.is_file()
+                    filter_repo_objects(
+                        (f for f in files if (Path(kwargs["folder_path"]) / f).is_file()),
+                        ignore_patterns=kwargs.get("ignore_patterns"),
+                    )
                 )
             calls.append((name, {"args": args, **kwargs}))
             return type("CommitInfo", (), {"commit_url": "https://huggingface.co/fake/commit/1", "pr_url": None})()
@@ -152,3 +156,52 @@ def test_an_unreachable_hub_is_a_located_error_not_a_traceback(
         assert main(["push", str(model_dir), "me/model"]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: cannot push to the model repo me/model: {shown}") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["push", "push-dataset"])
+@pytest.mark.parametrize("repo_id", ["not a/valid repo", "me//model", "me/-model"])
+def test_dry_run_refuses_an_invalid_repo_id(hub_calls, model_dir: Path, tmp_path: Path, capsys, command, repo_id):
+    folder = model_dir if command == "push" else _unified_folder(tmp_path)
+    capsys.readouterr()  # the build's progress bars
+    assert main([command, str(folder), repo_id, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    kind = "model" if command == "push" else "dataset"
+    assert err.startswith(f"error: {repo_id!r} is not a valid Hub {kind} repository id (expected 'user/name')")
+    assert err.count("\n") == 1 and not hub_calls
+
+
+def _unified_folder(tmp_path: Path) -> Path:
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"anchor": "a", "positive": "b"}\n')
+    built = build_unified(
+        {"sources": [{"name": "pairs", "format": "pairs", "data_files": str(data), "task_type": "retrieval"}]}
+    )
+    from hf_unified_embed.data import save_unified
+
+    return save_unified(built, tmp_path / "unified")
+
+
+def test_dry_run_refuses_a_folder_of_the_other_kind(hub_calls, model_dir: Path, tmp_path: Path, capsys):
+    unified = _unified_folder(tmp_path)
+    capsys.readouterr()  # the build's progress bars
+    assert main(["push", str(unified), "me/model", "--dry-run"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {unified} is a unified dataset folder, not a model: upload it with `hf-unified-embed push-dataset` "
+        "(push_unified)\n"
+    )
+    assert main(["push-dataset", str(model_dir), "me/data", "--dry-run"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {model_dir} is a model folder (it has model.safetensors), not a dataset: upload it with "
+        "`hf-unified-embed push` (repo_type='model')\n"
+    )
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "notes.txt").write_text("not a model")
+    assert main(["push", str(notes), "me/model", "--dry-run"]) == 2
+    assert "is not a model folder: it has none of modules.json, config.json" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="is a model folder"):
+        push_folder(model_dir, "me/data", repo_type="dataset", dry_run=True)
+    assert not hub_calls
+    # What each push does take still passes.
+    assert main(["push-dataset", str(unified), "me/data", "--dry-run"]) == 0
+    assert main(["push", str(model_dir), "me/model", "--dry-run"]) == 0

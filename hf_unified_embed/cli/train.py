@@ -34,14 +34,18 @@ def register(subparsers: Any) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from hf_unified_embed.recipe.run import check_recipe, train_from_recipe
+    from hf_unified_embed.recipe.preflight import quick_preflight
     from hf_unified_embed.recipe.train_recipe import load_train_recipe
 
     recipe = load_train_recipe(args.recipe)
-    if args.output_dir:
+    if args.output_dir is not None:  # an empty -o (an unset shell variable) is refused, never ignored
         recipe.output_dir = args.output_dir
     if args.max_steps is not None:
         recipe.training_args["max_steps"] = args.max_steps
+    # A typo is reported before the training stack (torch, transformers, sentence-transformers) is imported.
+    quick_preflight(recipe)
+    from hf_unified_embed.recipe.run import check_recipe, train_from_recipe
+
     if args.check:
         plan = check_recipe(recipe, overwrite=args.overwrite)
         if is_main_process():

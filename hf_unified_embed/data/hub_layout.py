@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from datasets import Dataset, DatasetDict, DatasetInfo, SplitDict, SplitInfo, load_dataset
 from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
@@ -21,7 +22,7 @@ from huggingface_hub import DatasetCard, DatasetCardData
 from hf_unified_embed.data.build_recipe import SourceSpec
 from hf_unified_embed.data.layout_check import check_layout, check_shard_schemas, read_card, unified_tasks
 from hf_unified_embed.data.provenance import card_license, notes_of, task_notes, with_source_notes
-from hf_unified_embed.errors import InputError
+from hf_unified_embed.errors import InputError, SourceFormatError
 from hf_unified_embed.schema import UNIFIED_FEATURES, validate_unified
 from hf_unified_embed.utils.locations import looks_local
 from hf_unified_embed.utils.naming import ALL_CONFIG, check_distinct_names, check_split_name, check_task_name
@@ -71,6 +72,46 @@ def task_summary(dataset: Dataset) -> dict[str, Any]:
         "negatives_per_row": round(_mean_length(table.column("negatives")), 2),
         "score_min": score_range["min"],
         "score_max": score_range["max"],
+        "query_instruction": first.get("query_instruction", ""),
+        "document_instruction": first.get("document_instruction", ""),
+    }
+
+
+def parquet_task_summary(paths: Sequence[str | Path], batch_size: int = 65_536) -> dict[str, Any]:
+    """:func:`task_summary` of one task's split read from its Parquet shards in place, column by column.
+
+    Nothing is copied or cached (no ``datasets``): what ``validate`` prints for a folder of any size.
+    """
+    rows = positives = negatives = 0
+    low = high = None
+    first: dict[str, Any] = {}
+    columns = ["task_type", "query_instruction", "document_instruction", "positives", "negatives"]
+    columns += ["positive_scores", "negative_scores"]
+    for path in paths:
+        try:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=columns):
+                if not first and batch.num_rows:
+                    first = batch.slice(0, 1).select(columns[:3]).to_pylist()[0]
+                rows += batch.num_rows
+                positives += pc.sum(pc.list_value_length(batch.column("positives"))).as_py() or 0
+                negatives += pc.sum(pc.list_value_length(batch.column("negatives"))).as_py() or 0
+                for name in ("positive_scores", "negative_scores"):
+                    scores = pc.cast(pc.list_flatten(batch.column(name)), pa.float32())
+                    if len(scores) - scores.null_count:
+                        bounds = pc.min_max(scores).as_py()
+                        low = bounds["min"] if low is None else min(low, bounds["min"])
+                        high = bounds["max"] if high is None else max(high, bounds["max"])
+        except (pa.ArrowException, OSError) as error:
+            raise SourceFormatError(
+                f"not a readable Parquet file ({error})", file=path, expected="a complete Parquet file"
+            ) from error
+    return {
+        "rows": rows,
+        "task_type": first.get("task_type", ""),
+        "positives_per_row": round(positives / rows, 2) if rows else 0.0,
+        "negatives_per_row": round(negatives / rows, 2) if rows else 0.0,
+        "score_min": low,
+        "score_max": high,
         "query_instruction": first.get("query_instruction", ""),
         "document_instruction": first.get("document_instruction", ""),
     }

@@ -18,7 +18,7 @@ from huggingface_hub import EvalResult
 from huggingface_hub.repocard_data import eval_results_to_model_index
 
 from hf_unified_embed.evaluation.diagnostics import DIAGNOSTIC_METRICS, EmbeddingSpaceDiagnostics
-from hf_unified_embed.utils.outputs import StagedOutput
+from hf_unified_embed.utils.outputs import JSON_MARKER, StagedOutput
 from hf_unified_embed.utils.redaction import redact
 
 #: Digits of the metric values cards show (``model-index``); the JSON results keep full precision.
@@ -154,19 +154,24 @@ class SuiteResults:
         """:meth:`to_dict` as JSON, secrets redacted (:func:`hf_unified_embed.utils.redaction.redact`).
 
         Evaluation names are keys of ``results`` but are data, not field names, so each entry's result
-        is redacted on its own (an evaluation called ``hotkeys`` keeps its metrics).
+        is redacted on its own (an evaluation called ``hotkeys`` keeps its metrics). The first key,
+        ``"written_by": "hf-unified-embed"`` (:data:`~hf_unified_embed.utils.outputs.JSON_MARKER`), marks the
+        file as the tool's own: ``--overwrite`` replaces only such a file.
         """
         data = self.to_dict()
         results = {name: redact(result) for name, result in data["results"].items()}
         rest = redact({key: value for key, value in data.items() if key != "results"})
-        return json.dumps({key: results if key == "results" else rest[key] for key in data}, indent=2) + "\n"
+        key, value = JSON_MARKER
+        content = {key: value, **{name: results if name == "results" else rest[name] for name in data}}
+        return json.dumps(content, indent=2) + "\n"
 
     def save_json(self, path: str | Path, overwrite: bool = False) -> Path:
         """Write :meth:`to_json` to ``path`` through :class:`~hf_unified_embed.utils.outputs.StagedOutput`.
 
         Raises:
             OutputExistsError: ``path`` exists and is not empty, and ``overwrite`` is false.
-            OutputError: ``path`` is a folder, or its folder cannot be written.
+            OutputError: ``path`` is a folder, its folder cannot be written, or ``path`` exists and was not
+                written by this tool (:func:`~hf_unified_embed.utils.outputs.check_output`).
         """
         with StagedOutput(path, overwrite=overwrite, kind="file") as stage:
             stage.path.write_text(self.to_json(), encoding="utf-8")

@@ -348,6 +348,42 @@ def load_suite(
     return loaded
 
 
+def suite_inputs(suite: EvaluationSuite) -> list[Path]:
+    """Every local file and folder ``suite`` reads: its YAML file, each entry's data, corpus and
+    ``exclude_seen`` files, its unified folder and a local reference model. A command's output may be none
+    of them (:func:`~hf_unified_embed.utils.outputs.check_output`). A pattern that matches nothing yet is
+    listed as the path it names, so an output cannot become the file it waits for."""
+    from hf_unified_embed.utils.locations import looks_local
+    from hf_unified_embed.utils.readers import resolve_files
+
+    root = suite.data_root
+    found: list[Path] = [Path(suite.origin)] if Path(suite.origin).is_file() else []
+
+    def add(patterns: Any) -> None:
+        for pattern in [patterns] if isinstance(patterns, (str, Path)) else list(patterns or []):
+            try:
+                found.extend(resolve_files(pattern, root))
+            except HfUnifiedEmbedError:
+                path = Path(pattern).expanduser()
+                found.append(root / path if root is not None and not path.is_absolute() else path)
+
+    for entry in suite.entries:
+        add(entry.data_files)
+        add(entry.corpus_files)
+        for seen in entry.exclude_seen:
+            if isinstance(seen, Mapping):
+                add(seen.get("data_files"))
+        if entry.unified is not None and (looks_local(entry.unified, root) or looks_local(entry.unified)):
+            location = Path(entry.unified).expanduser()
+            found.append(location)
+            if root is not None and not location.is_absolute():
+                found.append(root / location)
+        reference = entry.evaluator.get("reference")
+        if isinstance(reference, (str, Path)) and looks_local(reference):
+            found.append(Path(reference))
+    return list(dict.fromkeys(found))
+
+
 def set_reference_model(suite: EvaluationSuite, reference: str | Path) -> EvaluationSuite:
     """Fill ``reference`` into the entries whose kind compares with a reference model and that leave it out.
 

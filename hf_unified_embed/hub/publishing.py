@@ -6,6 +6,11 @@ anything is sent every file is searched for the active access token (the one giv
 the stored login): a folder that holds it is refused with :class:`~hf_unified_embed.errors.SecretLeakError`.
 ``push_unified`` does the same for a unified dataset (a folder written by ``save_unified`` or an
 in-memory ``DatasetDict``).
+
+A dry run checks what a push checks before it sends anything: the repository id
+(``huggingface_hub.utils.validate_repo_id``) and that the folder is what the push says it is — a model
+folder (``modules.json``, ``config.json``, an adapter or weights) for a model repository, not a model for
+a dataset repository, a unified dataset (its card declares the task configs) for ``push_unified``.
 """
 
 from __future__ import annotations
@@ -34,14 +39,34 @@ from hf_unified_embed.errors import (
     one_line,
 )
 from hf_unified_embed.utils.locations import looks_local
+from hf_unified_embed.utils.outputs import MARKER
 from hf_unified_embed.utils.redaction import find_secrets, remember_secret
 
 RepoType = Literal["model", "dataset"]
 
 ADAPTER_CONFIG = "adapter_config.json"
+#: Files that make a folder a model folder (sentence-transformers, transformers, PEFT adapter, weights).
+MODEL_FILES = (
+    "modules.json",
+    "config.json",
+    ADAPTER_CONFIG,
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 
-# Never uploaded: local caches and editor/OS clutter.
-IGNORE_PATTERNS = [".git/*", "**/.ipynb_checkpoints/*", "**/__pycache__/*", ".cache/*", "**/.DS_Store"]
+# Never uploaded: local caches, editor/OS clutter, and the marker of a folder the tool wrote (it says that
+# `--overwrite` may replace this local folder; it means nothing in a repository).
+IGNORE_PATTERNS = [
+    ".git/*",
+    "**/.ipynb_checkpoints/*",
+    "**/__pycache__/*",
+    ".cache/*",
+    "**/.DS_Store",
+    MARKER,
+    f"**/{MARKER}",
+]
 
 
 @dataclass(frozen=True)
@@ -110,11 +135,12 @@ def push_folder(
         commit_message: defaults to "Upload <repo_type> with hf-unified-embed".
         dry_run: only list what would be uploaded.
     """
+    if repo_type not in ("model", "dataset"):
+        raise ValueError(f"repo_type must be 'model' or 'dataset', got {repo_type!r}")
+    check_repo_id(repo_id, repo_type)
     folder = Path(folder)
     if not folder.is_dir():
         raise InputNotFoundError(f"{folder} is not a folder")
-    if repo_type not in ("model", "dataset"):
-        raise ValueError(f"repo_type must be 'model' or 'dataset', got {repo_type!r}")
     remember_secret(token)
     message = commit_message or f"Upload {repo_type} with hf-unified-embed"
     plan = _plan(folder, repo_id, repo_type, private, revision, create_pr, message)
@@ -125,6 +151,7 @@ def push_folder(
         raise SecretLeakError(
             f"refusing to upload {folder}: {', '.join(str(path) for path in leaks)} contain(s) the active access token"
         )
+    check_folder_kind(folder, repo_type)
     if dry_run:
         return plan
     with _hub_failures(f"cannot push to the {repo_type} repo {repo_id}"):
@@ -142,6 +169,55 @@ def push_folder(
                 commit_message=message,
                 ignore_patterns=IGNORE_PATTERNS,
             )
+
+
+def check_repo_id(repo_id: str, repo_type: str = "model") -> str:
+    """``repo_id`` if the Hub accepts it as a repository id (``name`` or ``user/name``); an
+    :class:`~hf_unified_embed.errors.InputError` saying why otherwise."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise InputError(
+            f"{repo_id!r} is not a valid Hub {repo_type} repository id (expected 'user/name'): {one_line(error, 300)}"
+        ) from None
+    return repo_id
+
+
+def is_model_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds a model: a file of :data:`MODEL_FILES` or a ``*.safetensors`` file at its top."""
+    return any((folder / name).is_file() for name in MODEL_FILES) or any(folder.glob("*.safetensors"))
+
+
+def _is_unified_dataset(folder: Path) -> bool:
+    from hf_unified_embed.data.hub_layout import read_card, unified_tasks
+
+    try:
+        return bool(unified_tasks(read_card(folder)))
+    except (HfUnifiedEmbedError, OSError, ValueError):
+        return False
+
+
+def check_folder_kind(folder: Path, repo_type: str) -> None:
+    """Refuse a folder that is not what a push of ``repo_type`` uploads: a model repository gets a model
+    folder, a dataset repository no model folder."""
+    if repo_type == "model" and not is_model_folder(folder):
+        if _is_unified_dataset(folder):
+            raise InputError(
+                f"{folder} is a unified dataset folder, not a model: upload it with `hf-unified-embed push-dataset` "
+                "(push_unified)"
+            )
+        raise InputError(
+            f"{folder} is not a model folder: it has none of {', '.join(MODEL_FILES[:3])} or weights (*.safetensors)"
+        )
+    if repo_type == "dataset" and is_model_folder(folder):
+        found = next((name for name in MODEL_FILES if (folder / name).is_file()), "*.safetensors")
+        raise InputError(
+            f"{folder} is a model folder (it has {found}), not a dataset: upload it with `hf-unified-embed push` "
+            "(repo_type='model')"
+        )
 
 
 #: What a Hub request raises when the Hub cannot be reached or refuses it: ``OSError`` (offline mode,
@@ -216,6 +292,7 @@ def push_unified(
     """Upload a unified dataset: a folder written by ``save_unified`` or a ``DatasetDict`` (saved first)."""
     from hf_unified_embed.data.hub_layout import read_card, save_unified, unified_tasks
 
+    check_repo_id(repo_id, "dataset")
     kwargs: dict[str, Any] = dict(
         repo_type="dataset", private=private, revision=revision, create_pr=create_pr, token=token, dry_run=dry_run
     )
@@ -226,6 +303,8 @@ def push_unified(
                 folder, repo_id, commit_message="Upload unified dataset with hf-unified-embed", **kwargs
             )
     folder = Path(dir_or_datasetdict)
+    if folder.is_dir():
+        check_folder_kind(folder, "dataset")
     if not unified_tasks(read_card(folder)):
         raise InputError(
             f"{folder}/README.md declares no task configs; write the folder with save_unified / `hf-unified-embed build`"

@@ -161,7 +161,7 @@ class EmbeddingLoss(nn.Module, ABC):
             return cached_loss(self, sentence_features, labels, inputs, context)
         embedded = self.embed(sentence_features, context, slice(None))
         views = dict(embedded.views)
-        output = self.compute_loss_from_embeddings(views.pop(FINAL), labels, **views, **inputs)
+        output = self._loss_maths(views.pop(FINAL), labels, **views, **inputs)
         return with_means(output, {name: total / max(count, 1) for name, (total, count) in embedded.means.items()})
 
     def calculate_loss(
@@ -192,11 +192,28 @@ class EmbeddingLoss(nn.Module, ABC):
             columns = [column.index_select(0, batch_order) for column in columns]
         per_view = len(columns) // len(views)
         embedded = {name: columns[i * per_view : (i + 1) * per_view] for i, name in enumerate(views)}
-        output = self.compute_loss_from_embeddings(embedded.pop(FINAL), labels, **embedded, **(loss_inputs or {}))
+        output = self._loss_maths(embedded.pop(FINAL), labels, **embedded, **(loss_inputs or {}))
         if not with_backward:
             return output
         total_loss(output).backward()
         return output.detach() if isinstance(output, Tensor) else LossParts(output).detach()
+
+    def _loss_maths(self, embeddings: list[Tensor], labels: Tensor | None, **inputs: Any) -> LossOutput:
+        """:meth:`compute_loss_from_embeddings`, outside autocast on float32 embeddings when autocast is on.
+
+        The losses score in float32 (``as_float``), but under autocast (``bf16``/``fp16`` training) every
+        matmul would cast the scores back to half precision: a cosine to about 3 digits, divided by a
+        temperature of 0.02, moved the loss by 2-3 % and the gradient by 6-15 % (relative L2) on one
+        batch (``tests/test_device_defaults.py``). Only these small ``(batch, dim)`` maths leave autocast;
+        the model's forward pass stays under it.
+        """
+        device_type = embeddings[0].device.type if embeddings else "cpu"
+        if not (torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)):
+            return self.compute_loss_from_embeddings(embeddings, labels, **inputs)
+        with torch.autocast(device_type, enabled=False):
+            return self.compute_loss_from_embeddings(
+                _float32(embeddings), labels, **{name: _float32(value) for name, value in inputs.items()}
+            )
 
     @abstractmethod
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> LossOutput:
@@ -229,6 +246,17 @@ class EmbeddingLoss(nn.Module, ABC):
     def citation(self) -> str:
         """BibTeX of the paper the loss implements (read by the model card)."""
         return ""
+
+
+def _float32(value: Any) -> Any:
+    """Half-precision tensors (alone, or in lists) as float32; anything else unchanged."""
+    if isinstance(value, Tensor):
+        return (
+            value.float() if value.is_floating_point() and value.dtype not in (torch.float32, torch.float64) else value
+        )
+    if isinstance(value, list):
+        return [_float32(item) for item in value]
+    return value
 
 
 def _positive_int(value: Any) -> bool:

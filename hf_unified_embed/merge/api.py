@@ -13,17 +13,24 @@ Order of work (so that a bad input never leaves anything behind):
    is removed by the next run for the same output. LoRA inputs are merged into their base inside
    the staging folder's scratch space.
 
-Nothing written holds a path of the machine, absolute or relative: inputs appear in
-``merge_config.yaml``, the safetensors metadata and the card by Hub id
+An input is a local folder or a Hub model id (:func:`hf_unified_embed.utils.model_loading.model_folder`
+decides by :func:`hf_unified_embed.utils.locations.looks_local`: a local path that does not exist is
+reported as such, naming the input's key, and never looked up on the Hub).
+
+Nothing written holds a path of the machine: inputs appear in the card by Hub id
 (:mod:`hf_unified_embed.merge.model_ids`) and by folder name
-(:func:`hf_unified_embed.utils.locations.public_name`); secrets are redacted.
+(:func:`hf_unified_embed.utils.locations.public_name`), and ``merge_config.yaml`` (also in the
+safetensors metadata) is a merge config that ``merge`` accepts and that reproduces the merge
+(:func:`merge_recipe`); secrets are redacted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
+import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,16 +39,18 @@ from typing import Any
 
 import yaml
 
-from hf_unified_embed.errors import InputNotFoundError, MergeError
+from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.card import CardInput, write_merge_card
-from hf_unified_embed.merge.checks import check_compatible
+from hf_unified_embed.merge.checks import check_compatible, check_nonnegative_weights
 from hf_unified_embed.merge.engine import FolderSink, TensorSink, stream_merge
 from hf_unified_embed.merge.layers import group_tensor_names
 from hf_unified_embed.merge.loader import LazyCheckpoint
 from hf_unified_embed.merge.merge_config import DEFAULT_MAX_SHARD_SIZE, CardConfig, MergeConfig, ModelSpec
 from hf_unified_embed.merge.methods import MergeMethod, get_merge_method
 from hf_unified_embed.merge.model_ids import resolve_hub_ids
+from hf_unified_embed.merge.writer import parse_size
 from hf_unified_embed.utils.locations import copy_of_hub_model, public_name
+from hf_unified_embed.utils.model_loading import is_hub_name, model_folder
 from hf_unified_embed.utils.outputs import StagedOutput
 from hf_unified_embed.utils.redaction import redact
 
@@ -66,6 +75,7 @@ def merge_models(
     model_name: str | None = None,
     model_ids: Sequence[str | None] | Mapping[str | Path, str | None] | None = None,
     evaluation_results: Sequence[Mapping[str, Any]] = (),
+    allow_negative_weights: bool = False,
     show_progress: bool = True,
     **method_params: Any,
 ) -> Path:
@@ -73,7 +83,8 @@ def merge_models(
 
     Args:
         models: input model folders — sentence-transformers or transformers folders, single or sharded
-            safetensors, ``pytorch_model.bin``, PEFT LoRA adapter folders.
+            safetensors, ``pytorch_model.bin``, PEFT LoRA adapter folders — or Hub model ids (a string
+            that does not look like a local path, see :func:`hf_unified_embed.utils.locations.looks_local`).
         method: ``soup``, ``task_arithmetic``, ``hierarchical``, any of mergekit's methods (``ties``,
             ``dare_ties``, ``slerp``, ``model_stock``, … see :func:`available_merge_methods`) or
             ``package.module:ClassName`` for your own.
@@ -88,6 +99,10 @@ def merge_models(
         model_ids: Hub ids for the card's ``base_model``: one per model (``None``: found from the
             folder, see :mod:`hf_unified_embed.merge.model_ids`), or ``{path: id}`` for any input.
         evaluation_results: ``huggingface_hub.EvalResult`` fields, shown as ``model-index``.
+        allow_negative_weights: accept negative averaging weights (``soup``'s ``weights``, the
+            ``weight`` of mergekit's ``linear``, ``nuslerp`` and ``multislerp``): an extrapolation rather
+            than an average, refused by default. Task-vector scales (``task_arithmetic``'s ``weights``,
+            mergekit's ``weight`` and ``lambda`` of TIES, DARE, …) may be negative without it.
         show_progress: tqdm progress bars.
         **method_params: the method's parameters: ``weights``, ``normalize`` (soup); ``base``,
             ``weights`` (task_arithmetic); ``ir_models``, ``sts_models``, ``base``, ``ir_specialist``,
@@ -113,6 +128,7 @@ def merge_models(
         overwrite=overwrite,
         write_card=write_card,
         model_ids=model_ids_option(model_ids),
+        allow_negative_weights=allow_negative_weights,
         card=CardConfig(model_name=model_name, evaluation_results=[dict(result) for result in evaluation_results]),
     )
     return run_merge(config, show_progress=show_progress)
@@ -133,6 +149,8 @@ class OpenedInputs:
     checkpoints: dict[Path, LazyCheckpoint]
     reference: LazyCheckpoint
     groups: dict[str, list[str]]
+    #: The local folder each input was read from (a Hub id's snapshot; a local input's own folder).
+    folders: dict[Path, Path] = dataclasses.field(default_factory=dict)
 
     def stream(self, method: MergeMethod, sink: TensorSink, *, precise: bool, show_progress: bool) -> None:
         """Merge every tensor with a prepared ``method`` into ``sink``."""
@@ -142,20 +160,43 @@ class OpenedInputs:
 
 
 @contextlib.contextmanager
-def open_inputs(paths: Sequence[Path], reference: Path, scratch: Path) -> Iterator[OpenedInputs]:
-    """Open every input once (LoRA adapters are merged into their base in ``scratch``) and check them."""
-    for path in paths:
-        if not path.exists():
-            raise InputNotFoundError(f"input model {path} does not exist")
+def open_inputs(
+    paths: Sequence[Path], reference: Path, scratch: Path, labels: Mapping[Path, str] | None = None
+) -> Iterator[OpenedInputs]:
+    """Open every input once (LoRA adapters are merged into their base in ``scratch``) and check them.
+
+    An input is a local folder or a Hub id (:func:`~hf_unified_embed.utils.model_loading.model_folder`);
+    ``labels`` name each input's key in messages (``models[1]``, ``base``; default "input model").
+    """
+    labels = labels or {}
+    # str(path): a Hub id given in a config is a Path by now; looks_local decides on its text.
+    folders = {path: model_folder(str(path), labels.get(path, "input model")) for path in paths}
     with contextlib.ExitStack() as stack:
-        checkpoints = {path: stack.enter_context(LazyCheckpoint(path, scratch)) for path in paths}
+        checkpoints = {path: stack.enter_context(LazyCheckpoint(folders[path], scratch)) for path in paths}
         check_compatible(checkpoints[reference], list(checkpoints.values()))
-        yield OpenedInputs(checkpoints, checkpoints[reference], group_tensor_names(checkpoints[reference].names))
+        yield OpenedInputs(
+            checkpoints, checkpoints[reference], group_tensor_names(checkpoints[reference].names), folders
+        )
+
+
+def input_labels(method: MergeMethod) -> dict[Path, str]:
+    """How the user named each input: ``models[i]``, else the method parameter that holds it (``base``)."""
+    labels: dict[Path, str] = {}
+    for field in dataclasses.fields(method):
+        value = getattr(method, field.name)
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, Path):
+                labels.setdefault(item, field.name)
+    labels.update({path: f"models[{index}]" for index, path in enumerate(method.models)})
+    return labels
 
 
 def build_method(config: MergeConfig) -> MergeMethod:
-    """The configured method with its parameters checked."""
-    return get_merge_method(config.method).from_params([spec.path for spec in config.models], config.parameters)
+    """The configured method with its parameters checked (negative averaging weights only when allowed)."""
+    method = get_merge_method(config.method).from_params([spec.path for spec in config.models], config.parameters)
+    if not config.allow_negative_weights:
+        check_nonnegative_weights(method)
+    return method
 
 
 def run_merge(config: MergeConfig, show_progress: bool = True) -> Path:
@@ -165,7 +206,7 @@ def run_merge(config: MergeConfig, show_progress: bool = True) -> Path:
     reference_path = reference_input(config, method)
     with (
         StagedOutput(config.output_dir, overwrite=config.overwrite, inputs=inputs) as stage,
-        open_inputs(inputs, reference_path, stage.scratch) as opened,
+        open_inputs(inputs, reference_path, stage.scratch, input_labels(method)) as opened,
     ):
         method.prepare(opened.checkpoints, opened.groups)
         write_merged_model(config, method, opened, stage.path, show_progress=show_progress)
@@ -192,7 +233,7 @@ def write_merged_model(
     """
     reference_path = reference_input(config, method)
     card_inputs = _card_inputs(method, config.given_ids())
-    recipe = redact(merge_recipe(config, method, card_inputs, reference_path))
+    recipe = redact(merge_recipe(config, method, reference_path))
     sink = FolderSink(target, opened.reference, config.max_shard_size, {"merge_recipe": json.dumps(recipe)})
     opened.stream(method, sink, precise=config.precise, show_progress=show_progress)
     sink.close()
@@ -218,13 +259,15 @@ def write_merged_model(
 
 
 def _card_inputs(method: MergeMethod, given: dict[Path, str]) -> dict[Path, CardInput]:
+    # An input named by Hub id is that model; so is a folder holding a copy of one (the packaged MiniLM,
+    # a cache snapshot).
+    given = {**{path: str(path) for path in method.input_paths() if is_hub_name(str(path))}, **given}
     ids = resolve_hub_ids(method.input_paths(), given)
     roles = method.input_roles()
     return {
         path: CardInput(
-            path=public_name(path),
+            path=str(path) if is_hub_name(str(path)) else public_name(path),
             hub_ids=ids[path],
-            # A folder that holds a copy of a Hub model (the packaged MiniLM, a cache snapshot) is that model.
             given_id=given.get(path) or copy_of_hub_model(path),
             roles=roles.get(path, []),
         )
@@ -232,28 +275,78 @@ def _card_inputs(method: MergeMethod, given: dict[Path, str]) -> dict[Path, Card
     }
 
 
-def merge_recipe(
-    config: MergeConfig, method: MergeMethod, inputs: Mapping[Path, CardInput], reference: Path
-) -> dict[str, Any]:
-    """What ``merge_config.yaml`` and the safetensors metadata hold: Hub ids and folder names, no paths.
+def _hub_model(path: Path) -> str | None:
+    """The Hub id of the model an input is: a Hub id itself, or a folder holding a copy of one."""
+    return str(path) if is_hub_name(str(path)) else copy_of_hub_model(path)
 
-    A model is ``{path, id}`` (``path``: its folder name); any other input (a base, a specialist, the
-    reference) is written as its Hub id when it is a Hub model — what someone else can load — else as
-    its folder name.
+
+def _folder_name(path: str | Path) -> str:
+    """A folder's name as written (a symlink keeps its own name: that is the one a re-merge finds beside the others)."""
+    return Path(os.path.abspath(Path(path).expanduser())).name
+
+
+def merge_recipe(config: MergeConfig, method: MergeMethod, reference: Path) -> dict[str, Any]:
+    """``merge_config.yaml`` (and the safetensors metadata): a merge config that ``merge`` accepts and
+    that reproduces the merge, holding no path of the machine.
+
+    * ``method``, ``models``, ``parameters`` (the method's, as it used them: a soup's weights after
+      ``normalize``, a hierarchical merge's soups as indices into ``models``), ``reference`` (an index
+      into ``models``, or an input's name), ``output_dir``, and ``precise``, ``max_shard_size``,
+      ``allow_negative_weights``, ``write_card`` and ``card.model_name`` where they are not the default.
+    * An input that *is* a Hub model — named by its Hub id, or a folder holding a copy of one (the
+      packaged all-MiniLM-L6-v2, a Hub cache snapshot) — is written as its Hub id. Any other input is a
+      local folder and is written as its folder name (never as a path, relative or absolute). A
+      fine-tune is never named by its base's id; a Hub id given for a local input stays beside it
+      (``models: [{path, id}]``, ``model_ids: {path: id}``) for the card.
+    * As in every config file, those names are relative to the file's folder: the file merges again
+      from the folder that holds the inputs (``outputs/`` for ``merge --models outputs/run-a
+      outputs/run-b -o outputs/merged``), e.g. ``cp outputs/merged/merge_config.yaml outputs/again.yaml
+      && hf-unified-embed merge outputs/again.yaml -o outputs/merged-again``. ``output_dir`` is the
+      merged folder's name, so merging again without ``-o`` there is refused as an existing output.
     """
 
-    def name(path: Path) -> str:
-        return (inputs[path].given_id or inputs[path].path) if path in inputs else path.name
+    def written(path: Path) -> str:
+        return _hub_model(path) or _folder_name(path)
 
-    recipe = method.recipe(name)
-    recipe["method"] = config.method
-    recipe["models"] = [
-        {"path": inputs[path].path, **({"id": inputs[path].hub_ids[0]} if len(inputs[path].hub_ids) == 1 else {})}
-        for path in method.models
-    ]
-    recipe["reference"] = name(reference)
+    names = [written(path) for path in method.input_paths()]
+    if duplicates := sorted({name for name in names if names.count(name) > 1}):
+        logger.warning(
+            "Two inputs share the folder name %s: merge_config.yaml names both %s; rename one to merge again from it",
+            duplicates[0],
+            duplicates[0],
+        )
+    given = config.given_ids()
+    models: list[Any] = []
+    for path in method.models:
+        own_id = given.get(path) if _hub_model(path) is None else None
+        models.append({"path": written(path), "id": own_id} if own_id else written(path))
+    parameters = method.recipe(written)
+    for key in ("method", "models"):
+        parameters.pop(key, None)
+    recipe: dict[str, Any] = {
+        "method": config.method,
+        "models": models,
+        "parameters": {key: value for key, value in parameters.items() if value is not None},
+        "reference": method.models.index(reference) if reference in method.models else written(reference),
+        "output_dir": _folder_name(config.output_dir),
+    }
+    other_ids = {
+        written(path): given[path]
+        for path in method.input_paths()
+        if path not in method.models and path in given and _hub_model(path) is None
+    }
+    if other_ids:
+        recipe["model_ids"] = other_ids
     if config.precise:
         recipe["precise"] = True
+    if parse_size(config.max_shard_size) != parse_size(DEFAULT_MAX_SHARD_SIZE):
+        recipe["max_shard_size"] = config.max_shard_size
+    if config.allow_negative_weights:
+        recipe["allow_negative_weights"] = True
+    if not config.write_card:
+        recipe["write_card"] = False
+    if config.card.model_name:
+        recipe["card"] = {"model_name": config.card.model_name}
     return recipe
 
 

@@ -10,6 +10,7 @@ import torch
 
 from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.loader import LazyCheckpoint
+from hf_unified_embed.merge.methods.merge_method import MergeMethod
 
 
 def is_mergeable(dtype: torch.dtype) -> bool:
@@ -78,3 +79,13 @@ def check_finite(tensor: torch.Tensor, name: str, source: Path | str) -> torch.T
         bad = int((~torch.isfinite(tensor)).sum())
         raise MergeError(f"{source}: tensor {name!r} holds {bad} NaN/inf value(s)")
     return tensor
+
+
+def check_nonnegative_weights(method: MergeMethod) -> None:
+    """Refuse a negative averaging weight (:attr:`MergeMethod.averaging_weights`): the merge would
+    extrapolate rather than average, which takes ``allow_negative_weights`` (``--allow-negative-weights``)."""
+    if negative := method.negative_weights():
+        raise MergeError(
+            f"{method.name}: {negative[0]} is negative, and {method.name} averages its models; "
+            "to extrapolate, pass --allow-negative-weights (config: allow_negative_weights: true)"
+        )

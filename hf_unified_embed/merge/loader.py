@@ -34,6 +34,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from hf_unified_embed.errors import InputNotFoundError, MergeError
+from hf_unified_embed.training.attention import saved_attention
 
 logger = logging.getLogger(__name__)
 
@@ -360,6 +361,8 @@ class LazyCheckpoint:
                 signature["modules"] = [
                     (m.get("path", ""), str(m.get("type", "")).rsplit(".", 1)[-1]) for m in modules
                 ]
+        # A decoder's attention (causal, bidirectional from a layer) is part of what the weights were trained for.
+        signature["attention"] = saved_attention([directory for _, directory in self._support_dirs])
         return signature
 
     def vocabulary_fingerprint(self) -> dict[str, str]:

@@ -19,13 +19,21 @@ Example ``merge.yaml``::
     reference: 2                      # non-weight files and non-float tensors come from here
     max_shard_size: 2GB
     precise: false                    # true: float64 arithmetic
+    allow_negative_weights: false     # true: a soup's weights (mergekit linear's) may be negative
     card:
       model_name: my-org/minilm-merged
       evaluation_results:
         - {task_type: sentence-similarity, dataset_type: mteb/sts13-sts, dataset_name: STS13,
            metric_type: cosine_spearman, metric_value: 0.81}
 
-Relative paths are taken relative to the current directory, as mergekit does.
+In a config file, relative paths are relative to the file's own folder, as in every YAML file the
+package reads (docs/training.md, "Recipe files"): ``output_dir``, ``search.suite`` and
+``search.data_root`` (an inline suite's ``data_root`` defaults to the config's folder), and the
+models that are local folders rather than Hub ids (``looks_local`` from the file's folder):
+``models`` and their ``path``, a ``reference`` path, the keys of ``model_ids`` and the method's path
+parameters (``base``, ``ir_models``, ``ir_specialist``, …: the fields annotated ``Path``). A key given twice is an error. A config
+given as a mapping (:meth:`MergeConfig.from_dict`, ``merge_models``) and the command line's flags have
+no file: their relative paths are relative to the current directory, as mergekit's are.
 """
 
 from __future__ import annotations
@@ -43,8 +51,9 @@ from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.methods import get_merge_method
 from hf_unified_embed.merge.model_ids import check_hub_id
 from hf_unified_embed.merge.writer import parse_size
+from hf_unified_embed.utils.locations import looks_local
 from hf_unified_embed.utils.typecheck import mismatched_field
-from hf_unified_embed.utils.yaml_files import read_yaml_mapping
+from hf_unified_embed.utils.yaml_files import read_yaml_mapping, relative_to_file, yaml_folder
 
 DEFAULT_MAX_SHARD_SIZE = "2GB"
 
@@ -229,6 +238,8 @@ class MergeConfig:
             ``base`` named in ``parameters``.
         overwrite: replace a non-empty ``output_dir``.
         write_card: write README.md (and the delta heatmap for ``hierarchical``).
+        allow_negative_weights: accept negative averaging weights (a soup's ``weights``, the ``weight`` of
+            mergekit's ``linear``, ``nuslerp``, ``multislerp``), an extrapolation; refused by default.
         card: card options.
         search: a merge search (see :mod:`hf_unified_embed.merge.search`): candidates are scored on dev
             sets and the best is written.
@@ -244,6 +255,7 @@ class MergeConfig:
     model_ids: list[str | None] | dict[str, str | None] | None = None
     overwrite: bool = False
     write_card: bool = True
+    allow_negative_weights: bool = False
     card: CardConfig = dataclasses.field(default_factory=CardConfig)
     search: SearchConfig | None = None
 
@@ -279,7 +291,7 @@ class MergeConfig:
                     raise MergeError(f"model_ids: {spec.path} has the id {spec.id!r} and {model_id!r}")
                 if model_id is not None:
                     spec.id = check_hub_id(model_id, f"model_ids entry for {spec.path}")
-        for flag in ("precise", "overwrite", "write_card"):
+        for flag in ("precise", "overwrite", "write_card", "allow_negative_weights"):
             if not isinstance(getattr(self, flag), bool):
                 raise MergeError(f"{flag}: expected true or false, got {getattr(self, flag)!r}")
         try:
@@ -327,4 +339,80 @@ class MergeConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> MergeConfig:
-        return cls.from_dict(read_yaml_mapping(path, MergeError), source=str(path))
+        """Read a config file; its relative paths are relative to the file's folder (:func:`read_merge_config`)."""
+        return cls.from_dict(read_merge_config(path), source=str(path))
+
+
+def read_merge_config(path: str | Path, error: type[Exception] = MergeError) -> dict[str, Any]:
+    """The mapping of the merge config file ``path``, its relative paths resolved against the file's folder.
+
+    What the command line reads before its flags (relative to the current directory) override values.
+    A malformed file, a key given twice included, raises ``error`` with one line naming file and line.
+    """
+    return paths_relative_to(read_yaml_mapping(path, error), yaml_folder(path))
+
+
+def paths_relative_to(data: Mapping[str, Any], folder: Path) -> dict[str, Any]:
+    """A copy of a merge config mapping with its relative paths resolved against ``folder``.
+
+    Values of an unexpected type are left alone for :meth:`MergeConfig.from_dict` to refuse.
+    """
+
+    def local(value: Any) -> Any:  # always a path: output_dir, a suite file, its data_root
+        return relative_to_file(value, folder) if isinstance(value, str) else value
+
+    def model(value: Any) -> Any:
+        # A model: a folder, or a Hub model id (org/name), which is no path: looks_local decides, from
+        # the file's folder, as for every model a merge reads.
+        return local(value) if isinstance(value, str) and looks_local(value, folder) else value
+
+    values = dict(data)
+    for key, resolve in (("output_dir", local), ("reference", model)):
+        if key in values:
+            values[key] = resolve(values[key])
+    models = values.get("models")
+    if isinstance(models, list):
+        values["models"] = [
+            {**entry, "path": model(entry["path"])} if isinstance(entry, Mapping) and "path" in entry else model(entry)
+            for entry in models
+        ]
+    model_ids = values.get("model_ids")
+    if isinstance(model_ids, Mapping):
+        values["model_ids"] = {model(key): model_id for key, model_id in model_ids.items()}
+    parameters = values.get("parameters")
+    if isinstance(parameters, Mapping):
+        path_parameters = _path_parameters(values.get("method"))
+        values["parameters"] = {
+            name: _local_paths(value, model) if name in path_parameters else value
+            for name, value in parameters.items()
+        }
+    search = values.get("search")
+    if isinstance(search, Mapping):
+        search = values["search"] = dict(search)
+        if "data_root" in search:
+            search["data_root"] = local(search["data_root"])
+        suite = search.get("suite")
+        if isinstance(suite, str):
+            search["suite"] = local(suite)
+        elif isinstance(suite, Mapping):
+            root = suite.get("data_root")
+            search["suite"] = {**suite, "data_root": str(folder) if root is None else local(root)}
+    return values
+
+
+def _path_parameters(method: Any) -> set[str]:
+    """The parameters of merge method ``method`` that name model folders: its fields annotated with ``Path``."""
+    if not isinstance(method, str):
+        return set()
+    try:
+        cls = get_merge_method(method)
+    except MergeError:
+        return set()  # reported by MergeConfig with the file's name
+    return {field.name for field in dataclasses.fields(cls) if field.name != "models" and "Path" in str(field.type)}
+
+
+def _local_paths(value: Any, resolve: Any) -> Any:
+    """``value`` (a model, or a list of models and model indices) with its paths resolved by ``resolve``."""
+    if isinstance(value, list):
+        return [resolve(item) for item in value]
+    return resolve(value)

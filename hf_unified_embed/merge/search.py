@@ -44,6 +44,7 @@ from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.api import (
     OpenedInputs,
     build_method,
+    input_labels,
     model_ids_option,
     open_inputs,
     reference_input,
@@ -300,7 +301,10 @@ class _Evaluator:
         from hf_unified_embed.evaluation import run_suite
 
         results = run_suite(
-            SentenceTransformer(str(base), device=self.device), self.suite, diagnostics=False, show_progress_bar=False
+            SentenceTransformer(str(self.opened.folders.get(base, base)), device=self.device),
+            self.suite,
+            diagnostics=False,
+            show_progress_bar=False,
         )
         return objective_metrics(results, self.constrained)
 
@@ -346,7 +350,7 @@ def run_search(config: MergeConfig, show_progress: bool = True) -> SearchResult:
     base = next((path for path, roles in methods[0].input_roles().items() if "base" in roles), None)
     with (
         StagedOutput(config.output_dir, overwrite=config.overwrite, inputs=inputs) as stage,
-        open_inputs(inputs, reference, stage.scratch) as opened,
+        open_inputs(inputs, reference, stage.scratch, input_labels(methods[0])) as opened,
     ):
         evaluator = _Evaluator(config, search, opened, stage.scratch, base)
         constraint = None

@@ -10,10 +10,12 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from hf_unified_embed.data.hub_layout import load_unified, read_card, source_notes, write_unified
+from hf_unified_embed.data.layout_check import unified_tasks
 from hf_unified_embed.errors import InputNotFoundError, SourceFormatError
 from hf_unified_embed.negatives.hard_negative_config import HardNegativeConfig
 from hf_unified_embed.negatives.miner import ExternalCorpus, MiningResult, mine_hard_negatives
 from hf_unified_embed.utils.locations import looks_local
+from hf_unified_embed.utils.model_loading import load_model
 from hf_unified_embed.utils.outputs import StagedOutput
 from hf_unified_embed.utils.readers import decoding_error, first_undecodable_byte
 
@@ -65,13 +67,6 @@ def read_corpus(path: str | Path, *, include_title: bool = True) -> ExternalCorp
     return ExternalCorpus.from_texts(pc.filter(texts, pc.greater(pc.utf8_length(texts), 0)), source=str(path))
 
 
-def _load(kind: type[Any], name: str, device: str | None) -> Any:
-    try:
-        return kind(name, device=device)
-    except (OSError, ValueError) as error:  # a missing folder, an unknown id offline, a folder of something else
-        raise InputNotFoundError(f"{kind.__name__} {name!r} cannot be loaded: {error}") from error
-
-
 def mine_negatives_folder(
     data: str | Path,
     output: str | Path,
@@ -89,14 +84,15 @@ def mine_negatives_folder(
     """Mine the retrieval tasks of a unified folder (or Hub repo) ``data`` into the new folder ``output``.
 
     Every task of ``split`` is written (the unmined ones unchanged) with the input card's sources and
-    a ``hard_negatives`` section per mined task (teacher, k, margins, counts dropped). ``output`` is
+    a ``hard_negatives`` section per mined task (teacher, k, margins, counts dropped); a task without
+    ``split`` is not written. :class:`MiningResult` says why each task was not mined (``skipped``) or not
+    written (``left_out``). ``output`` is
     staged (:class:`~hf_unified_embed.utils.outputs.StagedOutput`) and checked before any model is loaded: it
     may not be, contain or lie inside ``data``, ``corpus`` or a model folder. Embeddings and every Arrow
     file (datasets' copy of the input too) live in its scratch folder. Models given by name are loaded on
-    ``device``.
+    ``device``: a local path that does not exist is an :class:`~hf_unified_embed.errors.InputNotFoundError`,
+    never a Hub lookup (:func:`~hf_unified_embed.utils.model_loading.load_model`).
     """
-    from sentence_transformers import CrossEncoder, SentenceTransformer
-
     # The models are inputs too: a mined dataset written into the teacher's folder would change the model.
     named = (
         data,
@@ -113,8 +109,12 @@ def mine_negatives_folder(
             "teacher_name": model if isinstance(model, str) else None,
             "cross_encoder_name": cross_encoder if isinstance(cross_encoder, str) else None,
         }
-        teacher = _load(SentenceTransformer, model, device) if isinstance(model, str) else model
-        reranker = _load(CrossEncoder, cross_encoder, device) if isinstance(cross_encoder, str) else cross_encoder
+        teacher = load_model(model, "model", device=device) if isinstance(model, str) else model
+        reranker = (
+            load_model(cross_encoder, "cross_encoder", device=device, cross_encoder=True)
+            if isinstance(cross_encoder, str)
+            else cross_encoder
+        )
         result = mine_hard_negatives(
             loaded,
             teacher,
@@ -126,7 +126,11 @@ def mine_negatives_folder(
             show_progress_bar=show_progress_bar,
             **names,
         )
-        notes = source_notes(read_card(data))
+        card = read_card(data)
+        for task, splits in unified_tasks(card).items():
+            if task not in result.tasks:
+                result.left_out[task] = f"no {split} split; it has {', '.join(splits)}"
+        notes = source_notes(card)
         for task, report in result.reports.items():
             notes.setdefault(task, {})["hard_negatives"] = report.to_notes()
         write_unified(result.tasks, stage.path, notes=notes)

@@ -73,10 +73,19 @@ class ExternalCorpus:
 
 @dataclass
 class MiningResult:
-    """The tasks (mined ones with new negatives and scores, the others unchanged) and a report per mined task."""
+    """The tasks (mined ones with new negatives and scores, the others unchanged) and a report per mined task.
+
+    Attributes:
+        skipped: why each task in ``tasks`` was not mined: ``"sts task"`` (only :data:`MINED_TASK_TYPES`
+            are), ``"no rows"``, ``"not chosen"`` (not among ``task_names``).
+        left_out: tasks of the source that are not in ``tasks`` at all, and why (``"no train split; it has
+            test"``, filled by :func:`~hf_unified_embed.negatives.folder.mine_negatives_folder`).
+    """
 
     tasks: DatasetDict
     reports: dict[str, MiningReport]
+    skipped: dict[str, str] = field(default_factory=dict)
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 def _list_parts(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
@@ -371,6 +380,15 @@ class _TaskMiner:
         )
 
 
+def _why_not_mined(dataset: Dataset, chosen: bool) -> str:
+    """Why a task passes through unmined: not among the chosen tasks, empty, or not a mined task type."""
+    if chosen:
+        return "not chosen"
+    if not len(dataset):
+        return "no rows"
+    return f"{dataset[0]['task_type']} task"
+
+
 def mine_hard_negatives(
     tasks: Mapping[str, Dataset],
     model: SentenceTransformer,
@@ -395,7 +413,8 @@ def mine_hard_negatives(
         corpus: extra candidate documents for every mined task (e.g. a BEIR corpus); the task's own
             positives and negatives are always candidates.
         cross_encoder: rescore the candidates and positives with it (sigmoid of its logit) before filtering.
-        task_names: the tasks to mine (default: every ``retrieval`` task); the others pass through.
+        task_names: the tasks to mine (default: every ``retrieval`` task); the others pass through unchanged,
+            each with the reason in :attr:`MiningResult.skipped`.
         teacher_name, cross_encoder_name: names recorded in the reports (default: the models' paths), written
             as :func:`~hf_unified_embed.utils.locations.public_name` gives them (a Hub id or a folder name).
         scratch_dir: where embeddings and the new Arrow files go (default: a fresh temporary folder).
@@ -438,6 +457,7 @@ def mine_hard_negatives(
     for name, dataset in tasks.items():
         if name not in selected:
             result.tasks[name] = dataset
+            result.skipped[name] = _why_not_mined(dataset, chosen=task_names is not None)
             continue
         miner = _TaskMiner(name, dataset, model, config, external, scratch, search_device, show_progress_bar)
         report = MiningReport(

@@ -13,6 +13,7 @@ Names load on first use, so reading a recipe does not import the training stack.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
@@ -40,6 +41,17 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
+    if module is None and not name.startswith("_"):
+        # In 0.1 ``hf_unified_embed.recipe`` was the module that is now ``recipe.train_recipe``.
+        train_recipe = importlib.import_module("hf_unified_embed.recipe.train_recipe")
+        if hasattr(train_recipe, name):
+            warnings.warn(
+                f"hf_unified_embed.recipe.{name} has moved to hf_unified_embed.recipe.train_recipe.{name}; "
+                "the old path works for one release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(train_recipe, name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)

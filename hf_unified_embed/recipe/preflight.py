@@ -1,7 +1,10 @@
 """Recipe preflight: everything about a training recipe that can be checked is checked before any data loads.
 
-A GPU hour must not be spent to find a typo. :func:`preflight` resolves and checks, in this order,
-without loading the data or the model:
+A GPU hour must not be spent to find a typo, nor the seconds it takes to import the training stack.
+:func:`quick_preflight` runs first and imports none of it (torch, transformers, sentence-transformers):
+loss names and their keyword names and the ``training_args`` names, all read from the source files;
+the sampler's tasks and processes; the local paths, ``base_model`` a model folder; ``hub.repo_id``.
+:func:`preflight` runs it, then resolves and checks, in this order, without loading the data or the model:
 
 * every loss name resolves — this package's losses, sentence-transformers' losses, or a user's own
   class named ``package.module:Class`` — its keyword arguments bind to the class's signature and each
@@ -17,12 +20,15 @@ without loading the data or the model:
   transformers accepts (:mod:`hf_unified_embed.utils.stack`);
 * ``model.attn_implementation`` and the LoRA ``target_modules`` resolve against the base model built
   from its configuration on the meta device (no weights): transformers and PEFT decide, as they would
-  when the weights load;
+  when the weights load; ``model.attention`` fits the base model's family and depth;
 * the sampler fits the run: sentence-transformers' stock samplers mix tasks across processes in one
   step (measured: a gloo collective mismatch after a few steps), so with several processes they are
-  refused unless ``sampler.allow_multi_device: true``;
+  refused unless ``sampler.allow_multi_device: true``; ``training_args.batch_sampler: no_duplicates``
+  needs one of them (the curriculum sampler orders rows itself), and ``group_by_label`` a label column
+  that unified rows lack;
 * the curriculum plan file loads; the PEFT config builds; the evaluation suite loads and its files exist;
-* the data folder and the base model exist when they are local paths; ``hub.repo_id`` is a valid id;
+* the data folder and the base model exist when they are local paths, and a local base model is a model
+  folder (``modules.json``, ``config.json`` or ``adapter_config.json``); ``hub.repo_id`` is a valid id;
 * the output folder may be written: it is not an input, it is empty or ``overwrite`` was given (checked
   on every process of a launched run, so that all of them stop on the same error).
 
@@ -42,10 +48,9 @@ import typing
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from pydantic import Field
-from torch import nn
 
 from hf_unified_embed.errors import (
     HfUnifiedEmbedError,
@@ -64,10 +69,12 @@ from hf_unified_embed.utils.processes import world_size
 from hf_unified_embed.utils.redaction import remember_secret
 from hf_unified_embed.utils.typecheck import constructor_parameters, field_annotations, mismatched_field, type_problem
 
+if TYPE_CHECKING:
+    from torch import nn
+
 #: ``training_args`` keys the recipe sets through its own sections instead.
 _RESERVED_TRAINING_ARGS = {
     "multi_dataset_batch_sampler": "sampler",
-    "batch_sampler": "sampler",
     "prompts": "instructions",
 }
 
@@ -104,6 +111,7 @@ class ResolvedRecipe:
 def resolve_loss_class(name: str, where: str = "losses") -> type[nn.Module]:
     """A loss class by name: ``package.module:Class``, else this package's losses, else sentence-transformers'."""
     from sentence_transformers.sentence_transformer import losses as st_losses
+    from torch import nn
 
     from hf_unified_embed import losses as unified_losses
 
@@ -115,10 +123,13 @@ def resolve_loss_class(name: str, where: str = "losses") -> type[nn.Module]:
             candidate = getattr(st_losses, name, None)
     if isinstance(candidate, type) and issubclass(candidate, nn.Module):
         return candidate
-    known = [n for module in (unified_losses, st_losses) for n in dir(module) if n.endswith("Loss")]
-    hint = difflib.get_close_matches(name, known, n=1)
+    raise _unknown_loss(name, [n for module in (unified_losses, st_losses) for n in dir(module)], where)
+
+
+def _unknown_loss(name: str, known: list[str], where: str) -> RecipeError:
+    hint = difflib.get_close_matches(name, [n for n in known if n.endswith("Loss")], n=1)
     suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
-    raise RecipeError(
+    return RecipeError(
         f"{where}: unknown loss {name!r}: not a loss of hf_unified_embed.losses or sentence-transformers, "
         f"nor a 'package.module:Class'{suggestion}"
     )
@@ -131,12 +142,59 @@ def _bind_loss_kwargs(cls: type[nn.Module], kwargs: Mapping[str, Any], where: st
         signature.bind(None, **kwargs)  # the model is the first argument
     except TypeError as error:
         names = [p for p in list(signature.parameters)[1:] if p not in ("args", "kwargs")]
-        raise RecipeError(f"{where}: {cls.__name__}: {error}; its parameters: {names}") from None
+        raise _loss_kwargs_error(where, cls.__name__, str(error), names) from None
     parameters = constructor_parameters(cast(Hashable, cls))
     for key, value in kwargs.items():
         problem = type_problem(parameters[key][0], value) if key in parameters else None
         if problem:
             raise RecipeError(f"{where}.{key} (of {cls.__name__}): {problem}, got {value!r}{_yaml_number_hint(value)}")
+
+
+def _loss_kwargs_error(where: str, class_name: str, problem: str, names: list[str]) -> RecipeError:
+    return RecipeError(f"{where}: {class_name}: {problem}; its parameters: {names}")
+
+
+#: Where a loss named by its bare class name is looked up, in this order (:func:`resolve_loss_class`).
+_LOSS_MODULES = ("hf_unified_embed.losses", "sentence_transformers.sentence_transformer.losses")
+
+
+def check_loss_in_source(spec: Mapping[str, Any], where: str) -> None:
+    """The loss name and its keyword names, checked in the source files (nothing imported): an unknown
+    loss or keyword is refused with the message of :func:`resolve_loss_class` / :func:`_bind_loss_kwargs`.
+
+    Whatever the source does not settle (a user's module, an inherited ``__init__``, ``**kwargs``, the
+    values' types) is left to those, after the import.
+    """
+    from hf_unified_embed.recipe import source_signatures as source
+
+    name = spec["name"]
+    if is_import_path(name):
+        module, _, attribute = name.partition(":")
+        found = source.find_class(module, attribute)
+    else:
+        found = source.ABSENT
+        for module in _LOSS_MODULES:
+            found = source.find_class(module, name)
+            if found is not source.ABSENT:
+                break
+        if found is source.ABSENT:
+            known = [source.bound_names(module) for module in _LOSS_MODULES]
+            if all(names is not None for names in known):
+                raise _unknown_loss(name, [n for names in known for n in names or ()], where)
+    if not isinstance(found, source.SourceClass):
+        return
+    parameters = source.init_parameters(found)
+    if not parameters:
+        return
+    by_name = {parameter.name: parameter for parameter in parameters[1:]}  # the model is the first argument
+    if parameters[0].name in spec or any(
+        p.kind == "positional_only" or (not p.has_default and p.name not in spec) for p in by_name.values()
+    ):
+        return  # bind reports another problem first
+    for key in spec:
+        if key != "name" and key not in by_name:
+            names = [p.name for p in parameters[1:]]
+            raise _loss_kwargs_error(where, found.name, f"got an unexpected keyword argument {key!r}", names)
 
 
 def _yaml_number_hint(value: Any) -> str:
@@ -150,11 +208,24 @@ def _yaml_number_hint(value: Any) -> str:
     return ""
 
 
-def check_training_arg_names(settings: Mapping[str, Any], origin: str) -> None:
-    """Every key must be a ``SentenceTransformerTrainingArguments`` field; suggest the closest one otherwise."""
-    from sentence_transformers import SentenceTransformerTrainingArguments
+def check_training_arg_names(settings: Mapping[str, Any], origin: str, *, in_source: bool = False) -> None:
+    """Every key must be a ``SentenceTransformerTrainingArguments`` field; suggest the closest one otherwise.
 
-    fields = {field.name for field in dataclasses.fields(SentenceTransformerTrainingArguments)}
+    ``in_source``: read the fields from the source files (nothing imported) and check nothing when they
+    cannot be read there.
+    """
+    if in_source:
+        from hf_unified_embed.recipe import source_signatures as source
+
+        found = source.find_class("sentence_transformers", "SentenceTransformerTrainingArguments")
+        names = source.dataclass_field_names(found) if isinstance(found, source.SourceClass) else None
+        if names is None:
+            return
+        fields = names
+    else:
+        from sentence_transformers import SentenceTransformerTrainingArguments
+
+        fields = {field.name for field in dataclasses.fields(SentenceTransformerTrainingArguments)}
     for key in settings:
         if key in _RESERVED_TRAINING_ARGS:
             raise RecipeError(
@@ -292,6 +363,38 @@ def check_sampler_processes(recipe: TrainRecipe, processes: int) -> None:
     )
 
 
+#: ``training_args.batch_sampler`` values (sentence-transformers' ``BatchSamplers``) that read the rows of
+#: each task: they need a stock multi-dataset sampler, which draws every task's batches from them.
+_ROW_BATCH_SAMPLERS = ("no_duplicates", "no_duplicates_hashed")
+
+
+def check_batch_sampler(recipe: TrainRecipe, origin: str) -> None:
+    """``training_args.batch_sampler`` (the order of rows within a task) fits the run's sampler.
+
+    ``no_duplicates`` (and ``no_duplicates_hashed``) apply with the stock samplers (``sampler.kind:
+    proportional | round_robin``), which take each task's batches from them; the collator keeps the
+    columns that are the same in every row of a task out of the comparison
+    (:attr:`~hf_unified_embed.training.collator.UnifiedDataCollator.valid_label_columns`), so the batches
+    are full. ``CurriculumBatchSampler`` orders the rows itself and would ignore them, and
+    ``group_by_label`` needs a label column that unified rows do not have: both are refused.
+    """
+    value = recipe.training_args.get("batch_sampler")
+    if value is None or value == "batch_sampler":
+        return
+    if value == "group_by_label":
+        raise RecipeError(
+            f"{origin}: training_args.batch_sampler 'group_by_label' groups rows by a label column, and unified "
+            "rows have none (a row's scores are drawn with its texts by the collator); leave batch_sampler out, "
+            "or use no_duplicates with sampler.kind: proportional or round_robin"
+        )
+    if value in _ROW_BATCH_SAMPLERS and recipe.sampler.kind == "curriculum":
+        raise RecipeError(
+            f"{origin}: training_args.batch_sampler {value!r}: the curriculum sampler (sampler.kind: curriculum, "
+            "the default) orders the rows of every task itself and would ignore it; set sampler.kind: "
+            f"proportional (or round_robin) to train with batch_sampler: {value}, or leave batch_sampler out"
+        )
+
+
 def check_engine() -> None:
     """Refuse an ``accelerate launch`` engine that cannot run here, instead of a silent fallback.
 
@@ -314,18 +417,50 @@ def check_engine() -> None:
             raise UsageError("the accelerate config asks for DeepSpeed, which needs GPUs")
 
 
-def _training_arguments(recipe: TrainRecipe, origin: str) -> tuple[Any, str | None]:
+#: ``training_args`` keys that mean something only when checkpoints are saved.
+CHECKPOINT_KEYS = ("save_steps", "save_total_limit", "save_only_model")
+
+
+def default_save_strategy(settings: Mapping[str, Any]) -> str:
+    """The run's ``save_strategy`` when the recipe sets none: ``no`` (a run saves its model, not checkpoints),
+    but ``steps`` — transformers' default — when it sets a checkpoint option (:data:`CHECKPOINT_KEYS`):
+    ``save_steps: 500`` alone saves a checkpoint every 500 steps, as it does in transformers."""
+    if any(settings.get(key) not in (None, False) for key in CHECKPOINT_KEYS):
+        return "steps"
+    return "no"
+
+
+def training_settings(recipe: TrainRecipe, origin: str) -> tuple[dict[str, Any], str | None]:
+    """The keyword arguments of the run's ``SentenceTransformerTrainingArguments``, checked, and the hub token.
+
+    The run's defaults come first — no tracker, no checkpoints unless a checkpoint option asks for them
+    (:func:`default_save_strategy`), the recipe's seed, and the device's fastest correct step
+    (:func:`~hf_unified_embed.training.devices.device_training_args`: on CUDA bf16
+    autocast where the GPU computes bfloat16 natively, TF32 matmuls, pinned memory and dataloader workers;
+    on the CPU none of these) — then the recipe's ``training_args``, which always win: ``bf16: false``,
+    ``fp16: true`` (no bf16 default beside it), ``tf32: false``, ``dataloader_num_workers: 0`` or
+    ``use_cpu: true`` (no GPU defaults) are kept as written. A launcher's precision
+    (``ACCELERATE_MIXED_PRECISION``) and weights loaded in float16 (``model.torch_dtype: float16``) are
+    explicit choices too: no bf16 default with either.
+    """
     import torch
-    from sentence_transformers import SentenceTransformerTrainingArguments
 
     from hf_unified_embed.training.devices import device_training_args
 
+    user = dict(recipe.training_args)
+    hub_token = user.pop("hub_token", None)
+    remember_secret(hub_token)
+    check_training_arg_names(user, origin)
+    check_training_arg_values(user, origin)
+    check_batch_sampler(recipe, origin)
     settings: dict[str, Any] = {
         "report_to": "none",
-        "save_strategy": "no",
+        "save_strategy": default_save_strategy(user),
         "seed": recipe.seed,
-        **device_training_args(),
+        **device_training_args(explicit=user),
     }
+    if recipe.model is not None and recipe.model.torch_dtype == "float16":
+        settings.pop("bf16", None)
     if world_size() > 1 and not torch.cuda.is_available():
         # transformers only sets up DDP on CPU when told to; otherwise every process trains alone.
         settings.update(use_cpu=True, ddp_backend="gloo")
@@ -333,17 +468,19 @@ def _training_arguments(recipe: TrainRecipe, origin: str) -> tuple[Any, str | No
     if mixed_precision in ("bf16", "fp16"):
         # The launcher's precision; DeepSpeed refuses a TrainingArguments that disagrees with it.
         settings[mixed_precision] = True
-    user = dict(recipe.training_args)
-    hub_token = user.pop("hub_token", None)
-    remember_secret(hub_token)
-    check_training_arg_names(user, origin)
-    check_training_arg_values(user, origin)
     if user.get("deepspeed"):
         stack.check("training_args.deepspeed", stack.deepspeed_needs(), origin=origin)
         if not torch.cuda.is_available():
             raise RecipeError(f"{origin}: training_args.deepspeed: DeepSpeed needs GPUs and this machine has none")
     settings.update(user)
     settings.setdefault("output_dir", f"{recipe.output_dir}-checkpoints")
+    return settings, hub_token
+
+
+def _training_arguments(recipe: TrainRecipe, origin: str) -> tuple[Any, str | None]:
+    from sentence_transformers import SentenceTransformerTrainingArguments
+
+    settings, hub_token = training_settings(recipe, origin)
     try:
         args = SentenceTransformerTrainingArguments(**settings)
     except (TypeError, ValueError) as error:
@@ -360,8 +497,11 @@ def check_model_configuration(recipe: TrainRecipe, peft_config: Any | None, orig
     PEFT matches ``target_modules`` against the real module names, as both do when the weights load
     — but before any data or weight is read.
     """
-    from hf_unified_embed.training.backbones import meta_transformer
+    from hf_unified_embed.training.backbones import attention_problem, meta_transformer
 
+    problem = attention_problem(recipe.resolved_base_model(), recipe.model)
+    if problem is not None:  # model.attention on an encoder, an unsupported family, a layer past the model
+        raise RecipeError(f"{origin}: model.attention: {problem}")
     attention = recipe.model.attn_implementation if recipe.model is not None else None
     if peft_config is None and attention is None:
         return
@@ -374,6 +514,7 @@ def check_model_configuration(recipe: TrainRecipe, peft_config: Any | None, orig
     if model is None or peft_config is None:
         return
     from peft import inject_adapter_in_model
+    from torch import nn
 
     try:
         inject_adapter_in_model(copy.deepcopy(peft_config), model, low_cpu_mem_usage=True)
@@ -415,9 +556,52 @@ def _check_suite(recipe: TrainRecipe, origin: str) -> Any | None:
     return suite
 
 
+def check_base_model(recipe: TrainRecipe, origin: str) -> None:
+    """A local ``base_model`` exists and is a model folder (not, say, a dataset folder); files only."""
+    from hf_unified_embed.training.backbones import model_folder_problem
+
+    base = recipe.base_model
+    _check_path(base, "base_model", origin)
+    problem = model_folder_problem(base) if base and looks_local(base) else None
+    if problem:
+        raise InputError(f"{origin}: base_model: {base} {problem}")
+
+
+def quick_preflight(recipe: TrainRecipe) -> None:
+    """The checks that need neither the training stack nor the data: run first, in about a second.
+
+    Importing torch, transformers and sentence-transformers takes seconds, so these come before it (the
+    ``train`` command runs them before it imports the run): loss names and keyword names, read from the
+    losses' source files (:func:`check_loss_in_source`), ``training_args`` names (read from
+    ``SentenceTransformerTrainingArguments``' source), the sampler's tasks and processes, the local paths
+    (``data.path``, ``base_model``, which must be a model folder, ``curriculum.plan``) and ``hub.repo_id``.
+    :func:`preflight` runs them too, then the checks that import.
+    """
+    origin = recipe.source or "<recipe>"
+    for key, spec in recipe.losses.items():
+        check_loss_in_source(spec, f"{origin}: losses.{key}")
+    check_training_arg_names(
+        {k: v for k, v in recipe.training_args.items() if k != "hub_token"}, origin, in_source=True
+    )
+    check_sampler_processes(recipe, world_size())
+    check_sampler_tasks(recipe, recipe.data.tasks, origin)
+    _check_path(recipe.data.path, "data.path", origin)
+    check_base_model(recipe, origin)
+    if recipe.curriculum is not None:
+        _check_path(recipe.curriculum.plan, "curriculum.plan", origin)
+    if recipe.hub is not None:
+        from huggingface_hub.utils import validate_repo_id
+
+        try:
+            validate_repo_id(recipe.hub.repo_id)
+        except ValueError as error:
+            raise RecipeError(f"{origin}: hub.repo_id: {error}") from None
+
+
 def preflight(recipe: TrainRecipe, *, overwrite: bool = False) -> ResolvedRecipe:
     """Check ``recipe`` as far as possible without loading data or the model; see the module docstring."""
     origin = recipe.source or "<recipe>"
+    quick_preflight(recipe)
     losses: dict[str, tuple[type[nn.Module], dict[str, Any]]] = {}
     for key, spec in recipe.losses.items():
         where = f"{origin}: losses.{key}"
@@ -425,17 +609,12 @@ def preflight(recipe: TrainRecipe, *, overwrite: bool = False) -> ResolvedRecipe
         kwargs = {k: v for k, v in spec.items() if k != "name"}
         _bind_loss_kwargs(cls, kwargs, where)
         losses[key] = (cls, kwargs)
-    check_sampler_processes(recipe, world_size())
-    check_sampler_tasks(recipe, recipe.data.tasks, origin)
     check_engine()
     args, hub_token = _training_arguments(recipe, origin)
 
-    _check_path(recipe.data.path, "data.path", origin)
-    _check_path(recipe.base_model, "base_model", origin)
     if recipe.curriculum is not None and recipe.curriculum.plan:
         from hf_unified_embed.curriculum import CurriculumPlan
 
-        _check_path(recipe.curriculum.plan, "curriculum.plan", origin)
         try:
             CurriculumPlan.load(recipe.curriculum.plan)
         except HfUnifiedEmbedError:
@@ -463,16 +642,17 @@ def preflight(recipe: TrainRecipe, *, overwrite: bool = False) -> ResolvedRecipe
     check_model_configuration(recipe, peft_config, origin)
     suite = _check_suite(recipe, origin)
 
-    if recipe.hub is not None:
-        from huggingface_hub.utils import validate_repo_id
-
-        try:
-            validate_repo_id(recipe.hub.repo_id)
-        except ValueError as error:
-            raise RecipeError(f"{origin}: hub.repo_id: {error}") from None
-
     # Every process checks the output (only the main one writes it), so that under a launcher all of
     # them stop on the same error instead of the others loading data for a run that has ended.
-    inputs = [path for path in (recipe.data.path, recipe.base_model) if path and Path(path).exists()]
+    # The output may be none of the inputs: the recipe, the data, the base model, the curriculum's plan and
+    # teacher, and every file of the evaluation suite.
+    curriculum = recipe.curriculum
+    named = [recipe.source, recipe.data.path, recipe.base_model]
+    named += [curriculum.plan, curriculum.teacher] if curriculum is not None else []
+    inputs = [path for path in named if path and Path(path).exists()]
+    if suite is not None:
+        from hf_unified_embed.evaluation.suite import suite_inputs
+
+        inputs += [str(path) for path in suite_inputs(suite)]
     check_output(recipe.output_dir, overwrite=overwrite, inputs=inputs)
     return ResolvedRecipe(recipe, losses, args, hub_token, suite, peft_config, merge_adapter, overwrite, inputs)

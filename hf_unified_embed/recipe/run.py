@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,6 +36,7 @@ from hf_unified_embed.recipe.model_card import UnifiedModelCardData, attach_eval
 from hf_unified_embed.recipe.preflight import ResolvedRecipe, check_sampler_tasks, preflight
 from hf_unified_embed.recipe.train_recipe import TrainRecipe
 from hf_unified_embed.training.backbones import merge_adapter, without_cudnn_attention
+from hf_unified_embed.training.bidirectional_transformer import load_sentence_transformer
 from hf_unified_embed.utils.outputs import StagedOutput
 from hf_unified_embed.utils.processes import is_main_process
 from hf_unified_embed.utils.redaction import redact
@@ -73,10 +74,25 @@ class PreparedRun:
 
 
 def _load_tasks(recipe: TrainRecipe) -> DatasetDict:
-    from hf_unified_embed.data import load_unified
+    """The tasks to train on, their rows checked first with ``validate``'s row check.
 
-    tasks = load_unified(recipe.data.path, tasks=recipe.data.tasks, split=recipe.data.split)
-    limit = recipe.data.max_rows_per_task
+    A local folder's rows — the first ``data.max_rows_per_task`` of each task, those the run trains on —
+    are checked with pyarrow before ``datasets`` reads the folder (so a refused run leaves nothing in its
+    cache); a Hub dataset's once it is loaded. Either way before the model loads.
+    """
+    from hf_unified_embed.data import load_unified
+    from hf_unified_embed.data.layout_check import check_dataset_rows, check_unified_rows
+    from hf_unified_embed.utils.locations import looks_local
+
+    data = recipe.data
+    limit = data.max_rows_per_task
+    local = looks_local(data.path)
+    if local:
+        check_unified_rows(data.path, data.tasks, data.split, limit=limit)
+    tasks = load_unified(data.path, tasks=data.tasks, split=data.split)
+    if not local:
+        for name, dataset in tasks.items():
+            check_dataset_rows(dataset, name, f"{data.path}/data/{name}/{data.split}-*.parquet", limit=limit)
     if limit is not None:
         tasks = DatasetDict({name: ds.select(range(min(limit, len(ds)))) for name, ds in tasks.items()})
     return tasks
@@ -104,9 +120,7 @@ def _curriculum(
                     "'difficulty' column; point data.path at the output of `hf-unified-embed curriculum`"
                 )
     else:
-        from sentence_transformers import SentenceTransformer
-
-        teacher = SentenceTransformer(str(config.teacher))
+        teacher = load_sentence_transformer(str(config.teacher))
         result = plan_curriculum(
             teacher,
             tasks,
@@ -159,7 +173,7 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
     with _named(origin):
         model = _model(resolved, card_data(recipe, tasks))
     try:
-        losses = losses_for_tasks(model, tasks, resolved.losses)
+        losses = losses_for_tasks(model, tasks, _losses_in_use(resolved.losses, tasks))
         if recipe.keep_base is not None:
             losses = recipe.keep_base.wrap(losses)  # after the losses, before the trainer: the base is untrained
     except (TypeError, ValueError) as error:
@@ -176,6 +190,24 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
         curriculum["task_order"] if curriculum else None
     )
     return PreparedRun(resolved, tasks, curriculum, model, losses, collator)
+
+
+def _losses_in_use(losses: Mapping[str, T], tasks: DatasetDict) -> dict[str, T]:
+    """The recipe's losses less those given for a task type that no task of this run trains with.
+
+    One recipe may serve several data folders, so its loss map may name task types the data lacks (the
+    shipped recipe names ``pair_classification`` for when msrp is added): those are left out here, with
+    an INFO line, not a warning at every run. A key that names neither a task type nor a task stays, for
+    :func:`~hf_unified_embed.training.losses_for_tasks` to refuse.
+    """
+    from hf_unified_embed.schema import TASK_TYPES
+    from hf_unified_embed.training.layout import task_type_of
+
+    used = {name if name in losses else task_type_of(dataset, name) for name, dataset in tasks.items()}
+    unused = [key for key in losses if key in TASK_TYPES and key not in used]
+    if unused:
+        logger.info("losses given for task type(s) %s are not used: no task of this run trains with them", unused)
+    return {key: spec for key, spec in losses.items() if key not in unused}
 
 
 @contextlib.contextmanager
@@ -195,9 +227,16 @@ def _model(resolved: ResolvedRecipe, card: UnifiedModelCardData) -> Any:
     from hf_unified_embed.training.backbones import build_model
 
     recipe = resolved.recipe
-    model = build_model(
-        recipe.resolved_base_model(), recipe.model, max_seq_length=recipe.max_seq_length, model_card_data=card
-    )
+    base = recipe.resolved_base_model()
+    try:
+        model = build_model(base, recipe.model, max_seq_length=recipe.max_seq_length, model_card_data=card)
+    except HfUnifiedEmbedError:
+        raise
+    except (OSError, ValueError) as error:
+        if recipe.base_model is None or not Path(base).expanduser().is_dir():
+            raise
+        # A folder preflight took for a model that transformers cannot read ("Unrecognized model in ...").
+        raise InputError(f"base_model: {base} is not a model folder transformers can load: {error}") from None
     # A trained model gets a freshly generated card, not the base model's README.
     model._model_card_text = None
     if resolved.peft_config is not None:
@@ -235,7 +274,12 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
     """
     from sentence_transformers import SentenceTransformerTrainer
 
-    from hf_unified_embed.training.checkpoints import RedactCheckpointsCallback, no_empty_folder
+    from hf_unified_embed.training.checkpoints import (
+        RedactCheckpointsCallback,
+        default_checkpoint_folder,
+        no_empty_folder,
+    )
+    from hf_unified_embed.training.loss_logging import LossPartsLogging
 
     resolved = preflight(recipe, overwrite=overwrite)
     # Only the main process writes the model folder; the others train and write nothing.
@@ -244,9 +288,11 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
     )
     model_dir = Path(recipe.output_dir)
     args = resolved.training_args
+    # The run's own default checkpoint folder, found empty, was left by a run killed with kill -9.
+    own = Path(args.output_dir).absolute() == default_checkpoint_folder(model_dir.absolute())
     with (
         output if output is not None else contextlib.nullcontext(),
-        no_empty_folder(args.output_dir),  # the trainer creates it even when it saves no checkpoint
+        no_empty_folder(args.output_dir, own=own),  # the trainer creates it even when it saves no checkpoint
     ):
         run = prepare_run(resolved, output.path if output is not None else None)
         trainer = SentenceTransformerTrainer(
@@ -257,6 +303,7 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
             data_collator=run.collator,
             callbacks=[run.collator.epoch_callback(), RedactCheckpointsCallback()],
         )
+        LossPartsLogging.attach(trainer)  # each loss part logged over the steps of its task: no 'nan' parts
         with without_cudnn_attention():
             result = trainer.train(resume_from_checkpoint=recipe.training_args.get("resume_from_checkpoint"))
         model = _trained_model(trainer, run)

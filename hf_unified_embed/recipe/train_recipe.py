@@ -8,7 +8,8 @@ Example (``examples/recipes/train.yaml`` is a complete one)::
                                           #     attn_implementation: sdpa, gradient_checkpointing: true}
                                           # (hf_unified_embed.training.backbones.ModelConfig; decoder LLMs)
     data:
-      path: outputs/demo/data             # a unified folder (Hub layout) or a Hub dataset repo
+      path: ../../outputs/demo/data       # a unified folder (Hub layout) or a Hub dataset repo; a relative
+                                          # path is relative to this file's folder (here examples/recipes/)
       tasks: [stsb, sick, wikiqa, trecqa]
     losses:                               # per task type or task name: a class name and its kwargs
       retrieval: {name: MultiPositiveInfoNCELoss, temperature: 0.02}
@@ -28,9 +29,13 @@ Example (``examples/recipes/train.yaml`` is a complete one)::
     training_args: {num_train_epochs: 1, per_device_train_batch_size: 16, learning_rate: 2.0e-5}
     peft: null                            # or a peft.LoraConfig as a mapping, plus merge_adapter: true
                                           # to save a full model instead of the adapter
-    evaluation: examples/suites/sample.yaml
-    output_dir: outputs/demo/sts-run
+    evaluation: ../suites/sample.yaml
+    output_dir: ../../outputs/demo/sts-run
     hub: null                             # or {repo_id: me/model, private: true}
+
+Relative paths are relative to the recipe file's own folder, as in build recipes, suites and merge
+configs (:func:`load_train_recipe`); a recipe given as a mapping (:func:`recipe_from_dict`) has no
+file, so its relative paths stay relative to the working folder. A key given twice is an error.
 
 Unknown keys are an error (a typo must not silently fall back to a default). Parsing checks the
 form of every section; :func:`hf_unified_embed.recipe.preflight.preflight` checks the rest (losses resolve,
@@ -48,10 +53,10 @@ from typing import Any
 from hf_unified_embed.errors import RecipeError
 from hf_unified_embed.schema import TASK_TYPES
 from hf_unified_embed.training.backbones import ModelConfig
-from hf_unified_embed.utils.locations import DEFAULT_BASE_MODEL_ID, packaged_minilm_path
+from hf_unified_embed.utils.locations import DEFAULT_BASE_MODEL_ID, looks_local, packaged_minilm_path
 from hf_unified_embed.utils.naming import check_split_name, check_task_name
 from hf_unified_embed.utils.typecheck import mismatched_field
-from hf_unified_embed.utils.yaml_files import read_yaml_mapping
+from hf_unified_embed.utils.yaml_files import read_yaml_mapping, relative_to_file, yaml_folder
 
 
 def _positive_int(value: Any, name: str) -> None:
@@ -104,7 +109,9 @@ class SamplerConfig:
     """``kind: curriculum`` (default) is :class:`~hf_unified_embed.sampling.CurriculumBatchSampler` with
     the other fields; ``proportional`` / ``round_robin`` are sentence-transformers' own
     ``MultiDatasetBatchSamplers``, which take none of them and do not keep devices on one task: with
-    several processes they are refused unless ``allow_multi_device: true`` (see :func:`check_sampler_processes`)."""
+    several processes they are refused unless ``allow_multi_device: true`` (see :func:`check_sampler_processes`).
+    They draw each task's batches from sentence-transformers' per-dataset batch sampler, so with them
+    ``training_args.batch_sampler: no_duplicates`` keeps repeated queries and positives out of a batch."""
 
     kind: str = "curriculum"
     interleave: str = "round_robin"
@@ -168,6 +175,9 @@ class SamplerConfig:
 
         if self.kind != "curriculum":
             section: dict[str, Any] = {"class": f"sentence-transformers MultiDatasetBatchSamplers.{self.kind.upper()}"}
+            rows = getattr(args.batch_sampler, "value", args.batch_sampler)
+            if rows != "batch_sampler":  # the rows of each task: sentence-transformers' BatchSamplers
+                section["batch_sampler"] = rows
         else:
             section = {
                 "class": "CurriculumBatchSampler",
@@ -323,7 +333,8 @@ def _losses(value: Any, origin: str) -> dict[str, dict[str, Any]]:
 
 
 def recipe_from_dict(raw: Mapping[str, Any], origin: str = "<recipe>") -> TrainRecipe:
-    """Validate a recipe mapping; relative paths stay relative to the working directory."""
+    """Validate a recipe mapping. It has no file, so its relative paths stay relative to the working
+    folder (a recipe file's are relative to the file: :func:`load_train_recipe`)."""
     if not isinstance(raw, Mapping):
         raise RecipeError(f"{origin}: a recipe must be a mapping, got {type(raw).__name__}")
     names = {f.name for f in dataclasses.fields(TrainRecipe)} - {"source"}
@@ -359,6 +370,71 @@ def recipe_from_dict(raw: Mapping[str, Any], origin: str = "<recipe>") -> TrainR
     return TrainRecipe(**values, source=origin)
 
 
+#: ``training_args`` that name a file or folder (``resume_from_checkpoint: true`` and a ``deepspeed``,
+#: ``fsdp_config`` or ``accelerator_config`` given as a mapping are not paths and stay as they are).
+TRAINING_ARGS_PATHS = (
+    "output_dir",
+    "logging_dir",
+    "resume_from_checkpoint",
+    "deepspeed",
+    "fsdp_config",
+    "accelerator_config",
+)
+
+
 def load_train_recipe(path: str | Path) -> TrainRecipe:
-    """Read and validate a recipe YAML file."""
-    return recipe_from_dict(read_yaml_mapping(path, RecipeError), origin=str(path))
+    """Read and validate a recipe YAML file; its relative paths are relative to the file's folder.
+
+    A key given twice is an error naming both lines (:func:`~hf_unified_embed.utils.yaml_files.read_yaml_mapping`).
+    The paths made absolute (:func:`~hf_unified_embed.utils.yaml_files.relative_to_file`): ``data`` /
+    ``data.path``, ``base_model`` and ``curriculum.teacher`` when they name a local folder rather than a
+    Hub id (:func:`~hf_unified_embed.utils.locations.looks_local`, looked up from the file's folder),
+    ``curriculum.plan``, ``evaluation`` (a suite file; an inline suite's ``data_root``, which defaults
+    to the recipe's folder), ``evaluation_data_root``, ``output_dir`` and the path-valued
+    ``training_args`` (:data:`TRAINING_ARGS_PATHS`). So ``train`` reads the same files from any
+    working folder.
+    """
+    raw = read_yaml_mapping(path, RecipeError)
+    return recipe_from_dict(paths_relative_to(raw, yaml_folder(path)), origin=str(path))
+
+
+def paths_relative_to(raw: Mapping[str, Any], folder: Path) -> dict[str, Any]:
+    """A copy of the recipe mapping ``raw`` with its relative local paths resolved against ``folder``.
+
+    Only values of the expected type are touched; anything else is left for :func:`recipe_from_dict`
+    to refuse with its own message.
+    """
+
+    def local(value: Any) -> Any:  # a path that is always local
+        return relative_to_file(value, folder) if isinstance(value, str) else value
+
+    def local_or_hub(value: Any) -> Any:  # a local path or a Hub id
+        return local(value) if isinstance(value, str) and looks_local(value, folder) else value
+
+    values = dict(raw)
+    for key, resolve in (("base_model", local_or_hub), ("evaluation_data_root", local), ("output_dir", local)):
+        if key in values:
+            values[key] = resolve(values[key])
+    data = values.get("data")
+    if isinstance(data, str):
+        values["data"] = local_or_hub(data)
+    elif isinstance(data, Mapping) and "path" in data:
+        values["data"] = {**data, "path": local_or_hub(data["path"])}
+    curriculum = values.get("curriculum")
+    if isinstance(curriculum, Mapping):
+        curriculum = values["curriculum"] = dict(curriculum)
+        for key, resolve in (("plan", local), ("teacher", local_or_hub)):
+            if key in curriculum:
+                curriculum[key] = resolve(curriculum[key])
+    evaluation = values.get("evaluation")
+    if isinstance(evaluation, str):
+        values["evaluation"] = local(evaluation)
+    elif isinstance(evaluation, Mapping):
+        root = evaluation.get("data_root")
+        values["evaluation"] = {**evaluation, "data_root": str(folder) if root is None else local(root)}
+    training_args = values.get("training_args")
+    if isinstance(training_args, Mapping):
+        values["training_args"] = {
+            key: local(value) if key in TRAINING_ARGS_PATHS else value for key, value in training_args.items()
+        }
+    return values

@@ -5,7 +5,8 @@
 * :func:`prompts_from_unified` and :func:`exclude_instructions_from_pooling` turn the per-task
   instructions into prompts that are not pooled;
 * :func:`losses_for_tasks` maps one loss per task type onto the task names the trainer dispatches on;
-* :func:`device_training_args` sets the training arguments that depend on the device (pinned memory);
+* :func:`device_training_args` sets the training arguments that depend on the device (on CUDA bf16
+  autocast where native, TF32, pinned memory, dataloader workers; on the CPU none of these);
 * :mod:`~hf_unified_embed.training.backbones` builds the model a recipe's ``model:`` section describes
   (encoders, decoder LLMs with last-token pooling, LoRA adapters merged on request).
 

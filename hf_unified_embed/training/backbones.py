@@ -12,7 +12,10 @@ a trained folder loads with a plain ``SentenceTransformer(path)``. What an LLM e
   not the text's last word. The tokenizer's post-processor is changed, so the saved ``tokenizer.json``
   does it at inference too;
 * ``torch_dtype``, ``attn_implementation``, ``gradient_checkpointing`` and k-bit ``quantization``
-  (QLoRA; needs ``bitsandbytes`` and a CUDA device).
+  (QLoRA; needs ``bitsandbytes`` and a CUDA device);
+* ``attention``: ``bidirectional`` removes the causal mask of a Qwen2 / Qwen3 / Llama / Mistral decoder
+  (BiLLM, LLM2Vec, NV-Embed, GritLM), from ``first_bidirectional_layer`` on; the saved folder re-applies
+  it when it loads (:mod:`hf_unified_embed.training.attention`). Pooling then defaults to ``mean``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_unified_embed.errors import RecipeError
+from hf_unified_embed.training.attention import ATTENTION_MODES, AttentionSetting
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +55,11 @@ class ModelConfig:
         normalize: add a ``Normalize`` module (unit-length embeddings, dot product = cosine).
         quantization: ``4bit`` or ``8bit`` k-bit loading for QLoRA (needs ``bitsandbytes`` and CUDA).
         trust_remote_code: allow the checkpoint's own modelling code.
+        attention: ``causal`` or ``bidirectional`` (Qwen2, Qwen3, Llama, Mistral decoders; default: what
+            the base model records, causal for a plain checkpoint). Sets the default pooling: ``mean``
+            for bidirectional, ``lasttoken`` for causal.
+        first_bidirectional_layer: with ``attention: bidirectional``, the first layer without the causal
+            mask; the layers before it stay causal (BiLLM's start index; default 0: every layer).
     """
 
     pooling: str | None = None
@@ -62,6 +71,8 @@ class ModelConfig:
     normalize: bool = False
     quantization: str | None = None
     trust_remote_code: bool = False
+    attention: str | None = None
+    first_bidirectional_layer: int | None = None
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -70,14 +81,33 @@ class ModelConfig:
             ("torch_dtype", TORCH_DTYPES),
             ("attn_implementation", ATTENTION_IMPLEMENTATIONS),
             ("quantization", QUANTIZATIONS),
+            ("attention", ATTENTION_MODES),
         ):
             value = getattr(self, name)
             if value is not None and value not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+        if self.first_bidirectional_layer is not None:
+            if self.attention != "bidirectional":
+                raise ValueError("first_bidirectional_layer needs attention: bidirectional")
+            self.attention_setting  # noqa: B018 -- the value's own check (an integer >= 0)
+
+    @property
+    def attention_setting(self) -> AttentionSetting | None:
+        """The attention asked for; ``None`` keeps what the base model records."""
+        if self.attention is None:
+            return None
+        return AttentionSetting(self.attention, self.first_bidirectional_layer or 0)
+
+    @property
+    def resolved_pooling(self) -> str | None:
+        """``pooling``, else the default of the attention asked for (``None``: the base model's pooling)."""
+        if self.pooling is not None or self.attention is None:
+            return self.pooling
+        return "mean" if self.attention == "bidirectional" else "lasttoken"
 
     @property
     def wants_eos(self) -> bool:
-        return self.append_eos if self.append_eos is not None else self.pooling == "lasttoken"
+        return self.append_eos if self.append_eos is not None else self.resolved_pooling == "lasttoken"
 
     def model_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``AutoModel.from_pretrained``."""
@@ -146,28 +176,65 @@ def is_sentence_transformers_folder(path: str) -> bool:
     return (Path(path).expanduser() / "modules.json").is_file()
 
 
+#: A folder :func:`build_model` can load holds one of these: a sentence-transformers model, a transformers
+#: checkpoint, a PEFT adapter (whose config names its base).
+MODEL_FOLDER_FILES = ("modules.json", "config.json", "adapter_config.json")
+
+
+def model_folder_problem(base: str) -> str | None:
+    """Why the local path ``base`` is not a model folder :func:`build_model` can load; ``None`` when it may be one
+    (or does not exist, which the caller reports). Only its files are looked at: nothing is imported or loaded."""
+    path = Path(base).expanduser()
+    if not path.exists():
+        return None
+    if not path.is_dir():
+        return "is a file, not a model folder"
+    if not any((path / name).is_file() for name in MODEL_FOLDER_FILES):
+        dataset = (path / "README.md").is_file() and (path / "data").is_dir()
+        hint = "; it looks like a unified dataset folder, which goes under data.path" if dataset else ""
+        return (
+            "is not a model folder: it has no modules.json (sentence-transformers), config.json (transformers) "
+            f"or adapter_config.json (PEFT adapter){hint}"
+        )
+    config = Path(transformer_folder(base)) / "config.json"
+    if config.is_file():
+        try:
+            settings = json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            return f"is not a model folder: {config} is not JSON ({error})"
+        if not isinstance(settings, dict):
+            return f"is not a model folder: {config} is not a JSON object"
+    return None
+
+
 def build_model(base: str, config: ModelConfig | None, *, max_seq_length: int | None = None, **kwargs: Any) -> Any:
     """A ``SentenceTransformer`` for ``base`` configured by ``config`` (``kwargs`` go to its constructor).
 
     A sentence-transformers folder keeps its modules (the pooling mode is changed if asked); a plain
-    transformers checkpoint gets ``Transformer`` + ``Pooling`` (+ ``Normalize``).
+    transformers checkpoint gets ``Transformer`` + ``Pooling`` (+ ``Normalize``). ``config.attention``
+    switches the decoder's attention (:func:`set_attention`); a base that records bidirectional attention
+    keeps it unless ``attention`` says otherwise.
     """
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.base.modules import Transformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
 
+    from hf_unified_embed.training.bidirectional_transformer import load_sentence_transformer
+
     config = config or ModelConfig()
     model_kwargs = config.model_kwargs()
     processor_kwargs = {"padding_side": config.padding_side} if config.padding_side else {}
     common = {"trust_remote_code": config.trust_remote_code, **kwargs}
+    pooling_mode = config.resolved_pooling
     if is_sentence_transformers_folder(base) or config == ModelConfig():
-        model = SentenceTransformer(base, model_kwargs=model_kwargs, processor_kwargs=processor_kwargs, **common)
-        if config.pooling is not None:
+        # A bidirectional folder names this package's module class, which sentence-transformers imports only when trusted.
+        model = load_sentence_transformer(base, model_kwargs=model_kwargs, processor_kwargs=processor_kwargs, **common)
+        if pooling_mode is not None:
             pooling = [module for module in model.modules() if isinstance(module, Pooling)]
             if not pooling:
-                raise RecipeError(f"model.pooling: {base} has no Pooling module to set to {config.pooling!r}")
+                raise RecipeError(f"model.pooling: {base} has no Pooling module to set to {pooling_mode!r}")
             for module in pooling:
-                module.pooling_mode = config.pooling
+                module.pooling_mode = pooling_mode
     else:
         transformer = Transformer(
             base,
@@ -175,8 +242,9 @@ def build_model(base: str, config: ModelConfig | None, *, max_seq_length: int | 
             processor_kwargs={**processor_kwargs, "trust_remote_code": config.trust_remote_code},
             config_kwargs={"trust_remote_code": config.trust_remote_code},
         )
-        modules: list[Any] = [transformer, Pooling(transformer.get_embedding_dimension(), config.pooling or "mean")]
+        modules: list[Any] = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode or "mean")]
         model = SentenceTransformer(modules=modules, **kwargs)
+    set_attention(model, config.attention_setting, base)
     if config.normalize and not any(isinstance(module, Normalize) for module in model):
         model.append(Normalize())
     if max_seq_length is not None:
@@ -197,6 +265,57 @@ def build_model(base: str, config: ModelConfig | None, *, max_seq_length: int | 
         auto_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         auto_model.config.use_cache = False
     return model
+
+
+def set_attention(model: Any, setting: AttentionSetting | None, base: str = "model") -> None:
+    """Make the first module of ``model`` (a ``SentenceTransformer``) run ``setting`` (``None``: what its
+    transformers config records — a merged bidirectional checkpoint is never silently loaded causal).
+
+    A bidirectional setting turns the module into a
+    :class:`~hf_unified_embed.training.bidirectional_transformer.BidirectionalTransformer`, which saves it
+    and re-applies it on load; a causal one leaves (or makes) it a plain ``Transformer``.
+    """
+    from sentence_transformers.base.modules import Transformer
+
+    from hf_unified_embed.training.attention import BIDIRECTIONAL_MODEL_TYPES, recorded_attention, unsupported_reason
+    from hf_unified_embed.training.bidirectional_transformer import BidirectionalTransformer
+
+    module = model[0]
+    if not isinstance(module, Transformer):
+        if setting is not None:
+            raise RecipeError(f"model.attention: {base} has no transformers module ({type(module).__name__})")
+        return
+    model_config = module.auto_model.config
+    if setting is None:
+        if isinstance(module, BidirectionalTransformer):  # loaded with its own setting
+            return
+        try:
+            setting = recorded_attention(model_config)
+        except ValueError as error:
+            raise RecipeError(f"model.attention: {base}: config.json: {error}") from None
+        if setting is None or getattr(model_config, "model_type", None) not in BIDIRECTIONAL_MODEL_TYPES:
+            return  # nothing recorded, or a family whose own flag transformers applies by itself
+    reason = unsupported_reason(model_config, setting)
+    if reason is not None:
+        raise RecipeError(f"model.attention: {base}: {reason}")
+    BidirectionalTransformer.from_transformer(module, setting, origin=base)
+
+
+def attention_problem(base: str, config: ModelConfig | None) -> str | None:
+    """Why ``config.attention`` cannot be applied to ``base``, read from its configuration alone (no weights);
+    ``None`` when it can, when nothing is asked, or when the configuration cannot be read here."""
+    setting = config.attention_setting if config is not None else None
+    if setting is None:
+        return None
+    from transformers import AutoConfig
+
+    from hf_unified_embed.training.attention import unsupported_reason
+
+    try:
+        model_config = AutoConfig.from_pretrained(transformer_folder(base), trust_remote_code=config.trust_remote_code)  # type: ignore[union-attr]
+    except (OSError, ValueError):
+        return None  # loading the model reports it
+    return unsupported_reason(model_config, setting)
 
 
 def transformer_folder(base: str) -> str:

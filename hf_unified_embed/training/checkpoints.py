@@ -8,7 +8,8 @@ sentence-transformers' trainer writes its checkpoints itself, outside the staged
   :mod:`hf_unified_embed.utils.redaction`;
 * :func:`no_empty_folder` removes the checkpoint folder after a run that saved no checkpoint into it:
   transformers' ``Trainer`` creates it when it starts, even with ``save_strategy: no``, and a failed or
-  interrupted run would leave it behind.
+  interrupted run would leave it behind. A run killed with ``kill -9`` cannot clean up, so the run's own
+  default folder (``<output_dir>-checkpoints``) found empty is removed by the next run too.
 """
 
 from __future__ import annotations
@@ -47,13 +48,24 @@ class RedactCheckpointsCallback(TrainerCallback):
             raise
 
 
+def default_checkpoint_folder(output_dir: str | Path) -> Path:
+    """The trainer's checkpoint folder of a run writing ``output_dir`` when the recipe names none."""
+    return Path(f"{output_dir}-checkpoints")
+
+
 @contextlib.contextmanager
-def no_empty_folder(folder: str | Path) -> Iterator[None]:
-    """Remove ``folder`` at the end (success, error or interruption) if it did not exist before and is empty."""
+def no_empty_folder(folder: str | Path, *, own: bool = False) -> Iterator[None]:
+    """Remove ``folder`` at the end (success, error or interruption) if it did not exist before and is empty.
+
+    With ``own`` (the run's default ``<output_dir>-checkpoints``, which only this tool creates), a folder
+    that already exists but is empty counts as left by an earlier run killed before it could clean up, and
+    is removed too if it is still empty at the end. A folder the user named keeps the old rule: it stays.
+    """
     path = Path(folder)
-    existed = path.exists()
+    existed = path.exists() and not (own and path.is_dir() and not any(path.iterdir()))
     try:
         yield
     finally:
         if not existed and path.is_dir() and not any(path.iterdir()):
-            path.rmdir()
+            with contextlib.suppress(OSError):  # something appeared meanwhile, or a mount point
+                path.rmdir()

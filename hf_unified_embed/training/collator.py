@@ -10,27 +10,44 @@ any batch composition and after resuming from a checkpoint.
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 from datasets import Dataset, DatasetDict
 from sentence_transformers import SentenceTransformer
+from sentence_transformers.base.data_collator import DEFAULT_LABEL_COLUMNS
 from sentence_transformers.sentence_transformer.data_collator import SentenceTransformerDataCollator
 from torch import nn
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from hf_unified_embed.errors import UnifiedSchemaError
-from hf_unified_embed.schema import DIFFICULTY_COLUMN
+from hf_unified_embed.schema import DIFFICULTY_COLUMN, INSTRUCTION_COLUMNS
 from hf_unified_embed.training.layout import (
     SCORED_PAIR_TASK_TYPES,
     ColumnLayout,
     column_layouts,
 )
 from hf_unified_embed.training.prompts import prompts_from_unified
+
+#: Unified columns that are not compared as texts when sentence-transformers looks for duplicates: the
+#: task, its type and its instructions are the same in every row of a task, the scores are numbers, and
+#: every row without hard negatives has the same empty ``negatives`` list.
+NOT_COMPARED_COLUMNS: tuple[str, ...] = (
+    "task",
+    "task_type",
+    *INSTRUCTION_COLUMNS,
+    "negatives",
+    "positive_scores",
+    "negative_scores",
+    DIFFICULTY_COLUMN,
+)
 
 
 def _row_digest(row: Mapping[str, Any]) -> int:
@@ -75,6 +92,14 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
         epoch: The current epoch; set by :meth:`epoch_callback` at the start of every epoch.
         prompts: ``{task: {column: instruction}}`` as from :func:`prompts_from_unified`; a key
             ``"positive"`` / ``"negative"`` covers all numbered columns of that kind.
+        valid_label_columns: sentence-transformers' label columns (``label``, ``score``, ...) plus
+            :data:`NOT_COMPARED_COLUMNS`. The trainer hands this list to its batch samplers, and
+            ``NoDuplicatesBatchSampler`` leaves these columns out when it looks for duplicates: it then
+            compares each row's ``query`` and ``positives`` only. With the unified columns in, every row of
+            a task would match every other on its task and instructions and each batch would hold one row.
+
+    The collator pickles (for dataloader workers started with spawn or forkserver) without the model's
+    weights: the copy tokenises with a weightless copy of the model.
 
     Example:
         ::
@@ -87,10 +112,20 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
             )
     """
 
+    valid_label_columns: list[str] = field(default_factory=lambda: [*DEFAULT_LABEL_COLUMNS, *NOT_COMPARED_COLUMNS])
     layouts: Mapping[str, ColumnLayout] = field(default_factory=dict)
     negatives_per_query: int = 1
     seed: int = 42
     epoch: int = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Dataloader workers started with spawn or forkserver (macOS, Windows, Python 3.14's default on
+        # Linux) receive the collator pickled. ``preprocess_fn`` is a method of the model; its weights
+        # are not needed to tokenise, so the copy carries none (a CUDA model would otherwise be copied,
+        # onto the GPU, into every worker).
+        state = self.__dict__.copy()
+        state["preprocess_fn"] = _without_weights(self.preprocess_fn)
+        return state
 
     @classmethod
     def for_losses(
@@ -243,6 +278,26 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
                 "a loss on scored pairs needs one score per positive"
             )
         return float(scores[positive_idx[0]])
+
+
+def _without_weights(method: Any) -> Any:
+    """``method`` bound to a copy of its module whose parameters and buffers are on the meta device (no data).
+
+    Anything else, or a module that cannot be copied so, is returned as it is.
+    """
+    module = getattr(method, "__self__", None)
+    if not isinstance(module, nn.Module):
+        return method
+    memo: dict[int, Any] = {}
+    try:
+        for tensor in itertools.chain(module.parameters(), module.buffers()):
+            empty = torch.empty_like(tensor, device="meta")
+            memo[id(tensor)] = (
+                nn.Parameter(empty, requires_grad=tensor.requires_grad) if isinstance(tensor, nn.Parameter) else empty
+            )
+        return getattr(copy.deepcopy(module, memo), method.__name__)
+    except Exception:  # an unusual module (quantised weights, hooks that refuse copying): pickle it whole
+        return method
 
 
 def _teacher_scores(row: Mapping[str, Any], positive_idx: np.ndarray, negative_idx: np.ndarray) -> list[float]:

@@ -1,30 +1,82 @@
-"""Training-argument settings that follow the device a run trains on."""
+"""Training-argument settings that follow the device a run trains on: the fastest correct step by default."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 
+#: Most dataloader workers chosen by default: the collator draws texts and tokenises one batch per call,
+#: a few workers keep ahead of a GPU step; more only take memory and cores from the training process.
+MAX_DEFAULT_WORKERS = 4
 
-def device_training_args(device: str | None = None) -> dict[str, Any]:
+
+def device_training_args(device: str | None = None, *, explicit: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``SentenceTransformerTrainingArguments`` settings for training on ``device``.
 
-    Pinned host memory only speeds up copies to a CUDA device; transformers pins by default, and on a
-    machine without an accelerator torch then warns at every dataloader ("'pin_memory' argument is set
-    as true but no accelerator is found"). So ``dataloader_pin_memory`` is on only for CUDA, and an
-    explicit ``"cpu"`` also sets ``use_cpu`` so that a CUDA machine trains on the CPU as asked.
+    On CUDA:
+
+    * ``bf16=True`` (bfloat16 autocast; the weights and the optimizer stay float32) where the GPU computes
+      bfloat16 natively (``torch.cuda.is_bf16_supported(including_emulation=False)``: Ampere and newer,
+      and ROCm). Not when the launcher set the precision (``ACCELERATE_MIXED_PRECISION``, which
+      ``accelerate launch`` always exports: its ``mixed_precision`` decides), nor when ``explicit`` turns
+      on ``fp16``;
+    * ``tf32=True`` (float32 matmuls on TF32 tensor cores) on CUDA GPUs of compute capability 8 or more,
+      as transformers requires;
+    * ``dataloader_pin_memory=True`` and ``dataloader_num_workers``: one fewer than the CPU cores this
+      process may use per process on the node (``LOCAL_WORLD_SIZE``), at most
+      :data:`MAX_DEFAULT_WORKERS`, so the collator's drawing and tokenising overlap the GPU step.
+
+    On the CPU nothing of this is set: transformers' defaults stay (float32, no workers, which would take
+    cores from the step), except that memory is not pinned — pinning only speeds up copies to a CUDA
+    device, and without one torch warns at every dataloader. An explicit ``"cpu"`` also sets
+    ``use_cpu`` so that a CUDA machine trains on the CPU as asked.
+
+    The caller's own settings win: merge them over the result (``{**device_training_args(), **mine}``)
+    and pass them as ``explicit`` so that no default conflicts with them (``fp16: true`` and a default
+    ``bf16`` cannot both be set; ``use_cpu: true`` means the CPU).
 
     Args:
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, or ``None`` for what transformers picks (CUDA when
             available).
+        explicit: the training arguments the caller sets itself.
 
     Example::
 
-        args = SentenceTransformerTrainingArguments(output_dir="out", **device_training_args())
+        mine = {"per_device_train_batch_size": 64}
+        args = SentenceTransformerTrainingArguments(
+            output_dir="out", **device_training_args(explicit=mine), **mine
+        )
     """
     import torch
 
-    on_cpu = device is not None and str(device).startswith("cpu")
-    settings: dict[str, Any] = {"dataloader_pin_memory": torch.cuda.is_available() and not on_cpu}
+    explicit = explicit or {}
+    on_cpu = explicit.get("use_cpu") is True or (device is not None and str(device).startswith("cpu"))
+    cuda = torch.cuda.is_available() and not on_cpu
+    settings: dict[str, Any] = {"dataloader_pin_memory": cuda}
     if on_cpu:
         settings["use_cpu"] = True
+    if not cuda:
+        return settings
+    # The current device, as transformers checks bf16 and tf32 against it (the trainer's device).
+    bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+    major, _ = torch.cuda.get_device_capability()
+    launcher_precision = "ACCELERATE_MIXED_PRECISION" in os.environ
+    if bf16 and not launcher_precision and not explicit.get("fp16"):
+        settings["bf16"] = True
+    if torch.version.cuda is not None and major >= 8:
+        settings["tf32"] = True
+    workers = default_dataloader_workers()
+    if workers:
+        settings["dataloader_num_workers"] = workers
     return settings
+
+
+def default_dataloader_workers() -> int:
+    """Dataloader workers for a GPU process: the cores it may use, shared by the processes of its node, less one."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    per_process = cores // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return max(0, min(MAX_DEFAULT_WORKERS, per_process - 1))

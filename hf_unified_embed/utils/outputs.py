@@ -8,10 +8,23 @@ into place at the end::
         write_everything_into(stage.path)      # becomes outputs/merged
         use_for_temporary_files(stage.scratch)  # removed at the end
 
-Before anything is written it checks the target (a non-empty folder needs ``overwrite``; an input
-is never overwritten or written into) and that the parent folder is writable. An error removes the
-staging folder; secrets are scrubbed (:func:`hf_unified_embed.utils.redaction.scrub_folder`) before the
-rename; an old output is moved aside first and deleted only after the new one is in place.
+Before anything is written it checks the target with :func:`check_output`, the one rule every
+command's output goes through (see "The tool deletes only what it wrote" below), and that the parent
+folder is writable. An error or an interruption (Ctrl-C) removes the staging folder; secrets are
+scrubbed (:func:`hf_unified_embed.utils.redaction.scrub_folder`) before the rename; an old output is
+moved aside first and deleted only after the new one is in place.
+
+The tool deletes only what it wrote. :func:`check_output` refuses, with an
+:class:`~hf_unified_embed.errors.OutputError` naming the path and why:
+
+* an empty path, ``.``, the current folder or any folder above it, the home folder (or above it), ``/``;
+* an input (file or folder) of the job, a folder holding one, or a path inside one;
+* a target of the wrong kind (a file where a folder is written, or the other way round);
+* an existing non-empty target without ``overwrite`` (:class:`~hf_unified_embed.errors.OutputExistsError`),
+  and with ``overwrite`` one this tool did not write: only a folder holding the marker file
+  :data:`MARKER` (every output folder gets one), a JSON file with the top-level key ``"written_by":
+  "hf-unified-embed"`` (:data:`JSON_MARKER`; evaluation results carry it) or with all the keys of a
+  curriculum plan, or a file directly inside a folder holding the marker may be replaced.
 
 The staging folder is named ``.<target>.staging-<host>-<pid>-<random>``. A process killed with
 ``kill -9`` cannot clean up, so the next run for the same target removes every staging folder whose
@@ -21,6 +34,7 @@ moved aside). Folders of live processes and of other hosts are left alone.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -44,26 +58,130 @@ def _host() -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname()) or "host"
 
 
+#: The marker file in every output folder the tool writes: ``--overwrite`` replaces only folders holding it.
+#: Readers ignore it: the Hub-layout check allows it in a dataset's root, ``push`` does not upload it, and
+#: model loading and merges never read hidden files.
+MARKER = ".hf_unified_embed_output"
+#: The top-level key and value that mark a JSON file (evaluation results) as written by the tool.
+JSON_MARKER = ("written_by", "hf-unified-embed")
+#: JSON files of the tool without the marker key, known by all the top-level keys of one set: evaluation
+#: results written before the key existed (``SuiteResults.to_dict``) and curriculum plans (``CurriculumPlan``).
+_TOOL_JSON_KEYS = (
+    frozenset({"model", "suite", "results", "table", "model-index"}),
+    frozenset({"version", "tasks", "order", "similarity", "score"}),
+)
+_MARKER_TEXT = (
+    "This folder was written by hf-unified-embed; `--overwrite` may replace it.\n"
+    "Without this file the tool never deletes or replaces the folder.\n"
+)
+
+
 def _is_empty(path: Path) -> bool:
     return (path.is_dir() and not any(path.iterdir())) or (path.is_file() and path.stat().st_size == 0)
 
 
-def check_target(target: Path, *, overwrite: bool, kind: Literal["folder", "file"] = "folder") -> None:
-    """Refuse a target of the wrong kind, or an existing non-empty one without ``overwrite``."""
+def mark_output(folder: str | Path) -> None:
+    """Leave the :data:`MARKER` in ``folder``: an output of this tool that a later ``--overwrite`` may replace."""
+    marker = Path(folder) / MARKER
+    if not marker.is_file():
+        marker.write_text(_MARKER_TEXT, encoding="utf-8")
+
+
+def written_by_tool(path: str | Path) -> bool:
+    """Whether ``path`` is an output this tool wrote: a folder holding :data:`MARKER`, a JSON file with the
+    :data:`JSON_MARKER` key (or all the top-level keys of evaluation results or of a curriculum plan), or a
+    file in a folder holding the marker."""
+    path = Path(path)
+    if path.is_dir():
+        return (path / MARKER).is_file()
+    if not path.is_file():
+        return False
+    if (path.parent / MARKER).is_file():
+        return True
+    try:
+        with path.open("rb") as handle:
+            if handle.read(1) != b"{":  # only a JSON object can carry the key; skip reading anything else
+                return False
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    if not isinstance(data, dict):
+        return False
+    key, value = JSON_MARKER
+    return data.get(key) == value or any(data.keys() >= keys for keys in _TOOL_JSON_KEYS)
+
+
+def _protected(absolute: Path) -> str | None:
+    """Why ``absolute`` may never be an output (the current folder, a folder above it, home, ``/``), or ``None``."""
+    resolved = absolute.resolve()
+    cwd = Path.cwd().resolve()
+    if resolved == cwd:
+        return "is the current folder"
+    if resolved in cwd.parents:
+        return "is the root folder" if resolved == Path(resolved.anchor) else "holds the current folder"
+    home = Path.home().resolve()
+    if resolved == home:
+        return "is the home folder"
+    if resolved in home.parents:
+        return "is the root folder" if resolved == Path(resolved.anchor) else "holds the home folder"
+    if resolved == Path(resolved.anchor):
+        return "is the root folder"
+    return None
+
+
+def check_location(target: str | Path, *, inputs: Iterable[str | Path] = ()) -> Path:
+    """The part of :func:`check_output` that does not depend on what exists there: refuse an empty path, the
+    current folder and the folders above it, the home folder, ``/`` and the inputs; return the absolute path."""
+    if not str(target).strip():
+        raise OutputError(
+            f"output path {str(target)!r} is empty; give the folder or file to write (is a shell variable unset?)"
+        )
+    absolute = Path(target).absolute()
+    why = _protected(absolute)
+    if why is not None:
+        raise OutputError(f"output {target} {why}; give a new folder or file to write, the tool never replaces it")
+    check_not_inputs(absolute, inputs)
+    return absolute
+
+
+def _check_kind(target: Path, kind: Literal["folder", "file"]) -> None:
     if kind == "folder" and target.exists() and not target.is_dir():
         raise OutputError(f"output {target} exists and is not a folder")
     if kind == "file" and target.is_dir():
         raise OutputError(f"output {target} is a folder; give a file name")
-    if target.exists() and not overwrite and not _is_empty(target):
+
+
+def check_target(target: Path, *, overwrite: bool, kind: Literal["folder", "file"] = "folder") -> None:
+    """Refuse a target of the wrong kind, an existing non-empty one without ``overwrite``, and one this tool
+    did not write (:func:`written_by_tool`), which ``overwrite`` does not replace either."""
+    _check_kind(target, kind)
+    if not target.exists() or _is_empty(target):
+        return
+    ours = written_by_tool(target)
+    if ours and overwrite:
+        return
+    why = f"no {MARKER} marker in it" if kind == "folder" else "not a result file of this tool"
+    if ours:
         raise OutputExistsError(
             f"output {target} exists and is not empty; pass --overwrite (overwrite=True) to replace it"
         )
+    if not overwrite:
+        raise OutputExistsError(
+            f"output {target} exists and is not empty, and was not written by hf-unified-embed ({why}), so "
+            "--overwrite would not replace it either: remove it yourself or choose another path"
+        )
+    raise OutputError(
+        f"output {target} exists and was not written by hf-unified-embed ({why}); --overwrite replaces "
+        "only the tool's own outputs: remove it yourself or choose another path"
+    )
 
 
 def check_not_inputs(target: Path, inputs: Iterable[str | Path]) -> None:
     """Refuse a target that is an input, lies inside one or contains one: inputs are never overwritten."""
     resolved = target.resolve()
     for entry in inputs:
+        if entry is None or not str(entry):
+            continue
         source = Path(entry).resolve()
         if resolved == source or source in resolved.parents or resolved in source.parents:
             raise OutputError(f"output {target} overlaps the input {entry}; inputs are never overwritten")
@@ -76,14 +194,19 @@ def check_output(
     inputs: Iterable[str | Path] = (),
     kind: Literal["folder", "file"] = "folder",
 ) -> Path:
-    """The one check of an output before anything is written; the absolute target.
+    """The one rule for an output, checked before anything is written; returns the absolute target.
 
-    Every command (and a recipe's preflight, on every process of a launched run) calls it before it
-    reads its inputs, and :class:`StagedOutput` calls it again when it is created.
+    Refuses (:class:`~hf_unified_embed.errors.OutputError`, exit code 2 on the command line) an empty path,
+    ``.``, the current folder or a folder above it, the home folder, ``/``; any of ``inputs``, a folder
+    holding one or a path inside one; a target of the wrong ``kind``; an existing non-empty target without
+    ``overwrite`` (:class:`~hf_unified_embed.errors.OutputExistsError`) and, with it, one the tool did not
+    write (:func:`written_by_tool`). Every command (and a recipe's preflight, on every process of a launched
+    run) calls it before it reads its inputs, and :class:`StagedOutput` calls it again when it is created.
     """
-    absolute = Path(target).absolute()
-    check_target(absolute, overwrite=overwrite, kind=kind)
+    absolute = check_location(target)
+    _check_kind(absolute, kind)
     check_not_inputs(absolute, inputs)
+    check_target(absolute, overwrite=overwrite, kind=kind)
     return absolute
 
 
@@ -113,8 +236,10 @@ class StagedOutput:
 
     Args:
         target: the folder (or file, with ``kind="file"``) to create.
-        overwrite: replace an existing non-empty target.
+        overwrite: replace an existing non-empty target that this tool wrote (:func:`written_by_tool`).
         inputs: paths read by the job; the target may not be, contain or lie inside any of them.
+
+    A folder output gets the :data:`MARKER` file when it is committed.
         kind: ``"folder"`` (``stage.path`` is a folder to fill) or ``"file"`` (a file path to write).
 
     Attributes:
@@ -163,6 +288,8 @@ class StagedOutput:
         if not self.path.exists():
             raise OutputError(f"nothing was written for {self.target}")
         scrub_folder(self.path)
+        if self.kind == "folder":
+            mark_output(self.path)  # a later --overwrite may replace this folder, and only such folders
         check_target(self.target, overwrite=self.overwrite, kind=self.kind)  # something may have appeared meanwhile
         if self.target.exists():
             self.target.rename(self.root / _REPLACED)

@@ -9,12 +9,21 @@ by the positive/negative split.
 from __future__ import annotations
 
 import csv
+import sqlite3
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
-from hf_unified_embed.utils.readers import Quoting, column_positions, iter_delimited, read_header, require_text
+from hf_unified_embed.utils.readers import (
+    Quoting,
+    column_positions,
+    iter_delimited,
+    read_header,
+    require_text,
+    table_reader,
+)
 
 _QUOTING: dict[str, Quoting] = {"minimal": csv.QUOTE_MINIMAL, "none": csv.QUOTE_NONE}
 
@@ -35,6 +44,49 @@ PRESETS = {
 }
 
 
+#: Finished questions kept in a set; more go into a scratch SQLite table.
+QUESTIONS_IN_MEMORY = 100_000
+
+
+class _FinishedQuestions:
+    """The questions whose rows are done, to refuse one that comes back, in bounded memory: a set of up to
+    ``limit`` questions, the rest in a scratch SQLite table (a file of millions of questions stays flat)."""
+
+    def __init__(self, scratch: Path | None, limit: int | None = None) -> None:
+        self.memory: set[str] = set()
+        self.limit = QUESTIONS_IN_MEMORY if limit is None else limit
+        self.scratch = scratch
+        self.folder: tempfile.TemporaryDirectory[str] | None = None
+        self.connection: sqlite3.Connection | None = None
+
+    def __contains__(self, question: str) -> bool:
+        if question in self.memory:
+            return True
+        if self.connection is None:
+            return False
+        found = self.connection.execute("SELECT 1 FROM finished WHERE question = ?", (question,)).fetchone()
+        return found is not None
+
+    def add(self, question: str) -> None:
+        if self.connection is None and len(self.memory) < self.limit:
+            self.memory.add(question)
+            return
+        if self.connection is None:
+            self.folder = tempfile.TemporaryDirectory(prefix="questions-", dir=self.scratch)
+            self.connection = sqlite3.connect(Path(self.folder.name) / "finished.sqlite")
+            self.connection.executescript(
+                "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-8192;"
+                "CREATE TABLE finished (question TEXT PRIMARY KEY) WITHOUT ROWID;"
+            )
+        self.connection.execute("INSERT OR IGNORE INTO finished VALUES (?)", (question,))
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+        if self.folder is not None:
+            self.folder.cleanup()
+
+
 def _groups(
     path: Path,
     header: list[str],
@@ -44,8 +96,23 @@ def _groups(
     context: AdapterContext,
 ) -> Iterator[tuple[int, str, list[tuple[str, bool]]]]:
     """``(first_line, question, [(candidate, correct), ...] in file order)`` for each run of a question's rows."""
+    finished = _FinishedQuestions(context.scratch)
+    try:
+        yield from _runs(path, header, positions, columns, options, context, finished)
+    finally:
+        finished.close()
+
+
+def _runs(
+    path: Path,
+    header: list[str],
+    positions: dict[str, int],
+    columns: tuple[str, str, str],
+    options: dict[str, Any],
+    context: AdapterContext,
+    finished: _FinishedQuestions,
+) -> Iterator[tuple[int, str, list[tuple[str, bool]]]]:
     question_column, candidate_column, label_column = columns
-    finished: set[str] = set()
     group: tuple[int, str, list[tuple[str, bool]]] | None = None
     for line, fields in iter_delimited(
         path, delimiter=options["delimiter"], quoting=_QUOTING[options["quoting"]], header=True
@@ -87,6 +154,7 @@ def _groups(
 
 
 @register_source_format("answer-selection", presets=PRESETS)
+@table_reader(per_file=True)  # each file (folder, dataset) is read on its own
 def read_answer_selection(
     files: Sequence[Path],
     context: AdapterContext,

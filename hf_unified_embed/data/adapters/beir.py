@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
-from hf_unified_embed.utils.readers import iter_delimited, iter_json_records
+from hf_unified_embed.utils.readers import iter_delimited, iter_json_records, table_reader
 
 _BATCH = 20_000
 _POSITIVE, _NEGATIVE = 1, 0
@@ -151,6 +151,7 @@ class _BeirJoin:
 
 
 @register_source_format("beir")
+@table_reader(per_file=True, cost=5.0)  # each folder is read on its own; the join costs ~5x a tsv per byte
 def read_beir(
     files: Sequence[Path],
     context: AdapterContext,

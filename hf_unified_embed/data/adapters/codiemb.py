@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
-from hf_unified_embed.utils.readers import iter_json_records, require_text
+from hf_unified_embed.utils.readers import iter_json_records, require_text, table_reader
 
 _TASK_TYPES = {"ir": "retrieval", "sts": "sts"}
 
@@ -50,6 +50,7 @@ def _scores(record: dict[str, Any], field: str, count: int, path: Path, line: in
 
 
 @register_source_format("codiemb")
+@table_reader(per_file=True)  # each file (folder, dataset) is read on its own
 def read_codiemb(files: Sequence[Path], context: AdapterContext) -> Iterator[SourceRow]:
     """Youtu-Embedding rows: task_type (ir/sts), query/positives/negatives as 3-part lists, scores."""
     for path in files:

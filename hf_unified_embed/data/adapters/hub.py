@@ -24,7 +24,14 @@ from datasets.exceptions import DatasetGenerationError, DatasetNotFoundError
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
 from hf_unified_embed.errors import InputError, InputNotFoundError, one_line
-from hf_unified_embed.utils.readers import parse_score, record_field, record_text, record_texts, score_bounds
+from hf_unified_embed.utils.readers import (
+    parse_score,
+    record_field,
+    record_text,
+    record_texts,
+    score_bounds,
+    table_reader,
+)
 
 
 def _columns(value: str | Sequence[str] | None) -> list[str]:
@@ -97,6 +104,7 @@ def open_dataset(
 
 
 @register_source_format("hub", dataset_ids=True)
+@table_reader(per_file=True)  # each file (folder, dataset) is read on its own
 def read_hub(
     files: Sequence[Path | str],
     context: AdapterContext,

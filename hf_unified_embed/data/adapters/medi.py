@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
-from hf_unified_embed.utils.readers import iter_json_records, require_text
+from hf_unified_embed.utils.readers import iter_json_records, require_text, table_reader
 
 
 def _pair(value: Any, path: Path, line: int, field: str) -> tuple[str, str]:
@@ -24,6 +24,7 @@ def _pair(value: Any, path: Path, line: int, field: str) -> tuple[str, str]:
 
 
 @register_source_format("medi")
+@table_reader(per_file=True)  # each file (folder, dataset) is read on its own
 def read_medi(
     files: Sequence[Path], context: AdapterContext, *, tasks: list[str] | None = None
 ) -> Iterator[SourceRow]:

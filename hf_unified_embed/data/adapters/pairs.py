@@ -2,26 +2,175 @@
 
 ``pairs``: anchor + positive (+ optional score column, mapped from ``score_range`` onto [0, 1]).
 ``triplets``: anchor + positive + negative; a negative cell may hold one text or a list of texts.
+
+JSON-lines and Parquet files are also read a block at a time with pyarrow (``read_batches``, used by
+the builder); a block pyarrow cannot convert exactly as the per-record code would (a missing or null
+value, a number where a text belongs, a line that is not one object) is read record by record, which
+raises the located error if there is one. CSV / TSV files and JSON arrays are read record by record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from hf_unified_embed.data.source_formats import AdapterContext, SourceRow, register_source_format
 from hf_unified_embed.utils.readers import (
+    JSON_SUFFIXES,
+    PARQUET_SUFFIXES,
+    TableBatch,
+    batch_records,
+    is_json_array,
+    iter_parquet_batches,
     iter_table_records,
+    iter_text_chunks,
+    json_lines_table,
+    json_objects,
+    mapped_scores,
+    nonblank_texts,
+    parquet_columns,
     parse_score,
     record_field,
     record_text,
     record_texts,
     score_bounds,
+    singleton_lists,
+    table_reader,
 )
+
+Records = Iterable[tuple[int, dict[str, Any]]]
+# What a column holds: one text, a text or a list of texts, a score.
+TEXT, TEXTS, SCORE = "text", "texts", "score"
+
+
+def _is_text(data_type: pa.DataType) -> bool:
+    return pa.types.is_string(data_type) or pa.types.is_large_string(data_type)
+
+
+def _text_lists(array: pa.Array) -> pa.Array | None:
+    """A cell holding a text or a list of texts → a list of stripped texts, as :func:`record_texts` reads it."""
+    if _is_text(array.type):
+        texts = nonblank_texts(array)
+        return None if texts is None else singleton_lists(texts)
+    if not (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)) or array.null_count:
+        return None
+    texts = nonblank_texts(pc.list_flatten(array))
+    if texts is None:
+        return None
+    offsets = np.zeros(len(array) + 1, dtype=np.int32)
+    np.cumsum(pc.list_value_length(array).to_numpy(zero_copy_only=False), out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), texts)
+
+
+def _repeat_per_text(scores: pa.Array, texts: pa.ListArray) -> pa.Array:
+    """``[score] * len(texts)`` for each row."""
+    return pa.ListArray.from_arrays(texts.offsets, pc.take(scores, pc.list_parent_indices(texts)))
+
+
+def _json_columns(chunk: Any, wanted: dict[str, str]) -> dict[str, pa.Array] | None:
+    """The wanted columns of a JSON-lines block: texts read as texts or else as lists of texts."""
+    for list_type in (pa.string(), pa.list_(pa.string())):
+        kinds = {TEXT: pa.string(), TEXTS: list_type, SCORE: pa.float64()}
+        schema = pa.schema([(name, kinds[kind]) for name, kind in wanted.items()])
+        table = json_lines_table(chunk, schema)
+        if table is not None:
+            return {name: table.column(name).combine_chunks() for name in wanted}
+    return None
+
+
+def _record_batches(path: Path, wanted: dict[str, str]) -> Iterator[tuple[dict[str, pa.Array] | None, Records]]:
+    """``(columns, records)`` per block of ``path``: the wanted columns read by pyarrow (``None`` where it
+    cannot) and the block's records as :func:`iter_table_records` reads them (lazily: read only if asked)."""
+    suffix = path.suffix.lower()
+    if suffix in JSON_SUFFIXES and not is_json_array(path):
+        for chunk in iter_text_chunks(path):
+            yield _json_columns(chunk, wanted), json_objects(path, chunk.json_lines())
+        return
+    names = parquet_columns(path) if suffix in PARQUET_SUFFIXES else None
+    if names is None or not set(wanted) <= set(names):
+        yield None, iter_table_records(path)
+        return
+    for offset, batch in iter_parquet_batches(path, columns=list(wanted)):
+        columns = {name: batch.column(name) for name in wanted}
+        fine = not any(array.null_count for array in columns.values())
+        yield (columns if fine else None), batch_records(batch, offset)
+
+
+def _pair_rows(
+    path: Path,
+    records: Records,
+    anchor_column: str,
+    positive_column: str,
+    score_column: str | None,
+    low: float,
+    high: float,
+) -> Iterator[SourceRow]:
+    for line, record in records:
+        row: dict[str, Any] = {
+            "query": record_text(record, anchor_column, file=path, line=line),
+            "positives": record_texts(record, positive_column, file=path, line=line),
+        }
+        if score_column is not None:
+            score = parse_score(
+                record_field(record, score_column, file=path, line=line),
+                file=path,
+                line=line,
+                field=score_column,
+                low=low,
+                high=high,
+            )
+            row["positive_scores"] = [score] * len(row["positives"])
+        yield f"{path}:{line}", row
+
+
+def _pair_table(
+    columns: dict[str, pa.Array],
+    anchor_column: str,
+    positive_column: str,
+    score_column: str | None,
+    low: float,
+    high: float,
+) -> pa.Table | None:
+    query, positives = nonblank_texts(columns[anchor_column]), _text_lists(columns[positive_column])
+    if query is None or positives is None:
+        return None
+    table = {"query": query, "positives": positives}
+    if score_column is not None:
+        scores = mapped_scores(columns[score_column], low, high)
+        if scores is None:
+            return None
+        table["positive_scores"] = _repeat_per_text(scores, positives)
+    return pa.table(table)
+
+
+def _pair_batches(
+    files: Sequence[Path],
+    context: AdapterContext,
+    *,
+    anchor_column: str = "anchor",
+    positive_column: str = "positive",
+    score_column: str | None = None,
+    score_range: tuple[float, float] = (0.0, 1.0),
+) -> Iterator[TableBatch]:
+    low, high = score_bounds(score_range)
+    wanted = {positive_column: TEXTS, anchor_column: TEXT}
+    if score_column is not None:
+        wanted.setdefault(score_column, SCORE)
+    options = (anchor_column, positive_column, score_column, low, high)
+    for path in files:
+        for columns, records in _record_batches(path, wanted):
+            table = None if columns is None else _pair_table(columns, *options)
+            yield TableBatch(table, partial(_pair_rows, path, records, *options))
 
 
 @register_source_format("pairs")
+@table_reader(_pair_batches, per_file=True)
 def read_pairs(
     files: Sequence[Path],
     context: AdapterContext,
@@ -34,25 +183,51 @@ def read_pairs(
     """(anchor, positive[, score]) records; ``score`` maps ``(s − low) / (high − low)`` with ``score_range``."""
     low, high = score_bounds(score_range)
     for path in files:
-        for line, record in iter_table_records(path):
-            row: dict[str, Any] = {
+        yield from _pair_rows(path, iter_table_records(path), anchor_column, positive_column, score_column, low, high)
+
+
+def _triplet_rows(
+    path: Path, records: Records, anchor_column: str, positive_column: str, negative_column: str
+) -> Iterator[SourceRow]:
+    for line, record in records:
+        yield (
+            f"{path}:{line}",
+            {
                 "query": record_text(record, anchor_column, file=path, line=line),
                 "positives": record_texts(record, positive_column, file=path, line=line),
-            }
-            if score_column is not None:
-                score = parse_score(
-                    record_field(record, score_column, file=path, line=line),
-                    file=path,
-                    line=line,
-                    field=score_column,
-                    low=low,
-                    high=high,
-                )
-                row["positive_scores"] = [score] * len(row["positives"])
-            yield f"{path}:{line}", row
+                "negatives": record_texts(record, negative_column, file=path, line=line),
+            },
+        )
+
+
+def _triplet_table(
+    columns: dict[str, pa.Array], anchor_column: str, positive_column: str, negative_column: str
+) -> pa.Table | None:
+    query = nonblank_texts(columns[anchor_column])
+    positives, negatives = _text_lists(columns[positive_column]), _text_lists(columns[negative_column])
+    if query is None or positives is None or negatives is None:
+        return None
+    return pa.table({"query": query, "positives": positives, "negatives": negatives})
+
+
+def _triplet_batches(
+    files: Sequence[Path],
+    context: AdapterContext,
+    *,
+    anchor_column: str = "anchor",
+    positive_column: str = "positive",
+    negative_column: str = "negative",
+) -> Iterator[TableBatch]:
+    wanted = {positive_column: TEXTS, negative_column: TEXTS, anchor_column: TEXT}
+    options = (anchor_column, positive_column, negative_column)
+    for path in files:
+        for columns, records in _record_batches(path, wanted):
+            table = None if columns is None else _triplet_table(columns, *options)
+            yield TableBatch(table, partial(_triplet_rows, path, records, *options))
 
 
 @register_source_format("triplets")
+@table_reader(_triplet_batches, per_file=True)
 def read_triplets(
     files: Sequence[Path],
     context: AdapterContext,
@@ -63,12 +238,4 @@ def read_triplets(
 ) -> Iterator[SourceRow]:
     """(anchor, positive, negative) records; list-valued positive/negative cells are kept whole."""
     for path in files:
-        for line, record in iter_table_records(path):
-            yield (
-                f"{path}:{line}",
-                {
-                    "query": record_text(record, anchor_column, file=path, line=line),
-                    "positives": record_texts(record, positive_column, file=path, line=line),
-                    "negatives": record_texts(record, negative_column, file=path, line=line),
-                },
-            )
+        yield from _triplet_rows(path, iter_table_records(path), anchor_column, positive_column, negative_column)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scipy.special import expit
 
@@ -144,6 +144,13 @@ class Hierarchical(LinearMergeMethod):
                 assert path is not None
                 roles.setdefault(path, []).append(label)
         return roles
+
+    def recipe(self, path_text: Callable[[Path], str] = str) -> dict[str, Any]:
+        # The soups as indices into models, which the written config lists once.
+        recipe = super().recipe(path_text)
+        for field_name in ("ir_models", "sts_models"):
+            recipe[field_name] = [self.models.index(Path(str(model))) for model in getattr(self, field_name)]
+        return recipe
 
     def card_section(self, directory: Path) -> str | None:
         if self.report is None:

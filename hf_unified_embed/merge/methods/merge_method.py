@@ -52,12 +52,17 @@ class MergeMethod(ABC):
         citation: BibTeX of the method's paper for the card, or ``None``.
         models_optional: the method can name its inputs through its own parameters, so a config
             may leave ``models`` out.
+        averaging_weights: the parameters that are weights of an average (``soup``'s ``weights``): a
+            negative value extrapolates instead, so a merge refuses it unless ``allow_negative_weights``
+            (:func:`hf_unified_embed.merge.checks.check_nonnegative_weights`). Scales of task vectors
+            (``task_arithmetic``'s λ) are not among them: a negative one negates a task, a use of its own.
     """
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
     citation: ClassVar[str | None] = None
     models_optional: ClassVar[bool] = False
+    averaging_weights: ClassVar[tuple[str, ...]] = ()
     models: list[Path]
 
     def __post_init__(self) -> None:
@@ -111,11 +116,40 @@ class MergeMethod(ABC):
     def group_weights(self, groups: LayerGroups) -> dict[str, dict[str, float]]:
         """``{group: {column: weight}}`` for the card's per-layer table."""
 
+    def parameter(self, name: str) -> Any:
+        """The value of parameter ``name`` as the method uses it (``None`` when it has none)."""
+        return getattr(self, name, None)
+
+    def negative_weights(self) -> list[str]:
+        """``"weights[1] = -1"`` for each negative number in :attr:`averaging_weights` (lists, gradients,
+        ``{filter, value}`` conditions included)."""
+
+        def numbers(value: Any, where: str) -> list[tuple[str, float]]:
+            if isinstance(value, bool):
+                return []
+            if isinstance(value, (int, float)):
+                return [(where, float(value))]
+            if isinstance(value, Mapping):
+                return numbers(value.get("value"), where)
+            if isinstance(value, (list, tuple)):
+                return [found for index, item in enumerate(value) for found in numbers(item, f"{where}[{index}]")]
+            return []
+
+        return [
+            f"{where} = {value:g}"
+            for name in self.averaging_weights
+            for where, value in numbers(self.parameter(name), name)
+            if value < 0
+        ]
+
     def recipe(self, path_text: Callable[[Path], str] = str) -> dict[str, Any]:
-        """The parameters as plain data, for the safetensors metadata and the card.
+        """The parameters as plain data: the ``parameters`` of the ``merge_config.yaml`` written beside the
+        merge (so :meth:`from_params` must accept them and give the same merge), the safetensors metadata
+        and the card.
 
         Args:
-            path_text: how a path is written (the driver writes them relative to the output folder).
+            path_text: how a path is written (the driver writes a local input as ``../NAME``, a Hub model
+                by its id).
         """
 
         def plain(value: Any) -> Any:

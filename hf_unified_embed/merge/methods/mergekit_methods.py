@@ -61,6 +61,10 @@ if TYPE_CHECKING:
 SENTENCE_TRANSFORMERS_DEFAULTS = {"weight": 1.0, "t": 0.5}
 #: Parameters of the adapter itself, next to mergekit's.
 OWN_PARAMETERS = ("base", "seed")
+#: mergekit's methods that average their inputs: a negative ``weight`` extrapolates (see
+#: :attr:`MergeMethod.averaging_weights`). The task-vector methods (TIES, DARE, DELLA, breadcrumbs) scale
+#: task vectors by ``weight`` and ``lambda``, where a negative value negates a task.
+AVERAGING_METHODS = ("linear", "nuslerp", "multislerp")
 
 
 def _setting(value: Any) -> Any:
@@ -176,6 +180,9 @@ class MergekitMethod(TensorMergeMethod):
     def merged_paths(self) -> list[Path]:
         return list(self.inputs)
 
+    def parameter(self, name: str) -> Any:
+        return self.settings.get(name, SENTENCE_TRANSFORMERS_DEFAULTS.get(name))
+
     def input_roles(self) -> dict[Path, list[str]]:
         roles = super().input_roles()
         if self.base_index is not None:
@@ -228,6 +235,8 @@ class MergekitMethod(TensorMergeMethod):
     def recipe(self, path_text: Callable[[Path], str] = str) -> dict[str, Any]:
         recipe = super().recipe(path_text)
         settings = recipe.pop("settings")
+        if isinstance(self.base, Path) and self.base in self.models:
+            recipe["base"] = self.models.index(self.base)  # an index: the models are written once
         return {**recipe, **settings}
 
 
@@ -260,6 +269,7 @@ def mergekit_method(name: str) -> type[MergekitMethod] | None:
     attributes = {
         "name": spec.name,
         "mergekit_name": spec.name,
+        "averaging_weights": ("weight",) if spec.name in AVERAGING_METHODS else (),
         "description": description,
         "__doc__": f"mergekit's ``{spec.name}`` method, computed by mergekit's own kernel (see :class:`MergekitMethod`).",
         "__module__": __name__,

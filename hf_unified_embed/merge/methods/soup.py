@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hf_unified_embed.errors import MergeError
 from hf_unified_embed.merge.methods.merge_method import (
@@ -22,7 +24,8 @@ class Soup(LinearMergeMethod):
 
     Args:
         models: two or more checkpoints of one architecture.
-        weights: one weight per model; uniform when omitted. They must sum to 1 unless ``normalize``.
+        weights: one weight per model; uniform when omitted. They must sum to 1 unless ``normalize``, and
+            none may be negative unless the merge allows negative weights (``allow_negative_weights``).
         normalize: divide the weights by their sum instead of requiring that they sum to 1.
 
     Example::
@@ -39,6 +42,7 @@ class Soup(LinearMergeMethod):
     year={2022},
     url={https://arxiv.org/abs/2203.05482},
 }"""
+    averaging_weights = ("weights",)
     weights: list[float] | None = None
     normalize: bool = False
 
@@ -61,6 +65,12 @@ class Soup(LinearMergeMethod):
     def coefficients(self, group: str) -> dict[Path, float]:
         assert self.weights is not None
         return dict(zip(self.models, self.weights))
+
+    def recipe(self, path_text: Callable[[Path], str] = str) -> dict[str, Any]:
+        # The weights as used, after normalize: the same merge, bit for bit, without dividing again.
+        recipe = super().recipe(path_text)
+        recipe.pop("normalize")
+        return recipe
 
     def group_weights(self, groups: LayerGroups) -> dict[str, dict[str, float]]:
         assert self.weights is not None

@@ -23,7 +23,9 @@ class TaskArithmetic(LinearMergeMethod):
         models: the fine-tuned checkpoints.
         base: the common pre-trained checkpoint the task vectors are taken against.
         weights: λᵢ, one per model (default 1.0 each), or one number for all; any finite values, no sum
-            constraint. With one model, λ = 0 gives the base and λ = 1 the model: an interpolation.
+            constraint. With one model, λ = 0 gives the base and λ = 1 the model: an interpolation. A
+            negative λ subtracts a task vector ("task negation", Ilharco et al. §3), so negative weights
+            need no ``allow_negative_weights`` here.
 
     Example::
 

