@@ -16,6 +16,8 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from hf_unified_embed.utils.lazy_exports import lazy_attribute
+
 _EXPORTS = {
     "DEFAULT_BASE_MODEL_ID": "hf_unified_embed.utils.locations",
     "packaged_minilm_path": "hf_unified_embed.utils.locations",
@@ -40,8 +42,7 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None and not name.startswith("_"):
+    if name not in _EXPORTS and not name.startswith("_"):
         # In 0.1 ``hf_unified_embed.recipe`` was the module that is now ``recipe.train_recipe``.
         train_recipe = importlib.import_module("hf_unified_embed.recipe.train_recipe")
         if hasattr(train_recipe, name):
@@ -52,8 +53,4 @@ def __getattr__(name: str) -> Any:
                 stacklevel=2,
             )
             return getattr(train_recipe, name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(globals(), _EXPORTS, name)

@@ -10,8 +10,9 @@ which :mod:`~hf_unified_embed.sampling.curriculum_sampler` needs.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from hf_unified_embed.utils.lazy_exports import lazy_attribute
 
 _EXPORTS = {
     "BatchPlan": "hf_unified_embed.sampling.batch_plan",
@@ -29,12 +30,7 @@ __all__ = ["BatchPlan", "CurriculumBatchSampler", "GroupCounts", "build_batch_pl
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(globals(), _EXPORTS, name)
 
 
 def __dir__() -> list[str]:

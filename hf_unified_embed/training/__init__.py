@@ -16,8 +16,9 @@ run decides to import torch and sentence-transformers, so that a recipe typo is 
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from hf_unified_embed.utils.lazy_exports import lazy_attribute
 
 _EXPORTS = {
     "ColumnLayout": "hf_unified_embed.losses.columns",
@@ -44,9 +45,4 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(globals(), _EXPORTS, name)
