@@ -15,7 +15,9 @@ Each measurement runs in a fresh process, back to back:
   Parquet shards and the card);
 * ``build N``: the same with ``--num-proc N`` (default: the CPUs this process may use);
 * ``load_dataset``: ``datasets.load_dataset`` of every raw file (csv / json / parquet builders, a fresh
-  cache), one process; no parsing into the schema, no validation, no Parquet output.
+  cache), one process; no parsing into the schema, no validation, no Parquet output;
+* ``validate`` (on request): ``hf-unified-embed validate`` of the folder the last build mode wrote, with
+  ``HF_DATASETS_CACHE`` pointing at an empty folder, which must stay empty.
 
 Reported per size: seconds, CPU seconds of the process and its workers (user + system: what the work
 costs whatever else the machine runs), rows/s (output rows, wall clock), the peak memory of the process
@@ -294,7 +296,8 @@ def main() -> None:
         "--modes",
         nargs="+",
         default=["build-1", "build-N", "load_dataset"],
-        choices=["build-1", "build-N", "load_dataset"],
+        choices=["build-1", "build-N", "load_dataset", "validate"],
+        help="validate: `hf-unified-embed validate` of the last build's folder, HF_DATASETS_CACHE an empty folder",
     )
     parser.add_argument("--scratch", type=Path, default=None, help="where to generate inputs (default: a temp folder)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
@@ -325,9 +328,18 @@ def main() -> None:
                 flush=True,
             )
             digests = {}
+            built: Path | None = None
             for mode in args.modes:
+                run_env = env
                 if mode == "load_dataset":
                     command = [sys.executable, __file__, "--load-worker", str(folder), str(folder / "cache-load")]
+                elif mode == "validate":
+                    if built is None:
+                        raise SystemExit("--modes validate needs a build mode before it")
+                    cache = folder / "validate-cache"
+                    cache.mkdir()
+                    run_env = {**env, "HF_DATASETS_CACHE": str(cache)}
+                    command = [sys.executable, "-m", "hf_unified_embed", "validate", str(built)]
                 else:
                     processes = 1 if mode == "build-1" else num_proc
                     out = folder / f"out-{processes}"
@@ -341,9 +353,13 @@ def main() -> None:
                         str(out),
                     ]
                     command += ["--num-proc", str(processes)]
-                result = measure(command, env)
-                if mode != "load_dataset":
+                    built = out
+                result = measure(command, run_env)
+                if mode.startswith("build"):
                     digests[mode] = digest(out)
+                if mode == "validate":
+                    left = [path for path in cache.rglob("*")]
+                    print(f"# validate left {len(left)} entries in HF_DATASETS_CACHE", flush=True)
                 label = f"build {num_proc}" if mode == "build-N" else mode.replace("-", " ")
                 print(
                     f"{n:>10,} {label:<13} {result['seconds']:>8.1f} {result['cpu_seconds']:>7.1f} "

@@ -122,6 +122,26 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "query-id\tcorpus-id\tscore\n"
             + "".join(f"q{i}\td{2 * i}\t{1 + i % 3}\nq{i}\td{2 * i + 1}\t0\n" for i in range(6))
         )
+    # A folder with numeric ids (read record by record), null and blank titles, blank lines and mined
+    # negatives, some with numeric corpus ids.
+    folder = root / "mined"
+    (folder / "qrels").mkdir(parents=True)
+    corpus = [{"_id": i, "title": (None, "", "  Title  ")[i % 3], "text": f"  numeric passage {i} "} for i in range(8)]
+    corpus_lines = [json.dumps(record) for record in corpus]
+    corpus_lines.insert(3, "")
+    (folder / "corpus.jsonl").write_text("\n".join(corpus_lines) + "\n")
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": f"q{i}", "text": f"query {i}"}) + "\n" for i in range(4))
+    )
+    (folder / "qrels" / "train.tsv").write_text("".join(f"q{i}\t{2 * i}\t1\n" for i in range(4)))
+    (folder / "negatives.jsonl").write_text(
+        json.dumps({"query-id": "q0", "corpus-ids": ["1", "3", "0"]})
+        + "\n\n"
+        + json.dumps({"query-id": "q1", "corpus-ids": [5, 7]})
+        + "\n"
+        + json.dumps({"query-id": "q2", "corpus-ids": ["6", "6", "1"]})
+        + "\n"
+    )
     pair_lines = [
         json.dumps({"anchor": f" anchor {i} ", "positive": f"positive {i}", "score": i % 5, "extra": [i]})
         for i in range(30)
@@ -186,6 +206,13 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "data_files": "beir-*",
             "task_type": "retrieval",
             "options": {"zero_grade_as_negatives": True},
+        },
+        {
+            "name": "mined",
+            "format": "beir",
+            "data_files": "mined",
+            "task_type": "retrieval",
+            "options": {"negatives_file": "negatives.jsonl", "max_negatives": 2},
         },
         {
             "name": "pairs",
@@ -425,7 +452,7 @@ def test_sources_that_start_processes_or_load_datasets_build_alike(tmp_path: Pat
     }
     write_tsv(tmp_path / "stsb.tsv", [stsb_line(i) for i in range(5)])
     expected = reference(recipe)
-    rows, skipped, notes = built(recipe, 2)
+    rows, _skipped, notes = built(recipe, 2)
     assert rows == expected[0] and rows["gur"] and len(rows["hub"]) == 3
     assert notes["hub"] == expected[2]["hub"]
 

@@ -386,8 +386,9 @@ def _vectorised_tables(
                 report.tasks.setdefault(constants["task"], task_columns[1:])
                 yield table
             continue
-        context.skipped.clear()
-        context.skipped.update(before)
+        if batch.recount:
+            context.skipped.clear()
+            context.skipped.update(before)
         yield from _row_tables(batch.rows(), spec, schema, report, tracker)
 
 

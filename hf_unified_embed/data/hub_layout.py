@@ -14,7 +14,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from datasets import Dataset, DatasetDict, DatasetInfo, SplitDict, SplitInfo, load_dataset
 from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
@@ -27,6 +26,7 @@ from hf_unified_embed.schema import UNIFIED_FEATURES, validate_unified
 from hf_unified_embed.utils.locations import looks_local
 from hf_unified_embed.utils.naming import ALL_CONFIG, check_distinct_names, check_split_name, check_task_name
 from hf_unified_embed.utils.outputs import StagedOutput
+from hf_unified_embed.utils.readers import open_parquet
 from hf_unified_embed.utils.templates import render_template
 
 CARD_TEMPLATE = "dataset_card.md.j2"
@@ -77,7 +77,7 @@ def task_summary(dataset: Dataset) -> dict[str, Any]:
     }
 
 
-def parquet_task_summary(paths: Sequence[str | Path], batch_size: int = 65_536) -> dict[str, Any]:
+def parquet_task_summary(paths: Sequence[str | Path], batch_size: int = 8_192) -> dict[str, Any]:
     """:func:`task_summary` of one task's split read from its Parquet shards in place, column by column.
 
     Nothing is copied or cached (no ``datasets``): what ``validate`` prints for a folder of any size.
@@ -89,7 +89,7 @@ def parquet_task_summary(paths: Sequence[str | Path], batch_size: int = 65_536) 
     columns += ["positive_scores", "negative_scores"]
     for path in paths:
         try:
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=columns):
+            for batch in open_parquet(path).iter_batches(batch_size=batch_size, columns=columns):
                 if not first and batch.num_rows:
                     first = batch.slice(0, 1).select(columns[:3]).to_pylist()[0]
                 rows += batch.num_rows

@@ -16,15 +16,18 @@ import codecs
 import csv
 import glob
 import io
+import itertools
 import json
 import math
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
@@ -276,11 +279,17 @@ def json_objects(path: Path, records: Iterable[tuple[int, Any]]) -> Iterator[tup
         yield number, record
 
 
+def open_parquet(path: str | Path) -> pq.ParquetFile:
+    """A Parquet file read as a stream (1 MB reads), not a row group at a time: memory stays small however
+    large the file's row groups are."""
+    return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
+
+
 def iter_parquet_records(path: Path, *, batch_size: int = 4_096) -> Iterator[tuple[int, dict[str, Any]]]:
     """Dict records of a Parquet file with 1-based row numbers; a truncated or corrupt file names itself."""
     number = 0
     try:
-        batches = pq.ParquetFile(path).iter_batches(batch_size=batch_size)
+        batches = open_parquet(path).iter_batches(batch_size=batch_size)
         for batch in batches:
             records = batch.to_pylist()
             for record in records:
@@ -372,6 +381,38 @@ class TableBatch:
 
     table: pa.Table | None
     rows: Callable[[], Iterable[tuple[str, dict[str, Any]]]]
+    #: ``rows()`` reads the block again, counting its skipped rows again (so the builder takes back those
+    #: counted while the table was made); ``False``: it replays rows already read, nothing is counted twice.
+    recount: bool = True
+
+
+#: The Arrow types of the unified text and score columns as adapters give them (scores not yet float32).
+_ROW_COLUMNS = {
+    "query": pa.string(),
+    "positives": pa.list_(pa.string()),
+    "negatives": pa.list_(pa.string()),
+    "positive_scores": pa.list_(pa.float64()),
+    "negative_scores": pa.list_(pa.float64()),
+}
+
+
+def batched_rows(rows: Iterable[tuple[str, dict[str, Any]]], size: int = 10_000) -> Iterator[TableBatch]:
+    """An adapter's ``(location, row)`` pairs as :class:`TableBatch` es of ``size`` rows, for a row-by-row
+    format whose rows hold only the text and score columns: the builder then completes and checks them
+    column by column, and replays the rows one by one only for a batch that breaks a rule."""
+    iterator = iter(rows)
+    while batch := list(itertools.islice(iterator, size)):
+        yield TableBatch(_rows_table([row for _, row in batch]), partial(iter, batch), recount=False)
+
+
+def _rows_table(rows: list[dict[str, Any]]) -> pa.Table | None:
+    names = list(dict.fromkeys(name for row in rows for name in row))
+    if not set(names) <= set(_ROW_COLUMNS):
+        return None
+    try:
+        return pa.Table.from_pylist(rows, schema=pa.schema([(name, _ROW_COLUMNS[name]) for name in names]))
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
 
 
 def table_reader(
@@ -518,12 +559,13 @@ def iter_text_chunks(path: Path, *, header: bool = False, chunk_bytes: int | Non
                 return
 
 
-def json_lines_table(chunk: TextChunk, schema: pa.Schema) -> pa.Table | None:
+def json_lines_table(chunk: TextChunk, schema: pa.Schema, optional: Iterable[str] = ()) -> pa.Table | None:
     """The columns of ``schema`` of a JSON-lines block (other fields ignored), read with pyarrow.
 
     ``None`` where that might differ from :func:`iter_json_records` and the adapter's per-record checks:
     a line that is not exactly one JSON object, a value of another type than ``schema`` says, a missing
-    or null value, a block that is not plain (:meth:`TextChunk.lines`).
+    or null value (in a column not named in ``optional``), a block that is not plain
+    (:meth:`TextChunk.lines`). The table's rows are the block's non-blank lines, in order.
     """
     lines = chunk.lines()
     if lines is None:
@@ -546,9 +588,20 @@ def json_lines_table(chunk: TextChunk, schema: pa.Schema) -> pa.Table | None:
         )
     except pa.ArrowException:
         return None
-    if table.num_rows != len(records) or any(column.null_count for column in table.columns):
+    nullable = set(optional)
+    if table.num_rows != len(records) or any(
+        table.column(name).null_count for name in table.column_names if name not in nullable
+    ):
         return None
     return table.combine_chunks()
+
+
+def json_line_numbers(chunk: TextChunk) -> list[int]:
+    """The line numbers of a plain block's non-blank lines: those of the rows of :func:`json_lines_table`."""
+    lines = chunk.lines()
+    assert lines is not None, "only for a block json_lines_table has read"
+    blank = pc.equal(pc.binary_length(strip_texts(lines)), 0).to_numpy(zero_copy_only=False)
+    return [chunk.first_line + index for index in np.flatnonzero(~blank).tolist()]
 
 
 def iter_parquet_batches(
@@ -558,7 +611,7 @@ def iter_parquet_batches(
     it; a truncated or corrupt file is the same error, naming the rows read before it."""
     number = 0
     try:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=columns):
+        for batch in open_parquet(path).iter_batches(batch_size=batch_size, columns=columns):
             yield number, batch
             number += batch.num_rows
     except (pa.ArrowException, OSError) as error:
