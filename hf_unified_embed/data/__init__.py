@@ -1,8 +1,10 @@
 """Unified embedding data: source adapters, the ``datasets`` builder, recipes and the Hub layout.
 
 Raw files become rows of the unified schema (:mod:`hf_unified_embed.schema`) through *source
-formats*, registered by name. ``build_unified(recipe)`` runs each recipe source through its format
-inside :class:`UnifiedEmbedBuilder` and returns a validated ``DatasetDict`` keyed by task;
+formats*, registered by name. ``build_unified(recipe, num_proc=N)`` runs the recipe's sources (and
+the files of a source) through their formats in ``datasets``' own builder processes and returns a
+validated ``DatasetDict`` keyed by task (:class:`UnifiedEmbedBuilder` is the one-process, row-by-row
+build it falls back to for locating an error);
 ``save_unified`` writes it as a Hub dataset folder (parquet per task + card), ``load_unified``
 reads a folder or Hub repository back and ``validate_unified_folder`` checks a folder's card,
 layout, Parquet schemas and rows before anything else reads it.
