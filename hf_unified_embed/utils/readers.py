@@ -633,3 +633,22 @@ def parquet_columns(path: Path) -> list[str] | None:
         return list(pq.read_schema(path).names)
     except (pa.ArrowException, OSError):
         return None
+
+
+def tab_fields(chunk: TextChunk, min_fields: int, max_fields: int | None = None) -> pa.Array | None:
+    """The block's non-blank lines split at tabs, as ``iter_delimited`` (no quoting) splits them; ``None``
+    when the block is not plain or a line has fewer than ``min_fields`` (more than ``max_fields``) fields."""
+    lines = chunk.lines()
+    if lines is None:
+        return None
+    fields = pc.split_pattern(lines, "\t")
+    counts = pc.list_value_length(fields)
+    # csv skips an empty line and one that is a single blank field
+    blank = pc.and_(pc.equal(counts, 1), pc.equal(pc.binary_length(strip_texts(lines)), 0))
+    fields = pc.filter(fields, pc.invert(blank))
+    if not len(fields):
+        return fields
+    counts = pc.list_value_length(fields)
+    if pc.min(counts).as_py() < min_fields or (max_fields is not None and pc.max(counts).as_py() > max_fields):
+        return None
+    return fields

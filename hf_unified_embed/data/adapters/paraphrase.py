@@ -30,6 +30,7 @@ from hf_unified_embed.utils.readers import (
     require_text,
     singleton_lists,
     strip_texts,
+    tab_fields,
     table_reader,
 )
 
@@ -104,17 +105,11 @@ def _batches(
         header, positions = _header(path, columns)
         for chunk in iter_text_chunks(path, header=True):
             table, skipped = None, 0
-            lines = chunk.lines()
-            if lines is not None:
-                fields = pc.split_pattern(lines, "\t")
-                counts = pc.list_value_length(fields)
-                blank = pc.and_(pc.equal(counts, 1), pc.equal(pc.binary_length(strip_texts(lines)), 0))
-                fields = pc.filter(fields, pc.invert(blank))
-                counts = pc.list_value_length(fields)
-                if not len(fields):
-                    table = pa.table({"query": pa.array([], pa.string())})
-                elif pc.min(counts).as_py() == pc.max(counts).as_py() == len(header):
-                    table, skipped = _table(fields, positions, columns, positives_only)
+            fields = tab_fields(chunk, len(header), len(header))
+            if fields is not None and not len(fields):
+                table = pa.table({"query": pa.array([], pa.string())})
+            elif fields is not None:
+                table, skipped = _table(fields, positions, columns, positives_only)
             if table is not None and skipped:
                 context.skipped[_NOT_PARAPHRASE] += skipped
             yield TableBatch(

@@ -23,7 +23,6 @@ import pyarrow.compute as pc
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
 from hf_unified_embed.utils.readers import (
     TableBatch,
-    TextChunk,
     column_positions,
     iter_delimited,
     iter_text_chunks,
@@ -34,6 +33,7 @@ from hf_unified_embed.utils.readers import (
     require_text,
     singleton_lists,
     strip_texts,
+    tab_fields,
     table_reader,
 )
 
@@ -53,25 +53,6 @@ def _pair_table(first: pa.Array, second: pa.Array, scores: pa.Array | None) -> p
     return pa.table(
         {"query": query, "positives": singleton_lists(positive), "positive_scores": singleton_lists(scores)}
     )
-
-
-def _fields(chunk: TextChunk, min_fields: int, max_fields: int | None = None) -> pa.Array | None:
-    """The block's non-blank lines split at tabs, as ``iter_delimited`` (no quoting) splits them; ``None``
-    when the block is not plain or a line has fewer than ``min_fields`` (more than ``max_fields``) fields."""
-    lines = chunk.lines()
-    if lines is None:
-        return None
-    fields = pc.split_pattern(lines, "\t")
-    counts = pc.list_value_length(fields)
-    # csv skips an empty line and one that is a single blank field
-    blank = pc.and_(pc.equal(counts, 1), pc.equal(pc.binary_length(strip_texts(lines)), 0))
-    fields = pc.filter(fields, pc.invert(blank))
-    if not len(fields):
-        return fields
-    counts = pc.list_value_length(fields)
-    if pc.min(counts).as_py() < min_fields or (max_fields is not None and pc.max(counts).as_py() > max_fields):
-        return None
-    return fields
 
 
 def _column_of(fields: pa.Array) -> Callable[[int], pa.Array]:
@@ -95,7 +76,7 @@ def _stsb_rows(path: Path, records: Records) -> Iterator[SourceRow]:
 def _stsb_batches(files: Sequence[Path], context: AdapterContext) -> Iterator[TableBatch]:
     for path in files:
         for chunk in iter_text_chunks(path):
-            fields = _fields(chunk, 7)
+            fields = tab_fields(chunk, 7)
             table = None
             if fields is not None:
                 column = _column_of(fields)
@@ -152,7 +133,7 @@ def _sick_batches(
     for path in files:
         header, positions = _sick_header(path, *columns)
         for chunk in iter_text_chunks(path, header=True):
-            fields = _fields(chunk, len(header))
+            fields = tab_fields(chunk, len(header))
             table = None
             if fields is not None:
                 column = _column_of(fields)
@@ -204,7 +185,7 @@ def _semeval_batches(
 ) -> Iterator[TableBatch]:
     for path in files:
         for chunk in iter_text_chunks(path):
-            fields = _fields(chunk, 3)
+            fields = tab_fields(chunk, 3)
             table, unlabeled = None, 0
             if fields is not None:
                 labeled = pc.greater(pc.binary_length(strip_texts(pc.list_element(fields, 0))), 0)
