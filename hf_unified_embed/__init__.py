@@ -41,7 +41,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "PearsonLoss",
         "RankKLLoss",
     ),
-    "sampling": ("CurriculumBatchSampler",),
+    "sampling": ("CurriculumBatchSampler", "MultiTaskStream"),
     "training": (
         "UnifiedDataCollator",
         "device_training_args",
@@ -52,6 +52,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "build_unified",
         "load_unified",
         "save_unified",
+        "stream_unified",
         "validate_unified_folder",
     ),
     "merge": (
@@ -159,6 +160,7 @@ if TYPE_CHECKING:
         build_unified,
         load_unified,
         save_unified,
+        stream_unified,
         validate_unified_folder,
     )
     from hf_unified_embed.errors import (
@@ -208,6 +210,7 @@ if TYPE_CHECKING:
     )
     from hf_unified_embed.sampling import (
         CurriculumBatchSampler,
+        MultiTaskStream,
     )
     from hf_unified_embed.training import (
         UnifiedDataCollator,

@@ -6,7 +6,7 @@ the files of a source) through their formats in ``datasets``' own builder proces
 validated ``DatasetDict`` keyed by task (:class:`UnifiedEmbedBuilder` is the one-process, row-by-row
 build it falls back to for locating an error);
 ``save_unified`` writes it as a Hub dataset folder (parquet per task + card), ``load_unified``
-reads a folder or Hub repository back and ``validate_unified_folder`` checks a folder's card,
+reads a folder or Hub repository back (``stream_unified`` as streams, read as trained on) and ``validate_unified_folder`` checks a folder's card,
 layout, Parquet schemas and rows before anything else reads it.
 
 Adding a source format
@@ -45,6 +45,7 @@ from hf_unified_embed.data.hub_layout import (
     load_unified,
     render_dataset_card,
     save_unified,
+    stream_unified,
     task_summary,
     write_unified,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "render_dataset_card",
     "save_unified",
     "source_format_names",
+    "stream_unified",
     "task_summary",
     "validate_unified_folder",
     "write_unified",

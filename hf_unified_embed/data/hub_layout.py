@@ -14,7 +14,16 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from datasets import Dataset, DatasetDict, DatasetInfo, SplitDict, SplitInfo, load_dataset
+from datasets import (
+    Dataset,
+    DatasetDict,
+    DatasetInfo,
+    IterableDataset,
+    IterableDatasetDict,
+    SplitDict,
+    SplitInfo,
+    load_dataset,
+)
 from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 
@@ -334,13 +343,56 @@ def load_unified(
     card's ``source_notes`` for it (:mod:`hf_unified_embed.data.provenance`).
     """
     card = read_card(repo_id_or_dir, token=token)
+    notes = source_notes(card)
+    result = DatasetDict()
+    for task in _tasks_to_load(repo_id_or_dir, tasks, split, card):
+        dataset = load_dataset(
+            _dataset_path(repo_id_or_dir), task, split=split, revision=revision, token=token, cache_dir=cache_dir
+        )
+        assert isinstance(dataset, Dataset)
+        # The card's notes travel with the rows into whatever is saved or trained from them.
+        result[task] = with_source_notes(dataset, notes[task]) if notes.get(task) else dataset
+    return result
+
+
+def stream_unified(
+    repo_id_or_dir: str | Path,
+    tasks: list[str] | None = None,
+    split: str = "train",
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+) -> IterableDatasetDict:
+    """The tasks of a unified folder or Hub repo as streams: nothing is downloaded or cached in full.
+
+    The same checks as :func:`load_unified`; each task is
+    ``datasets.load_dataset(repo_id_or_dir, task, split=split, streaming=True)``, one shard per Parquet
+    file, and declares its row count (``info.splits``) from the card the builder wrote, which
+    :class:`~hf_unified_embed.sampling.MultiTaskStream` weighs tasks by.
+    """
+    card = read_card(repo_id_or_dir, token=token)
+    result = IterableDatasetDict()
+    for task in _tasks_to_load(repo_id_or_dir, tasks, split, card):
+        dataset = load_dataset(
+            _dataset_path(repo_id_or_dir), task, split=split, revision=revision, token=token, streaming=True
+        )
+        assert isinstance(dataset, IterableDataset)
+        result[task] = dataset
+    return result
+
+
+def _dataset_path(repo_id_or_dir: str | Path) -> str:
+    return str(Path(repo_id_or_dir).expanduser()) if looks_local(repo_id_or_dir) else str(repo_id_or_dir)
+
+
+def _tasks_to_load(repo_id_or_dir: str | Path, tasks: list[str] | None, split: str, card: Any) -> list[str]:
+    """``tasks`` (default: every task with ``split``), checked against the card; a local folder's files checked too."""
     if looks_local(repo_id_or_dir):
         layout = check_layout(repo_id_or_dir, strict_root=False)
         check_shard_schemas(layout)
         declared = layout.declared
     else:
         declared = unified_tasks(card, source=f"{repo_id_or_dir}/README.md")
-    notes = source_notes(card)
     if tasks is None:
         tasks = [task for task, splits in declared.items() if split in splits]
     unknown = [task for task in tasks if task not in declared]
@@ -352,17 +404,4 @@ def load_unified(
             f"{repo_id_or_dir}: task(s) {missing} have no split {split!r} "
             f"(they have {sorted({s for t in missing for s in declared[t]})})"
         )
-    result = DatasetDict()
-    for task in tasks:
-        dataset = load_dataset(
-            str(Path(repo_id_or_dir).expanduser()) if looks_local(repo_id_or_dir) else str(repo_id_or_dir),
-            task,
-            split=split,
-            revision=revision,
-            token=token,
-            cache_dir=cache_dir,
-        )
-        assert isinstance(dataset, Dataset)
-        # The card's notes travel with the rows into whatever is saved or trained from them.
-        result[task] = with_source_notes(dataset, notes[task]) if notes.get(task) else dataset
-    return result
+    return list(tasks)

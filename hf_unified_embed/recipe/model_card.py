@@ -22,6 +22,7 @@ import hashlib
 import json
 import random
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -195,8 +196,13 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
         return f"{text}\nbase_model_relation: {self.base_model_relation}" if self.base_model_relation else text
 
 
-def card_data(recipe: TrainRecipe, tasks: DatasetDict) -> UnifiedModelCardData:
-    """The card data a recipe run starts from: base model, data ids, and per task its source and license."""
+def card_data(
+    recipe: TrainRecipe, tasks: DatasetDict, rows: Mapping[str, int | None] | None = None
+) -> UnifiedModelCardData:
+    """The card data a recipe run starts from: base model, data ids, and per task its source and license.
+
+    ``rows``: each task's row count where ``tasks`` holds only its first rows (a streaming run).
+    """
     from hf_unified_embed.data.hub_layout import task_summary
     from hf_unified_embed.data.provenance import UNKNOWN, card_license, notes_of
 
@@ -205,6 +211,7 @@ def card_data(recipe: TrainRecipe, tasks: DatasetDict) -> UnifiedModelCardData:
         {
             "task": name,
             **task_summary(dataset),
+            **({"rows": rows.get(name)} if rows is not None else {}),
             "source": notes[name].get("source", UNKNOWN),
             "license": notes[name].get("license", UNKNOWN),
         }

@@ -26,6 +26,9 @@ the sampler's tasks and processes; the local paths, ``base_model`` a model folde
   refused unless ``sampler.allow_multi_device: true``; ``training_args.batch_sampler: no_duplicates``
   needs one of them (the curriculum sampler orders rows itself), and ``group_by_label`` a label column
   that unified rows lack;
+* a streaming run (``data.streaming: true``) sets ``max_steps`` and nothing a stream cannot do (the
+  in-memory sampler's ordering options, a curriculum, ``max_rows_per_task``, dataloader workers, the
+  trainer's replay of the data on resume); ``sampler.weights`` name every task and only with streaming;
 * the curriculum plan file loads; the PEFT config builds; the evaluation suite loads and its files exist;
 * the data folder and the base model exist when they are local paths, and a local base model is a model
   folder (``modules.json``, ``config.json`` or ``adapter_config.json``); ``hub.repo_id`` is a valid id;
@@ -339,13 +342,18 @@ def check_training_args_fit_the_run(args: Any, recipe: TrainRecipe, origin: str)
 
 
 def check_sampler_tasks(recipe: TrainRecipe, tasks: list[str] | None, origin: str) -> None:
-    """``sampler.batch_sizes`` names only tasks the run trains (a misspelt task would otherwise be found by
-    the sampler, once training starts); ``tasks=None``: not known yet."""
-    unknown = sorted(set(recipe.sampler.batch_sizes) - set(tasks)) if tasks is not None else []
-    if unknown:
-        raise RecipeError(
-            f"{origin}: sampler.batch_sizes names task(s) {unknown} that the run does not train: {tasks}"
-        )
+    """``sampler.batch_sizes`` and ``sampler.weights`` name only tasks the run trains (a misspelt task would
+    otherwise be found by the sampler, once training starts), and ``weights`` every one; ``tasks=None``: not
+    known yet."""
+    if tasks is None:
+        return
+    for key, named in (("batch_sizes", recipe.sampler.batch_sizes), ("weights", recipe.sampler.weights)):
+        unknown = sorted(set(named) - set(tasks))
+        if unknown:
+            raise RecipeError(f"{origin}: sampler.{key} names task(s) {unknown} that the run does not train: {tasks}")
+    missing = [task for task in tasks if task not in recipe.sampler.weights]
+    if recipe.sampler.weights and missing:
+        raise RecipeError(f"{origin}: sampler.weights gives no weight to task(s) {missing}; give every task one")
 
 
 def check_sampler_processes(recipe: TrainRecipe, processes: int) -> None:
@@ -392,6 +400,70 @@ def check_batch_sampler(recipe: TrainRecipe, origin: str) -> None:
             f"{origin}: training_args.batch_sampler {value!r}: the curriculum sampler (sampler.kind: curriculum, "
             "the default) orders the rows of every task itself and would ignore it; set sampler.kind: "
             f"proportional (or round_robin) to train with batch_sampler: {value}, or leave batch_sampler out"
+        )
+
+
+def check_streaming(recipe: TrainRecipe, origin: str) -> None:
+    """A ``data.streaming`` run uses only what a stream supports; ``sampler.weights`` needs one.
+
+    :class:`~hf_unified_embed.sampling.MultiTaskStream` draws each step's task by weight and reads every
+    task in the training process, resuming from its own state: the in-memory sampler's ordering options,
+    a curriculum (it scores every row first), ``max_rows_per_task``, dataloader workers and the trainer's
+    replay of the data on resume do not apply, and a stream has no length, so ``max_steps`` says how long
+    to train.
+    """
+    data, sampler, args = recipe.data, recipe.sampler, recipe.training_args
+    if not data.streaming:
+        if sampler.weights:
+            raise RecipeError(
+                f"{origin}: sampler.weights apply to streaming runs (data.streaming: true); an in-memory run "
+                "weighs its tasks with sampler.balance (none, equal, sqrt)"
+            )
+        return
+    defaults = type(sampler)()
+    problems = [
+        (f"sampler.kind {sampler.kind!r}", "sentence-transformers' samplers read map-style datasets")
+        if sampler.kind != "curriculum"
+        else None,
+        (
+            f"sampler.interleave {sampler.interleave!r}",
+            "each step's task is drawn by weight (sampler.balance / weights)",
+        )
+        if sampler.interleave != defaults.interleave
+        else None,
+        (f"sampler.instance_order {sampler.instance_order!r}", "rows are shuffled in windows (data.shuffle_window)")
+        if sampler.instance_order != defaults.instance_order
+        else None,
+        ("sampler.batch_sizes", "every task trains at per_device_train_batch_size") if sampler.batch_sizes else None,
+        ("curriculum", "a curriculum scores every row of the data first") if recipe.curriculum is not None else None,
+        ("data.max_rows_per_task", "train for training_args.max_steps instead")
+        if data.max_rows_per_task is not None
+        else None,
+        (
+            f"training_args.dataloader_num_workers {args['dataloader_num_workers']}",
+            "the stream is read in the training process, where its resume state lives",
+        )
+        if args.get("dataloader_num_workers")
+        else None,
+        ("training_args.ignore_data_skip false", "a resumed run continues from the stream state in the checkpoint")
+        if args.get("ignore_data_skip") is False
+        else None,
+        (
+            "training_args.accelerator_config",
+            "give it as a mapping without dispatch_batches: true (every process reads its own part of the stream)",
+        )
+        if "accelerator_config" in args
+        and (not isinstance(args["accelerator_config"], Mapping) or args["accelerator_config"].get("dispatch_batches"))
+        else None,
+    ]
+    for problem in problems:
+        if problem is not None:
+            raise RecipeError(f"{origin}: {problem[0]} does not apply with data.streaming: true: {problem[1]}")
+    max_steps = args.get("max_steps")
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise RecipeError(
+            f"{origin}: data.streaming: true needs training_args.max_steps (a positive int; a stream has no "
+            f"length to count epochs by), got {max_steps!r}"
         )
 
 
@@ -472,6 +544,12 @@ def training_settings(recipe: TrainRecipe, origin: str) -> tuple[dict[str, Any],
         stack.check("training_args.deepspeed", stack.deepspeed_needs(), origin=origin)
         if not torch.cuda.is_available():
             raise RecipeError(f"{origin}: training_args.deepspeed: DeepSpeed needs GPUs and this machine has none")
+    if recipe.data.streaming:
+        # MultiTaskStream: read in the training process, split by accelerate with dispatch_batches off, resumed
+        # from its own saved state (check_streaming refused settings that contradict these).
+        settings.pop("dataloader_num_workers", None)
+        settings["ignore_data_skip"] = True
+        settings["accelerator_config"] = {**user.pop("accelerator_config", {}), "dispatch_batches": False}
     settings.update(user)
     settings.setdefault("output_dir", f"{recipe.output_dir}-checkpoints")
     return settings, hub_token
@@ -585,6 +663,7 @@ def quick_preflight(recipe: TrainRecipe) -> None:
     )
     check_sampler_processes(recipe, world_size())
     check_sampler_tasks(recipe, recipe.data.tasks, origin)
+    check_streaming(recipe, origin)
     _check_path(recipe.data.path, "data.path", origin)
     check_base_model(recipe, origin)
     if recipe.curriculum is not None:

@@ -71,6 +71,9 @@ class PreparedRun:
     model: Any  # SentenceTransformer
     losses: dict[str, nn.Module]
     collator: Any  # UnifiedDataCollator
+    #: A ``data.streaming`` run's training data (then ``tasks`` holds the first rows of each task, which the
+    #: losses, collator and card are set up from).
+    stream: Any | None = None  # MultiTaskStream
 
 
 def _load_tasks(recipe: TrainRecipe) -> DatasetDict:
@@ -96,6 +99,39 @@ def _load_tasks(recipe: TrainRecipe) -> DatasetDict:
     if limit is not None:
         tasks = DatasetDict({name: ds.select(range(min(limit, len(ds)))) for name, ds in tasks.items()})
     return tasks
+
+
+#: Rows read from the start of each streamed task to set up its loss, columns, instructions and card.
+STREAM_SAMPLE_ROWS = 256
+
+
+def _load_streams(recipe: TrainRecipe) -> tuple[Any, DatasetDict]:
+    """A streaming run's task streams and the first :data:`STREAM_SAMPLE_ROWS` rows of each, checked.
+
+    A local folder's rows are checked in full with pyarrow (as :func:`_load_tasks` does, nothing is
+    cached); a Hub dataset's first rows, the rest as they stream in (the collator names a bad row).
+    """
+    from datasets import Dataset
+
+    from hf_unified_embed.data import stream_unified
+    from hf_unified_embed.data.layout_check import check_dataset_rows, check_unified_rows
+    from hf_unified_embed.utils.locations import looks_local
+
+    data = recipe.data
+    local = looks_local(data.path)
+    if local:
+        check_unified_rows(data.path, data.tasks, data.split, limit=None)
+    streams = stream_unified(data.path, tasks=data.tasks, split=data.split)
+    samples = DatasetDict(
+        {
+            name: Dataset.from_list(list(stream.take(STREAM_SAMPLE_ROWS)), features=stream.features)
+            for name, stream in streams.items()
+        }
+    )
+    if not local:
+        for name, sample in samples.items():
+            check_dataset_rows(sample, name, f"{data.path}/data/{name}/{data.split}-*.parquet", limit=None)
+    return streams, samples
 
 
 def _curriculum(
@@ -163,15 +199,25 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
     origin = recipe.source or "<recipe>"
     # Before anything random is created (LoRA matrices, new heads): a rerun starts from the same weights.
     set_seed(recipe.seed)
+    streams = None
     with _named(origin, "data"):
-        tasks = _load_tasks(recipe)
+        if recipe.data.streaming:
+            streams, tasks = _load_streams(recipe)
+        else:
+            tasks = _load_tasks(recipe)
     check_sampler_tasks(recipe, list(tasks), origin)
     curriculum = None
     if recipe.curriculum is not None and (compute_curriculum or recipe.curriculum.plan):
         with _named(origin, "curriculum"):
             tasks, curriculum = _curriculum(recipe, tasks, work_dir)
+    stream = None
+    if streams is not None:
+        try:
+            stream = recipe.sampler.training_stream(streams, recipe.data.shuffle_window)
+        except ValueError as error:
+            raise RecipeError(f"{origin}: sampler: {error}") from None
     with _named(origin):
-        model = _model(resolved, card_data(recipe, tasks))
+        model = _model(resolved, card_data(recipe, tasks, rows=stream.rows_per_task if stream else None))
     try:
         losses = losses_for_tasks(model, tasks, _losses_in_use(resolved.losses, tasks))
         if recipe.keep_base is not None:
@@ -186,10 +232,11 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
         seed=recipe.seed,
         prompts=None if recipe.instructions else {},
     )
-    resolved.training_args.multi_dataset_batch_sampler = recipe.sampler.batch_sampler(
-        curriculum["task_order"] if curriculum else None
-    )
-    return PreparedRun(resolved, tasks, curriculum, model, losses, collator)
+    if stream is None:
+        resolved.training_args.multi_dataset_batch_sampler = recipe.sampler.batch_sampler(
+            curriculum["task_order"] if curriculum else None
+        )
+    return PreparedRun(resolved, tasks, curriculum, model, losses, collator, stream)
 
 
 def _losses_in_use(losses: Mapping[str, T], tasks: DatasetDict) -> dict[str, T]:
@@ -298,11 +345,14 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
         trainer = SentenceTransformerTrainer(
             model=run.model,
             args=args,
-            train_dataset=run.tasks,
+            # sentence-transformers takes a loss dict only with a DatasetDict; a stream joins after (attach).
+            train_dataset=run.tasks if run.stream is None else None,
             loss=run.losses,
             data_collator=run.collator,
             callbacks=[run.collator.epoch_callback(), RedactCheckpointsCallback()],
         )
+        if run.stream is not None:
+            run.stream.attach(trainer)
         LossPartsLogging.attach(trainer)  # each loss part logged over the steps of its task: no 'nan' parts
         with without_cudnn_attention():
             result = trainer.train(resume_from_checkpoint=recipe.training_args.get("resume_from_checkpoint"))
@@ -310,7 +360,7 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
         if output is None or model is None:
             return TrainingOutcome(model_dir, result.training_loss, None)
         describe_training(
-            model.model_card_data, run.tasks, run.losses, recipe.sampler.card_section(args), run.curriculum
+            model.model_card_data, run.tasks, run.losses, recipe.sampler.card_section(args, run.stream), run.curriculum
         )
         if resolved.peft_config is not None:
             if resolved.merge_adapter:
@@ -352,24 +402,31 @@ def describe_run(run: PreparedRun) -> str:
 
     recipe, args = run.resolved.recipe, run.resolved.training_args
     names = list(run.tasks)
-    sizes = [len(run.tasks[name]) for name in names]
     batch_sizes = [recipe.sampler.batch_sizes.get(name, args.per_device_train_batch_size) for name in names]
-    steps = recipe.sampler.steps_per_task(args, sizes, batch_sizes)
-    table = [["task", "type", "rows", "loss", "columns", "batch", "steps/epoch"]]
+    sizes: list[int | None]
+    if run.stream is None:
+        counts = [len(run.tasks[name]) for name in names]
+        sizes, steps = list(counts), recipe.sampler.steps_per_task(args, counts, batch_sizes)
+    else:  # a stream's steps: max_steps drawn by weight (the expected count per task)
+        sizes = [run.stream.rows_per_task.get(name) for name in names]
+        steps = [round(args.max_steps * p) for p in run.stream.probabilities.tolist()]
+    table = [["task", "type", "rows", "loss", "columns", "batch", "steps/epoch" if run.stream is None else "~steps"]]
     for name, size, batch, count in zip(names, sizes, batch_sizes, steps):
         layout = run.collator.layouts[name]
         table.append(
-            [name, task_type_of(run.tasks[name], name), str(size), type(run.losses[name]).__name__,
+            [name, task_type_of(run.tasks[name], name), "?" if size is None else str(size), type(run.losses[name]).__name__,
              layout.describe(), str(batch), str(count)]
         )  # fmt: skip
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     lines = [f"recipe {recipe.source}: checked", f"base model: {recipe.base_model or 'packaged all-MiniLM-L6-v2'}"]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in table]
-    per_epoch = sum(steps)
-    sampler = recipe.sampler.card_section(args)
+    sampler = recipe.sampler.card_section(args, run.stream)
     lines.append("sampler: " + ", ".join(f"{key}={value}" for key, value in sampler.items()))
     budget = f"max_steps={args.max_steps}" if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"
-    lines.append(f"optimizer steps per epoch: {per_epoch} ({budget})")
+    if run.stream is None:
+        lines.append(f"optimizer steps per epoch: {sum(steps)} ({budget})")
+    else:
+        lines.append(f"streamed: {budget}, each step's task drawn by weight")
     if run.resolved.suite is not None:
         suite = run.resolved.suite
         lines.append(f"evaluation: {suite.name} ({', '.join(entry.name for entry in suite.entries)})")

@@ -66,10 +66,17 @@ def _positive_int(value: Any, name: str) -> None:
 
 @dataclass
 class DataConfig:
+    """The unified folder or Hub dataset to train on. ``streaming: true`` reads each task as a stream
+    (:func:`~hf_unified_embed.data.stream_unified`): nothing is downloaded or cached in full, each process
+    reads its own shards, and the sampler's ``balance``/``weights`` weigh the tasks
+    (:class:`~hf_unified_embed.sampling.MultiTaskStream`); ``shuffle_window`` rows of a task are shuffled together."""
+
     path: str
     tasks: list[str] | None = None
     split: str = "train"
     max_rows_per_task: int | None = None
+    streaming: bool = False
+    shuffle_window: int = 1000
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not self.path:
@@ -79,6 +86,7 @@ class DataConfig:
         check_split_name(self.split, "split")
         if self.max_rows_per_task is not None:
             _positive_int(self.max_rows_per_task, "max_rows_per_task")
+        _positive_int(self.shuffle_window, "shuffle_window")
 
 
 @dataclass
@@ -111,13 +119,19 @@ class SamplerConfig:
     ``MultiDatasetBatchSamplers``, which take none of them and do not keep devices on one task: with
     several processes they are refused unless ``allow_multi_device: true`` (see :func:`check_sampler_processes`).
     They draw each task's batches from sentence-transformers' per-dataset batch sampler, so with them
-    ``training_args.batch_sampler: no_duplicates`` keeps repeated queries and positives out of a batch."""
+    ``training_args.batch_sampler: no_duplicates`` keeps repeated queries and positives out of a batch.
+
+    With ``data.streaming: true`` the steps come from :class:`~hf_unified_embed.sampling.MultiTaskStream`:
+    each step's task is drawn by weight — ``balance`` (``none``: in proportion to rows, ``equal``, ``sqrt``)
+    or explicit ``weights: {task: weight}`` — and ``interleave``, ``instance_order`` and ``batch_sizes``
+    do not apply."""
 
     kind: str = "curriculum"
     interleave: str = "round_robin"
     instance_order: str = "random"
     batch_sizes: dict[str, int] = field(default_factory=dict)
     balance: str = "none"
+    weights: dict[str, float] = field(default_factory=dict)
     allow_multi_device: bool = False
 
     def __post_init__(self) -> None:
@@ -137,6 +151,16 @@ class SamplerConfig:
         for task, size in self.batch_sizes.items():
             check_task_name(task, "batch_sizes")
             _positive_int(size, f"batch_sizes.{task}")
+        if not isinstance(self.weights, Mapping):
+            raise ValueError(f"weights must map task names to weights, got {self.weights!r}")
+        for task, weight in self.weights.items():
+            check_task_name(task, "weights")
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < float("inf"):
+                raise ValueError(f"weights.{task} must be a number >= 0, got {weight!r}")
+        if self.weights and not any(self.weights.values()):
+            raise ValueError(f"weights {dict(self.weights)} are all 0: no task would be trained")
+        if self.weights and self.balance != "none":
+            raise ValueError(f"give either weights or balance {self.balance!r}, not both")
         if self.kind == "curriculum" and self.allow_multi_device:
             raise ValueError(
                 "allow_multi_device only applies to the stock samplers; the curriculum sampler needs none"
@@ -170,11 +194,21 @@ class SamplerConfig:
             balance=self.balance,
         )
 
-    def card_section(self, args: Any) -> dict[str, Any]:
-        """The sampler as the card and ``train --check`` show it, with the run's processes and accumulation."""
+    def training_stream(self, tasks: Mapping[str, Any], shuffle_window: int) -> Any:
+        """The :class:`~hf_unified_embed.sampling.MultiTaskStream` of a ``data.streaming`` run over ``tasks``."""
+        from hf_unified_embed.sampling import MultiTaskStream
 
-        if self.kind != "curriculum":
-            section: dict[str, Any] = {"class": f"sentence-transformers MultiDatasetBatchSamplers.{self.kind.upper()}"}
+        return MultiTaskStream(tasks, weights=dict(self.weights) or self.balance, shuffle_window=shuffle_window)
+
+    def card_section(self, args: Any, stream: Any | None = None) -> dict[str, Any]:
+        """The sampler as the card and ``train --check`` show it, with the run's processes and accumulation
+        (``stream``: the run's :class:`~hf_unified_embed.sampling.MultiTaskStream`, for a streaming run)."""
+
+        section: dict[str, Any]
+        if stream is not None:
+            section = stream.describe()
+        elif self.kind != "curriculum":
+            section = {"class": f"sentence-transformers MultiDatasetBatchSamplers.{self.kind.upper()}"}
             rows = getattr(args.batch_sampler, "value", args.batch_sampler)
             if rows != "batch_sampler":  # the rows of each task: sentence-transformers' BatchSamplers
                 section["batch_sampler"] = rows

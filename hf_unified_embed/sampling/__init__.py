@@ -1,7 +1,8 @@
 """Task-pure, curriculum-ordered batches for multi-task training with sentence-transformers.
 
 :class:`CurriculumBatchSampler` plugs into ``SentenceTransformerTrainingArguments(multi_dataset_batch_sampler=...)``;
-:func:`build_batch_plan` is the numpy planner behind it, usable on its own.
+:func:`build_batch_plan` is the numpy planner behind it, usable on its own. :class:`MultiTaskStream`
+does the same for task streams (``IterableDataset``s): one task per optimizer step, exact resume.
 
 Names load on first use: reading a recipe checks its sampler options against
 :mod:`~hf_unified_embed.sampling.batch_plan` (numpy only) without importing sentence-transformers,
@@ -20,13 +21,30 @@ _EXPORTS = {
     "build_batch_plan": "hf_unified_embed.sampling.batch_plan",
     "count_groups": "hf_unified_embed.sampling.batch_plan",
     "CurriculumBatchSampler": "hf_unified_embed.sampling.curriculum_sampler",
+    "MultiTaskStream": "hf_unified_embed.sampling.multi_task_stream",
+    "StreamResumeCallback": "hf_unified_embed.sampling.stream_resume",
+    "TaskStream": "hf_unified_embed.sampling.task_stream",
+    "task_weights": "hf_unified_embed.sampling.multi_task_stream",
 }
 
 if TYPE_CHECKING:
     from hf_unified_embed.sampling.batch_plan import BatchPlan, GroupCounts, build_batch_plan, count_groups
     from hf_unified_embed.sampling.curriculum_sampler import CurriculumBatchSampler
+    from hf_unified_embed.sampling.multi_task_stream import MultiTaskStream, task_weights
+    from hf_unified_embed.sampling.stream_resume import StreamResumeCallback
+    from hf_unified_embed.sampling.task_stream import TaskStream
 
-__all__ = ["BatchPlan", "CurriculumBatchSampler", "GroupCounts", "build_batch_plan", "count_groups"]
+__all__ = [
+    "BatchPlan",
+    "CurriculumBatchSampler",
+    "GroupCounts",
+    "MultiTaskStream",
+    "StreamResumeCallback",
+    "TaskStream",
+    "build_batch_plan",
+    "count_groups",
+    "task_weights",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,154 @@
+"""``TaskStream``: one task's rows for one process, read as a stream, shuffled, and resumable exactly.
+
+A pass reads the task's shards in a fresh seeded order. With at least as many shards as processes,
+each process reads its own shards of that order (every row once per pass, read by one process);
+with fewer, every process reads them all and keeps one row in ``world_size``
+(:func:`datasets.distributed.split_dataset_by_node`, which is also what it does then). Rows are
+shuffled in windows: ``shuffle_window`` rows are read, permuted with a generator seeded by (task,
+pass, window) and handed out. When a pass ends the next one starts, so the stream never runs dry.
+
+Why windows and not ``IterableDataset.shuffle(buffer_size=...)``: datasets does not save the
+contents of a shuffle buffer in ``state_dict()`` (resuming refills it, so the order after a resume
+differs). A window is a pure function of where it starts, so the state is the source's
+``state_dict()`` at the window's start, the pass and window numbers and the offset in the window;
+resuming re-reads at most one window.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+from datasets import IterableDataset, concatenate_datasets
+from datasets.distributed import split_dataset_by_node
+
+#: Rows per shuffle window when none is given: the window of every task is held in memory at once.
+DEFAULT_SHUFFLE_WINDOW = 1000
+
+
+class TaskStream:
+    """The rows of one task for process ``rank`` of ``world_size``, endlessly, in seeded windows.
+
+    Args:
+        name: the task name (it seeds the shard and window orders, so they do not depend on task order).
+        dataset: the task's rows as a ``datasets.IterableDataset`` (a Hub dataset loaded with
+            ``streaming=True``, Parquet files read as a stream, ``IterableDataset.from_generator``...).
+        rank: this process's index.
+        world_size: processes reading the task.
+        seed: seed of the shard and window orders.
+        shuffle_window: rows shuffled together; ``1`` keeps the source's order.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        dataset: IterableDataset,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int = 0,
+        shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
+    ) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+        if shuffle_window < 1:
+            raise ValueError(f"shuffle_window must be a positive int, got {shuffle_window!r}")
+        self.name = name
+        self.dataset = dataset
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = seed
+        self.shuffle_window = shuffle_window
+        self._key = zlib.crc32(name.encode("utf-8"))
+        self._pass = 0
+        self._window = -1  # no window read yet
+        self._window_start: dict[str, Any] | None = None  # the source's state where the current window starts
+        self._offset = 0
+        self._rows: list[dict[str, Any]] = []
+        self._source: IterableDataset | None = None
+        self._batches: Iterator[dict[str, list[Any]]] | None = None
+
+    def next_rows(self, count: int) -> list[dict[str, Any]]:
+        """The next ``count`` rows (passes chain, so there are always enough)."""
+        rows: list[dict[str, Any]] = []
+        while len(rows) < count:
+            if self._offset == len(self._rows):
+                self._next_window()
+            take = min(count - len(rows), len(self._rows) - self._offset)
+            rows.extend(self._rows[self._offset : self._offset + take])
+            self._offset += take
+        return rows
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the stream is: a JSON-serialisable mapping for :meth:`load_state_dict`."""
+        return {"pass": self._pass, "window": self._window, "window_start": self._window_start, "offset": self._offset}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (from :meth:`state_dict` of a stream with the same arguments and data)."""
+        self._pass, self._window = int(state["pass"]), int(state["window"])
+        self._window_start, self._offset = state["window_start"], int(state["offset"])
+        self._rows, self._source, self._batches = [], None, None
+        if self._window < 0:
+            return
+        self._open_pass(self._window_start)
+        self._rows = self._window_rows()
+        if self._offset > len(self._rows):
+            raise ValueError(
+                f"task {self.name!r}: the saved stream state points at row {self._offset} of a window of "
+                f"{len(self._rows)} rows; the task's data changed since it was saved"
+            )
+
+    def _open_pass(self, start: dict[str, Any] | None) -> None:
+        source = self._pass_source(self._pass)
+        if start is not None:
+            source.load_state_dict(start)
+        self._source = source
+        self._batches = iter(source.iter(batch_size=self.shuffle_window))
+
+    def _pass_source(self, number: int) -> IterableDataset:
+        """The rows this process reads in pass ``number``: its shards of a fresh shard order."""
+        shards = self.dataset.n_shards
+        order = np.random.default_rng([self.seed, self._key, number]).permutation(shards).tolist()
+        if shards >= self.world_size:
+            mine = order[self.rank :: self.world_size]
+            return _chain([self.dataset.shard(shards, index) for index in mine])
+        source = _chain([self.dataset.shard(shards, index) for index in order])
+        return split_dataset_by_node(source, rank=self.rank, world_size=self.world_size)
+
+    def _next_window(self) -> None:
+        if self._source is None:
+            self._open_pass(None)
+        assert self._source is not None
+        self._window += 1
+        self._window_start = self._source.state_dict() if self._window else None
+        self._rows, self._offset = self._window_rows(), 0
+        if self._rows:
+            return
+        # The pass is over: the next one reads the shards in a new order.
+        self._pass, self._window, self._window_start = self._pass + 1, 0, None
+        self._open_pass(None)
+        self._rows = self._window_rows()
+        if not self._rows:
+            raise ValueError(
+                f"task {self.name!r} has no rows for process {self.rank} of {self.world_size} "
+                f"({self.dataset.n_shards} shard(s))"
+            )
+
+    def _window_rows(self) -> list[dict[str, Any]]:
+        """The rows of the current window in their shuffled order (none at the end of a pass)."""
+        assert self._batches is not None
+        batch = next(self._batches, None)
+        if not batch:
+            return []
+        columns = list(batch)
+        rows = [dict(zip(columns, values)) for values in zip(*(batch[column] for column in columns))]
+        if self.shuffle_window > 1:
+            generator = np.random.default_rng([self.seed, self._key, self._pass, self._window])
+            rows = [rows[index] for index in generator.permutation(len(rows))]
+        return rows
+
+
+def _chain(shards: list[IterableDataset]) -> IterableDataset:
+    return shards[0] if len(shards) == 1 else concatenate_datasets(shards)
