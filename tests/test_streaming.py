@@ -362,3 +362,34 @@ def test_streaming_recipe_under_torchrun_two_processes(
     assert [process["step"] for process in processes_state] == [4, 4]
     for process in processes_state:
         assert sum(task["offset"] for task in process["tasks"].values()) == 16
+
+
+def test_a_hub_dataset_streams_with_the_same_load_dataset_call_and_its_rows_are_checked(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No Hub here: the repository's card and files are the local folder's, reached through the calls a Hub
+    id takes (``read_card`` and ``datasets.load_dataset(repo_id, task, streaming=True)``), which are recorded."""
+    from datasets import load_dataset
+    from huggingface_hub import ModelCard
+
+    from hf_unified_embed.data import hub_layout
+    from hf_unified_embed.data.layout_check import read_card
+    from hf_unified_embed.recipe.run import train_from_recipe
+
+    calls: list[tuple[str, str, dict[str, Any]]] = []
+
+    def hub_load(path: str, name: str, **kwargs: Any) -> Any:
+        calls.append((path, name, kwargs))
+        return load_dataset(str(unified_dir), name, **kwargs)
+
+    monkeypatch.setattr(hub_layout, "load_dataset", hub_load)
+    monkeypatch.setattr(hub_layout, "read_card", lambda repo, token=None: read_card(unified_dir))
+    out = tmp_path / "model"
+    raw = _recipe(unified_dir, tiny_model_path, out)
+    raw["data"]["path"] = "my-org/unified-data"
+    train_from_recipe(recipe_from_dict(raw))
+    assert [(path, name, kwargs["streaming"]) for path, name, kwargs in calls] == [
+        ("my-org/unified-data", "stsb", True),
+        ("my-org/unified-data", "wikiqa", True),
+    ]
+    assert "Unified dataset: `my-org/unified-data`" in ModelCard.load(out / "README.md").text
