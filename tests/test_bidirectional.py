@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -521,3 +522,49 @@ def test_merge_refuses_inputs_whose_attention_differs(decoders: dict[str, str], 
         )
     with pytest.raises(MergeError, match=r"attention is 'bidirectional', expected 'causal'"):
         merge_models([tmp_path / "causal", tmp_path / "bidirectional"], "soup", tmp_path / "out", show_progress=False)
+
+
+def test_the_commands_load_a_bidirectional_model_folder_as_training_saved_it(
+    decoders: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``evaluate`` (the model and a ``--reference``), the curriculum teacher and hard-negative mining load through
+    ``utils.model_loading.load_model``: a folder whose ``modules.json`` names BidirectionalTransformer loads
+    there as in ``load_sentence_transformer``, where a plain ``SentenceTransformer(folder)`` would refuse it."""
+    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.cli.main import main
+    from hf_unified_embed.utils.model_loading import load_model
+    from tests._evaluation_helpers import all_kinds_suite, write_evaluation_files
+
+    folder = tmp_path / "bidirectional"
+    model = build_model(decoders["qwen2"], _config(SETTINGS["bidirectional"], pooling="mean"))
+    model.save(str(folder))
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        SentenceTransformer(str(folder))
+    loaded = load_model(folder, "--teacher", device="cpu", loader=load_sentence_transformer)
+    assert isinstance(loaded[0], BidirectionalTransformer)
+    torch.testing.assert_close(
+        loaded.encode(TEXTS, convert_to_tensor=True), model.encode(TEXTS, convert_to_tensor=True)
+    )
+
+    root = write_evaluation_files(tmp_path / "eval")
+    suite = all_kinds_suite(root)
+    # the reference of a forgetting entry loads through the same rule
+    suite["evaluations"] = [
+        suite["evaluations"][0],
+        {
+            "name": "forgetting",
+            "kind": "forgetting",
+            "source": "semeval-sts",
+            "data_files": "sts/*.tsv",
+            "evaluator": {"k": 3},
+        },
+    ]
+    path = root / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["evaluate", str(folder), str(path), "--reference", str(folder), "--no-diagnostics"]) == 0, (
+        capsys.readouterr().err
+    )
+    # the model against itself as its reference: nothing forgotten
+    assert re.search(r"forgetting\s.*\b1\.0", capsys.readouterr().out)

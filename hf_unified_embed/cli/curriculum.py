@@ -16,7 +16,7 @@ import argparse
 import logging
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hf_unified_embed.errors import OutputError, UsageError
 from hf_unified_embed.utils.model_loading import load_model
@@ -128,7 +128,7 @@ def _encode_shard(args: argparse.Namespace, shard: tuple[int, int], shard_dir: P
         raise OutputError(f"cannot write the shard folder {shard_dir}: {error.strerror} ({error.filename})") from None
 
     tasks = load_unified(args.data, args.tasks.split(",") if args.tasks else None, split=args.split)
-    model = load_model(args.teacher, "--teacher", device=args.device)
+    model = _teacher(args)
     distinct = DistinctTexts.from_tasks(tasks)
     index, count = shard
     embeddings = distinct.encode(model, distinct.shard_ids(index, count), batch_size=args.batch_size)
@@ -143,7 +143,7 @@ def _plan(args: argparse.Namespace, shard_dir: Path) -> CurriculumResult:
     from hf_unified_embed.data import load_unified
 
     tasks = load_unified(args.data, args.tasks.split(",") if args.tasks else None, split=args.split)
-    model = load_model(args.teacher, "--teacher", device=args.device)
+    model = _teacher(args)
     difficulty = None
     if args.merge:
         distinct = DistinctTexts.from_tasks(tasks)
@@ -177,3 +177,10 @@ def _write(result: CurriculumResult, folder: Path, data: str) -> None:
     plot_task_similarity(result.plan, folder / SIMILARITY_PLOT)
     if result.difficulty:
         plot_difficulty_histograms(result.difficulty, folder / DIFFICULTY_PLOT, order=result.plan.order)
+
+
+def _teacher(args: argparse.Namespace) -> Any:
+    """The ``--teacher`` model (a bidirectional model this package trained loads too)."""
+    from hf_unified_embed.training.bidirectional_transformer import load_sentence_transformer
+
+    return load_model(args.teacher, "--teacher", device=args.device, loader=load_sentence_transformer)

@@ -93,6 +93,7 @@ def load_model(name: str, device: str | None) -> Any:
     (:func:`hf_unified_embed.utils.model_loading.load_model`: a local path is never looked up on the Hub)."""
     import torch
 
+    from hf_unified_embed.training.bidirectional_transformer import load_sentence_transformer
     from hf_unified_embed.utils.model_loading import load_model as load
 
     if device is not None:
@@ -100,4 +101,4 @@ def load_model(name: str, device: str | None) -> Any:
             torch.device(device)
         except RuntimeError as error:
             raise UsageError(f"--device {device!r}: {error}") from None
-    return load(name, "model", device=device)
+    return load(name, "model", device=device, loader=load_sentence_transformer)

@@ -109,7 +109,13 @@ def mine_negatives_folder(
             "teacher_name": model if isinstance(model, str) else None,
             "cross_encoder_name": cross_encoder if isinstance(cross_encoder, str) else None,
         }
-        teacher = load_model(model, "model", device=device) if isinstance(model, str) else model
+        from hf_unified_embed.training.bidirectional_transformer import load_sentence_transformer
+
+        teacher = (
+            load_model(model, "model", device=device, loader=load_sentence_transformer)
+            if isinstance(model, str)
+            else model
+        )
         reranker = (
             load_model(cross_encoder, "cross_encoder", device=device, cross_encoder=True)
             if isinstance(cross_encoder, str)

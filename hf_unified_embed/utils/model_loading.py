@@ -16,6 +16,7 @@ with the option and the name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,11 +94,21 @@ def model_folder(name: str | Path, option: str) -> Path:
         raise _hub_failure(name, option, error) from None
 
 
-def load_model(name: str | Path, option: str, *, device: str | None = None, cross_encoder: bool = False) -> Any:
+def load_model(
+    name: str | Path,
+    option: str,
+    *,
+    device: str | None = None,
+    cross_encoder: bool = False,
+    loader: Callable[..., Any] | None = None,
+) -> Any:
     """A ``SentenceTransformer`` (``cross_encoder``: a ``CrossEncoder``) from folder or Hub id ``name``.
 
     A local path that does not exist, a Hub id that cannot be loaded and a folder that holds no such
-    model are each one error naming ``option``.
+    model are each one error naming ``option``. ``loader`` builds the model from the resolved name and
+    ``device=`` instead of the class (the commands pass
+    :func:`~hf_unified_embed.training.bidirectional_transformer.load_sentence_transformer`, so that a
+    bidirectional model this package trained loads as it does everywhere else).
     """
     check_model_location(name, option)
     if cross_encoder:
@@ -106,7 +117,7 @@ def load_model(name: str | Path, option: str, *, device: str | None = None, cros
         from sentence_transformers import SentenceTransformer as kind
     local = not is_hub_name(name)
     try:
-        return kind(str(Path(name).expanduser()) if local else str(name), device=device)
+        return (loader or kind)(str(Path(name).expanduser()) if local else str(name), device=device)
     except _hub_errors() as error:
         if not local:
             raise _hub_failure(name, option, error) from None

@@ -173,7 +173,7 @@ class ForgettingEvaluator(BaseEvaluator):
 
     def _reference_embeddings(self, model: Any) -> torch.Tensor:
         """The reference's embeddings at ``model``'s sequence length, from the process cache when there."""
-        from sentence_transformers import SentenceTransformer
+        from hf_unified_embed.training.bidirectional_transformer import load_sentence_transformer
 
         length = getattr(model, "max_seq_length", None)
         reference_id = self.reference if isinstance(self.reference, str) else id(self.reference)
@@ -182,7 +182,7 @@ class ForgettingEvaluator(BaseEvaluator):
             _REFERENCE_CACHE.move_to_end(key)
             return _REFERENCE_CACHE[key]
         reference = (
-            SentenceTransformer(self.reference, device=str(model.device))
+            load_sentence_transformer(self.reference, device=str(model.device))
             if isinstance(self.reference, str)
             else self.reference
         )
