@@ -15,6 +15,7 @@ Writes ``OUT_DIR/rank<r>.json``.
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from pathlib import Path
@@ -95,6 +96,13 @@ def main() -> None:
         "single": single,
     }
     (out / f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
+    # As in sampling_steps.py: the DDP reducers must go while the process group is alive, or a gloo thread
+    # can still be running when the interpreter exits ("terminate called without an active exception",
+    # SIGABRT, seen once in a full suite; pytorch/pytorch#56297).
+    del full, resumed, prepared, trainer, loss, model
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
