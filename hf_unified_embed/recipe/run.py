@@ -356,6 +356,9 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
         LossPartsLogging.attach(trainer)  # each loss part logged over the steps of its task: no 'nan' parts
         with without_cudnn_attention():
             result = trainer.train(resume_from_checkpoint=recipe.training_args.get("resume_from_checkpoint"))
+        # Every process lists the checkpoint folder as train() ends; none may remove it (no_empty_folder) before
+        # all have (measured: a process that finished first removed it under the other's listing).
+        trainer.accelerator.wait_for_everyone()
         model = _trained_model(trainer, run)
         if output is None or model is None:
             return TrainingOutcome(model_dir, result.training_loss, None)
