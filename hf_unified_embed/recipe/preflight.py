@@ -421,44 +421,45 @@ def check_streaming(recipe: TrainRecipe, origin: str) -> None:
             )
         return
     defaults = type(sampler)()
-    problems = [
-        (f"sampler.kind {sampler.kind!r}", "sentence-transformers' samplers read map-style datasets")
-        if sampler.kind != "curriculum"
-        else None,
+    accelerator = args.get("accelerator_config", {})
+    refused = [  # (applies, the key as given, why a stream cannot take it)
         (
+            sampler.kind != "curriculum",
+            f"sampler.kind {sampler.kind!r}",
+            "sentence-transformers' samplers read map-style datasets",
+        ),
+        (
+            sampler.interleave != defaults.interleave,
             f"sampler.interleave {sampler.interleave!r}",
             "each step's task is drawn by weight (sampler.balance / weights)",
-        )
-        if sampler.interleave != defaults.interleave
-        else None,
-        (f"sampler.instance_order {sampler.instance_order!r}", "rows are shuffled in windows (data.shuffle_window)")
-        if sampler.instance_order != defaults.instance_order
-        else None,
-        ("sampler.batch_sizes", "every task trains at per_device_train_batch_size") if sampler.batch_sizes else None,
-        ("curriculum", "a curriculum scores every row of the data first") if recipe.curriculum is not None else None,
-        ("data.max_rows_per_task", "train for training_args.max_steps instead")
-        if data.max_rows_per_task is not None
-        else None,
+        ),
         (
-            f"training_args.dataloader_num_workers {args['dataloader_num_workers']}",
+            sampler.instance_order != defaults.instance_order,
+            f"sampler.instance_order {sampler.instance_order!r}",
+            "rows are shuffled in windows (data.shuffle_window)",
+        ),
+        (bool(sampler.batch_sizes), "sampler.batch_sizes", "every task trains at per_device_train_batch_size"),
+        (recipe.curriculum is not None, "curriculum", "a curriculum scores every row of the data first"),
+        (data.max_rows_per_task is not None, "data.max_rows_per_task", "train for training_args.max_steps instead"),
+        (
+            bool(args.get("dataloader_num_workers")),
+            f"training_args.dataloader_num_workers {args.get('dataloader_num_workers')}",
             "the stream is read in the training process, where its resume state lives",
-        )
-        if args.get("dataloader_num_workers")
-        else None,
-        ("training_args.ignore_data_skip false", "a resumed run continues from the stream state in the checkpoint")
-        if args.get("ignore_data_skip") is False
-        else None,
+        ),
         (
+            args.get("ignore_data_skip") is False,
+            "training_args.ignore_data_skip false",
+            "a resumed run continues from the stream state in the checkpoint",
+        ),
+        (
+            not isinstance(accelerator, Mapping) or bool(accelerator.get("dispatch_batches")),
             "training_args.accelerator_config",
             "give it as a mapping without dispatch_batches: true (every process reads its own part of the stream)",
-        )
-        if "accelerator_config" in args
-        and (not isinstance(args["accelerator_config"], Mapping) or args["accelerator_config"].get("dispatch_batches"))
-        else None,
+        ),
     ]
-    for problem in problems:
-        if problem is not None:
-            raise RecipeError(f"{origin}: {problem[0]} does not apply with data.streaming: true: {problem[1]}")
+    for applies, key, reason in refused:
+        if applies:
+            raise RecipeError(f"{origin}: {key} does not apply with data.streaming: true: {reason}")
     max_steps = args.get("max_steps")
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise RecipeError(

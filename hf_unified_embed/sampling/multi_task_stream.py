@@ -373,8 +373,7 @@ class MultiTaskStream(IterableDataset):
         }
 
     def __repr__(self) -> str:
-        weights = dict(zip(self.task_names, np.round(self.probabilities, 4).tolist()))
-        return f"MultiTaskStream(tasks={self.task_names}, weights={weights})"
+        return f"MultiTaskStream(tasks={self.task_names}, weights={self.describe()['task_probabilities']})"
 
 
 def _common_features(tasks: Mapping[str, IterableDataset]) -> Features | None:
