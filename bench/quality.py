@@ -92,7 +92,6 @@ docs/quality.md (same code, fewer steps, shorter texts, evaluation slices)::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import json
 import os
@@ -103,7 +102,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,6 +115,12 @@ if str(REPO / "examples") not in sys.path:
     sys.path.insert(0, str(REPO / "examples"))
 
 from example_cli import evaluation_suite, example_parser, parse_example_args, recipe_training_args  # noqa: E402
+
+# The step timing shared with bench/step.py lives beside this file.
+if str(REPO / "bench") not in sys.path:
+    sys.path.insert(0, str(REPO / "bench"))
+
+from _timing import every_trainer_calls, step_timer  # noqa: E402
 
 SUITE = REPO / "examples" / "suites" / "shared.yaml"
 MAIN_ROWS = ("base", "st-baseline", "codiemb", "codiemb+curriculum", "hierarchical-merge")
@@ -175,53 +180,6 @@ class Trained:
     timed_steps: int
     seconds: float
     runtime: float
-
-
-def step_timer(device: str) -> Any:
-    """A trainer callback that stamps the end of every optimizer step (after a CUDA synchronize, so the
-    GPU's work is in it) and keeps the run's optimizer steps and ``train_runtime``."""
-    from transformers import TrainerCallback
-
-    class StepTimer(TrainerCallback):
-        def __init__(self) -> None:
-            self.cuda = device.startswith("cuda")
-            self.stamps: list[float] = []
-            self.steps = 0
-            self.runtime = 0.0
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if self.cuda:
-                import torch
-
-                torch.cuda.synchronize()
-            self.stamps.append(time.perf_counter())
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-            if logs and "train_runtime" in logs:  # the trainer's last log: its whole train()
-                self.runtime = float(logs["train_runtime"])
-
-        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.steps = int(state.global_step)
-
-    return StepTimer()
-
-
-@contextlib.contextmanager
-def every_trainer_calls(callback: Any) -> Iterator[None]:
-    """Give ``callback`` to every ``Trainer`` built inside the block.
-
-    ``train_from_recipe`` takes no callbacks (a recipe names none), and step times can only be taken
-    inside its trainer. transformers starts every trainer with ``transformers.trainer.DEFAULT_CALLBACKS``,
-    so the timer joins that list for the run and leaves it after. It only observes: the run is the
-    recipe's, unchanged.
-    """
-    from transformers import trainer as hf_trainer
-
-    hf_trainer.DEFAULT_CALLBACKS.append(callback)
-    try:
-        yield
-    finally:
-        hf_trainer.DEFAULT_CALLBACKS.remove(callback)
 
 
 def train_recipe(recipe: Mapping[str, Any], device: str) -> Trained:

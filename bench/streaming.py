@@ -16,6 +16,18 @@ the demo's shape) and measures, one after the other in this process:
   replaying the ``k`` steps from the start (what ``ignore_data_skip=False`` does, without the collation).
 
 Run: ``.venv/bin/python bench/streaming.py [--rows 1000000] [--read 200000]``.
+
+**Memory on folders shaped like a user's** (``--folders F1 F2 ...``: unified folders that ``build`` wrote
+from ``bench/sources.py``, e.g. 1M and 5M rows with one big BEIR source): for each folder, in a fresh
+process each, the growth of the anonymous resident set (``RssAnon``: the heap, not the mapped files) while
+``MultiTaskStream(stream_unified(folder), weights="sqrt", batch_size=16)`` yields 4,800 rows and then
+``--read`` rows, with this package's reader (``ParquetFile.iter_batches`` in bounded record batches) and,
+as the baseline in the same run, datasets' own Parquet stream (``Fragment.to_batches``, one row group at a
+time; its process is ended from outside, as it can hang at exit)::
+
+    .venv/bin/python bench/sources.py /tmp/scale/raw-1m --rows 1000000
+    .venv/bin/hf-unified-embed build /tmp/scale/raw-1m/recipe.yaml -o /tmp/scale/built-1m
+    .venv/bin/python bench/streaming.py --folders /tmp/scale/built-1m /tmp/scale/built-5m
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 from datasets import Dataset, DatasetDict, interleave_datasets
 
 from hf_unified_embed.data import load_unified, save_unified, stream_unified
@@ -85,12 +98,68 @@ def timed_read(iterator: Any, count: int) -> tuple[float, float]:
     return time.perf_counter() - start, peak - settled
 
 
+def rss_anon_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("RssAnon")) / 1024
+
+
+def heap_growth(folder: str, reads: tuple[int, ...], reader: str) -> dict[str, float]:
+    """In a fresh process: RssAnon growth (MB) after each of ``reads`` rows of the documented stream, and rows/s."""
+    from hf_unified_embed.data import hub_layout
+
+    if reader == "datasets":  # the baseline: datasets' own Parquet stream, as load_dataset returns it
+        hub_layout.bounded_stream = lambda stream, token=None: stream  # type: ignore[assignment]
+    tasks = hub_layout.stream_unified(folder)
+    gc.collect()
+    before = rss_anon_mb()
+    stream = MultiTaskStream(tasks, weights="sqrt", batch_size=16, gradient_accumulation_steps=1, seed=0)
+    grown: dict[str, float] = {}
+    start, count = time.perf_counter(), 0
+    for count, _row in enumerate(stream, start=1):
+        if count in reads:
+            grown[f"+{count}"] = rss_anon_mb() - before
+            if count == max(reads):
+                break
+    grown["rows/s"] = count / (time.perf_counter() - start)
+    return grown
+
+
+def folders_memory(folders: list[Path], read: int) -> None:
+    reads = (4_800, read)
+    print(f"| folder | rows | reader | heap after {reads[0]:,} rows | heap after {reads[1]:,} rows | rows/s |")
+    print("|---|---:|---|---:|---:|---:|")
+    results: dict[tuple[str, str], dict[str, float]] = {}
+    for folder in folders:
+        rows = sum(pq.ParquetFile(path).metadata.num_rows for path in folder.glob("data/*/*.parquet"))
+        for reader in ("hf-unified-embed", "datasets"):
+            pool = multiprocessing.get_context("spawn").Pool(1)
+            try:
+                result = pool.apply(heap_growth, (str(folder), reads, reader))
+            finally:
+                pool.terminate()  # datasets' reader can hang its process at exit (Arrow issue 45214)
+            results[str(folder), reader] = result
+            print(
+                f"| {folder.name} | {rows:,} | {reader} | {result[f'+{reads[0]}']:,.0f} MB | "
+                f"{result[f'+{reads[1]}']:,.0f} MB | {result['rows/s']:,.0f} |"
+            )
+    for folder in folders:
+        ours, theirs = results[str(folder), "hf-unified-embed"], results[str(folder), "datasets"]
+        print(
+            f"{folder.name}: heap after {reads[0]:,} rows {ours[f'+{reads[0]}'] / theirs[f'+{reads[0]}']:.2f}x "
+            f"datasets' reader, rows/s {ours['rows/s'] / theirs['rows/s']:.2f}x"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--read", type=int, default=200_000, help="rows read in each measurement")
     parser.add_argument("--resume-step", type=int, default=2000)
+    parser.add_argument("--folders", type=Path, nargs="+", help="measure the heap on these built folders only")
     options = parser.parse_args()
+    if options.folders:
+        folders_memory(options.folders, options.read)
+        return
 
     work = Path(tempfile.mkdtemp(prefix="bench-streaming-"))
     try:

@@ -19,6 +19,7 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from hf_unified_embed.errors import shown
 from hf_unified_embed.utils.deprecation import install_finder
 
 __version__ = "0.1.0"
@@ -237,7 +238,7 @@ def __getattr__(name: str) -> Any:
         )
         return getattr(importlib.import_module(f"{__name__}.{module}"), name)
     if module is None:
-        raise AttributeError(f"module 'hf_unified_embed' has no attribute {name!r}")
+        raise AttributeError(f"module 'hf_unified_embed' has no attribute {shown(name)}")
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value

@@ -29,7 +29,36 @@ class                      meaning                                              
 
 from __future__ import annotations
 
+import reprlib
+from collections.abc import Sized
 from pathlib import Path
+
+#: Characters of a user's value an error message quotes; the rest is counted (a 10 MB value is not echoed).
+ECHO_LIMIT = 200
+
+
+def _bounded_repr() -> reprlib.Repr:
+    bounded = reprlib.Repr()
+    bounded.maxlevel, bounded.maxstring, bounded.maxother = 4, ECHO_LIMIT, ECHO_LIMIT
+    bounded.maxlist = bounded.maxtuple = bounded.maxset = bounded.maxfrozenset = bounded.maxdict = 32
+    return bounded
+
+
+_BOUNDED = _bounded_repr()
+
+
+def shown(value: object, limit: int = ECHO_LIMIT) -> str:
+    """``repr(value)`` as an error message quotes it: at most ``limit`` characters, then ``… (N characters)``.
+
+    The one way every error quotes a user's value. A short value reads exactly as ``repr``; a long string is
+    cut and its length given; a container is cut while it is written (``reprlib``), never rendered whole
+    first: a YAML list of millions of aliased elements costs a few microseconds, not a 25 MB line.
+    """
+    if isinstance(value, str):
+        return repr(value) if len(value) <= limit else f"{value[:limit]!r}… ({len(value):,} characters)"
+    text = _BOUNDED.repr(value)
+    size = f"{len(value):,} items" if isinstance(value, Sized) else f"{len(text):,}+ characters"
+    return text if len(text) <= limit else f"{text[:limit]}… ({size})"
 
 
 def one_line(text: object, limit: int | None = None) -> str:

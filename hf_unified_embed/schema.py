@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict, Features, List, Value
 
-from hf_unified_embed.errors import UnifiedSchemaError
+from hf_unified_embed.errors import UnifiedSchemaError, shown
 from hf_unified_embed.utils.naming import task_name_problem
 
 TASK_TYPES: tuple[str, ...] = ("retrieval", "sts", "pair_classification", "classification", "clustering")
@@ -57,16 +57,16 @@ def _check_scores(scores: Any, texts: Any, name: str, text_name: str) -> str | N
     if scores is None:
         return f"{name} is missing (use [] for no scores)"
     if not isinstance(scores, (list, tuple)):
-        return f"expected a list of numbers, got {type(scores).__name__} {scores!r}"
+        return f"expected a list of numbers, got {type(scores).__name__} {shown(scores)}"
     if len(scores) not in (0, len(texts)):
         return f"has {len(scores)} scores for {len(texts)} {text_name}; lengths must match (or scores be empty)"
     for score in scores:
         if score is not None and not _is_number(score):
-            return f"contains {score!r} ({type(score).__name__}); expected numbers"
+            return f"contains {shown(score)} ({type(score).__name__}); expected numbers"
         if score is None or not math.isfinite(score):
-            return f"contains a non-finite score {score!r}"
+            return f"contains a non-finite score {shown(score)}"
         if not 0.0 <= score <= 1.0:
-            return f"contains {score!r}, outside [0, 1]; adapters must normalise scores"
+            return f"contains {shown(score)}, outside [0, 1]; adapters must normalise scores"
     return None
 
 
@@ -87,9 +87,9 @@ def validate_row(
     if problem:
         raise fail("task", problem)
     if expected_task is not None and task != expected_task:
-        raise fail("task", f"the row belongs to task {task!r} but is stored under {expected_task!r}")
+        raise fail("task", f"the row belongs to task {shown(task)} but is stored under {shown(expected_task)}")
     if row.get("task_type") not in TASK_TYPES:
-        raise fail("task_type", f"unknown task_type {row.get('task_type')!r}; expected one of {list(TASK_TYPES)}")
+        raise fail("task_type", f"unknown task_type {shown(row.get('task_type'))}; expected one of {list(TASK_TYPES)}")
     for field in ("query_instruction", "document_instruction"):
         if not isinstance(row.get(field), str):
             raise fail(field, "instruction must be a string ('' for none)")
@@ -101,10 +101,10 @@ def validate_row(
         raise fail("positives" if positives is None else "negatives", "list is missing (use [] for none)")
     for field, texts in (("positives", positives), ("negatives", negatives)):
         if not isinstance(texts, (list, tuple)):
-            raise fail(field, f"expected a list of texts, got {type(texts).__name__} {texts!r}")
+            raise fail(field, f"expected a list of texts, got {type(texts).__name__} {shown(texts)}")
         for text in texts:
             if not isinstance(text, str) or not text.strip():
-                raise fail(field, f"contains an empty or non-string text {text!r}")
+                raise fail(field, f"contains an empty or non-string text {shown(text)}")
     if not positives and row["task_type"] in ("retrieval", "sts", "pair_classification"):
         raise fail("positives", f"a {row['task_type']} row needs at least one positive")
     for field, texts, text_name in (
@@ -116,11 +116,11 @@ def validate_row(
             raise fail(field, problem)
     if row["task_type"] == "sts" and len(row["positive_scores"]) != len(positives):
         raise fail(
-            "positive_scores", f"an sts row needs exactly one score per positive, got {row['positive_scores']!r}"
+            "positive_scores", f"an sts row needs exactly one score per positive, got {shown(row['positive_scores'])}"
         )
     difficulty = row.get(DIFFICULTY_COLUMN)
     if difficulty is not None and (not _is_number(difficulty) or not math.isfinite(difficulty)):
-        raise fail(DIFFICULTY_COLUMN, f"difficulty must be finite, got {difficulty!r}")
+        raise fail(DIFFICULTY_COLUMN, f"difficulty must be finite, got {shown(difficulty)}")
 
 
 def check_columns(column_names: Iterable[str], task: str | None = None, source: str | None = None) -> None:
@@ -154,7 +154,7 @@ class InstructionTracker:
         for position, field in enumerate(("task_type", *INSTRUCTION_COLUMNS)):
             if first[position] != current[position]:
                 raise UnifiedSchemaError(
-                    f"differs within the task ({current[position]!r} vs {first[position]!r} in earlier rows); "
+                    f"differs within the task ({shown(current[position])} vs {shown(first[position])} in earlier rows); "
                     "instructions and task_type must be uniform per task",
                     task=task,
                     row=index,

@@ -119,6 +119,17 @@ def template(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: str) -> 
     (project / "notes").mkdir()  # the user's
     (project / "notes" / "mine.txt").write_text("the user's notes")
     (project / "notes.txt").write_text("the user's notes")
+    with StagedOutput(project / "shared") as stage:  # an output of the tool's to which the user then added files
+        (stage.path / "old.txt").write_text("an earlier output")
+    (project / "shared" / "thesis.txt").write_text("the user's thesis")
+    (project / "shared" / "photos").mkdir()
+    (project / "shared" / "photos" / "cat.jpg").write_bytes(b"\xff\xd8 the user's cat")
+    (project / "legacy").mkdir()  # marked by an older version: no manifest of what the tool wrote
+    (project / "legacy" / MARKER).write_text("This folder was written by hf-unified-embed.\n")
+    (project / "legacy" / "old.txt").write_text("an earlier output")
+    (project / "dangling").symlink_to("nowhere")  # links: replacing one would replace the link, not its target
+    (project / "link-data").symlink_to("data")
+    (project / "link-prior").symlink_to("prior")
     yield project
     patch.undo()
 
@@ -185,20 +196,24 @@ OUTPUTS = [
     "model/config.json", "model/sub", "unified/README.md", "unified/data/new", "data/stsb.jsonl/x", "data/new",
     # written by the tool before; the user's
     "prior", "prior.json", "notes", "notes.txt", "notes/new",
+    # a file the tool wrote in its folder; a tool's folder holding the user's files, and one of the user's there;
+    # a folder marked by an older version; links
+    "prior/old.txt", "shared", "shared/thesis.txt", "legacy", "dangling", "link-data", "link-prior",
     # fresh
     "out", "new/deep/out", "out.json",
 ]  # fmt: skip
 
 
 def _tool_wrote(path: Path) -> bool:
+    """Only what the tool wrote and nobody changed: not ``shared`` (the user's files in it), not ``legacy``."""
     if path.is_dir():
-        return (path / MARKER).is_file()
-    return path.name == "prior.json" or (path.parent / MARKER).is_file()
+        return (path / MARKER).is_file() and path.name not in ("shared", "legacy")
+    return path.name == "prior.json" or (path.parent.name, path.name) == ("prior", "old.txt")
 
 
 def allowed(command: str, output: str, overwrite: bool, project: Path) -> bool:
     """The rule, written out for the project: does ``command`` write ``output``?"""
-    if output in ("", "."):
+    if output in ("", ".") or (project / output).is_symlink():
         return False
     path = (project / output).resolve()
     if path == project or path in project.parents:
@@ -258,7 +273,7 @@ def test_an_empty_output_with_overwrite_never_replaces_the_current_folder(
 ) -> None:
     """Bug 1: ``cd project && build recipe.yaml -o "$OUT" --overwrite`` with OUT unset replaced the project."""
     # The inputs lie outside the current folder, as in the report: nothing else protects it.
-    elsewhere = Path(shutil.copytree(template, tmp_path / "elsewhere"))
+    elsewhere = Path(shutil.copytree(template, tmp_path / "elsewhere", symlinks=True))
     project = tmp_path / "project"
     project.mkdir()
     (project / "thesis.tex").write_text("years of work")
@@ -403,7 +418,7 @@ def test_no_input_changes_and_every_refusal_is_one_line_exit_2(command: str, tem
     # Besides the drawn examples, always: the tool's own output replaced, a fresh one (train, the slowest
     # command, trains once), and the bugs.
     own = "prior.json" if kind == "file" else "prior"
-    always = [("", True), (".", True), (CWD, True), ("notes", True), (own, True)]
+    always = [("", True), (".", True), (CWD, True), ("notes", True), (own, True), ("shared", True), ("dangling", True)]
     for output, overwrite in always + ([("out", False)] if command != "train" else []):
         check_property = example(output, overwrite)(check_property)
     PROPERTY(check_property)()

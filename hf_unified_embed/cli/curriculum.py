@@ -18,7 +18,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hf_unified_embed.errors import OutputError, UsageError
+from hf_unified_embed.cli.arg_types import integer, number, path
+from hf_unified_embed.errors import OutputError, UsageError, shown
 from hf_unified_embed.utils.model_loading import load_model
 
 if TYPE_CHECKING:
@@ -43,22 +44,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     parser.add_argument("--tasks", help="comma-separated tasks to plan (default: all)")
     parser.add_argument("--split", default="train", help="split to read (default: train)")
-    parser.add_argument("--n-samples", type=int, default=200, help="queries per task representation (Eq. 4)")
+    parser.add_argument("--n-samples", type=integer, default=200, help="queries per task representation (Eq. 4)")
     parser.add_argument("--method", choices=("annealing", "two_opt", "exact"), default="annealing")
-    parser.add_argument("--iterations", type=int, default=2_000_000, help="annealing moves (paper: ~2M)")
-    parser.add_argument("--initial-temperature", type=float, help="annealing start temperature (default: auto)")
-    parser.add_argument("--cooling-rate", type=float, help="geometric cooling factor per move (default: auto)")
+    parser.add_argument("--iterations", type=integer, default=2_000_000, help="annealing moves (paper: ~2M)")
+    parser.add_argument("--initial-temperature", type=number, help="annealing start temperature (default: auto)")
+    parser.add_argument("--cooling-rate", type=number, help="geometric cooling factor per move (default: auto)")
     parser.add_argument("--no-polish", action="store_true", help="skip the 2-opt polish after annealing")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=integer, default=0)
     parser.add_argument("--no-difficulty", action="store_true", help="only order tasks; add no difficulty column")
     parser.add_argument(
-        "--negative-pool", type=int, default=1_024, help="rows without negatives: other positives to compare with"
+        "--negative-pool", type=integer, default=1_024, help="rows without negatives: other positives to compare with"
     )
-    parser.add_argument("--batch-size", type=int, default=64, help="encoding batch size")
+    parser.add_argument("--batch-size", type=integer, default=64, help="encoding batch size")
     parser.add_argument("--device", help="torch device for the teacher (default: the model's choice)")
     parser.add_argument("--shard", help="I/N: only encode shard I (0-based) of N of the distinct texts, then exit")
     parser.add_argument("--merge", action="store_true", help="use the embeddings of all shards instead of encoding")
-    parser.add_argument("--shard-dir", type=Path, help="folder for shard embeddings (default: OUTPUT.shards)")
+    parser.add_argument("--shard-dir", type=path, help="folder for shard embeddings (default: OUTPUT.shards)")
     parser.set_defaults(func=run)
 
 
@@ -66,9 +67,9 @@ def parse_shard(value: str) -> tuple[int, int]:
     try:
         index, count = (int(part) for part in value.split("/"))
     except ValueError:
-        raise UsageError(f"--shard {value!r}: expected I/N, e.g. 0/4") from None
+        raise UsageError(f"--shard {shown(value)}: expected I/N, e.g. 0/4") from None
     if count < 1 or not 0 <= index < count:
-        raise UsageError(f"--shard {value!r}: need N >= 1 and 0 <= I < N (shards are numbered from 0)")
+        raise UsageError(f"--shard {shown(value)}: need N >= 1 and 0 <= I < N (shards are numbered from 0)")
     return index, count
 
 
@@ -78,10 +79,10 @@ def run(args: argparse.Namespace) -> int:
     if (args.shard or args.merge) and args.no_difficulty:
         raise UsageError("--shard/--merge split the difficulty encoding; they make no sense with --no-difficulty")
     from hf_unified_embed.utils.locations import looks_local
-    from hf_unified_embed.utils.model_loading import check_model_location
+    from hf_unified_embed.utils.model_loading import check_model_reference
     from hf_unified_embed.utils.outputs import StagedOutput, check_location
 
-    check_model_location(args.teacher, "--teacher")  # a mistyped local path: a missing folder, not a Hub lookup
+    check_model_reference(args.teacher, "--teacher")  # a mistyped local path: a missing folder, not a Hub lookup
     # The data and a local teacher are inputs: no output may be, hold or lie inside them.
     inputs = [name for name in (args.data, args.teacher) if looks_local(name)]
     output = check_location(args.output, inputs=inputs)

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from hf_unified_embed.cli.arg_types import path, positive_int
+from hf_unified_embed.errors import shown
+
+if TYPE_CHECKING:
+    from hf_unified_embed.data.layout_check import FolderLayout
 
 
 def register(subparsers: Any) -> None:
@@ -14,7 +22,7 @@ def register(subparsers: Any) -> None:
         description="Build every source of RECIPE (YAML) into the unified schema and write the Hub layout to OUT.",
     )
     build.add_argument(
-        "recipe", type=Path, help="recipe YAML (sources: name, format, data_files, task_type, instructions, ...)"
+        "recipe", type=path, help="recipe YAML (sources: name, format, data_files, task_type, instructions, ...)"
     )
     build.add_argument(  # a str: an empty value (an unset shell variable) is refused by name, not read as "."
         "-o", "--output", required=True, help="output folder (data/<task>/<split>-*.parquet + README.md)"
@@ -22,7 +30,7 @@ def register(subparsers: Any) -> None:
     build.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     build.add_argument(
         "--num-proc",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="processes reading sources and files in parallel (default: the CPUs this process may use); "
@@ -38,15 +46,8 @@ def register(subparsers: Any) -> None:
             "and types, and every row against the schema."
         ),
     )
-    validate.add_argument("folder", type=Path, help="a folder written by `build` / save_unified")
+    validate.add_argument("folder", type=path, help="a folder written by `build` / save_unified")
     validate.set_defaults(func=run_validate)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of processes, got {text}")
-    return value
 
 
 def summary_table(rows: list[dict[str, Any]]) -> str:
@@ -130,5 +131,25 @@ def run_validate(args: argparse.Namespace) -> int:
             if split in splits:
                 rows.append({"task": task, "split": split, **parquet_task_summary(layout.shards[task, split])})
     print(summary_table(rows))
+    for warning in _instruction_warnings(layout):
+        print(f"warning: {warning}", file=sys.stderr)
     print(f"\n{args.folder}: {len(rows)} task(s) valid")
     return 0
+
+
+def _instruction_warnings(layout: FolderLayout) -> Iterator[str]:
+    """Warnings for long instructions, read from each task's first shard (validate has no tokenizer: ``train`` and
+    ``mine-negatives`` check every instruction in tokens)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from hf_unified_embed.schema import INSTRUCTION_COLUMNS
+    from hf_unified_embed.training.instruction_fit import long_instruction_warning
+
+    for (task, split), shards in layout.shards.items():
+        for column in INSTRUCTION_COLUMNS:
+            values = pc.unique(pq.read_table(shards[0], columns=[column]).column(column)).to_pylist()
+            for value in values:
+                warning = long_instruction_warning(value or "", f"task {shown(task)} ({split}), field {shown(column)}")
+                if warning:
+                    yield warning

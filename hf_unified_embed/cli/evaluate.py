@@ -7,7 +7,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.errors import UsageError
+from hf_unified_embed.cli.arg_types import integer, path
+from hf_unified_embed.errors import UsageError, shown
 
 
 def register(subparsers: Any) -> None:
@@ -21,12 +22,12 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("model", help="a sentence-transformers model folder or Hub id (offline: must be cached)")
-    parser.add_argument("suite", type=Path, help="suite YAML (see examples/suites/)")
+    parser.add_argument("suite", type=path, help="suite YAML (see examples/suites/)")
     parser.add_argument("-o", "--output", help="write the results as JSON here")  # a str: "" is refused, not "."
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --output file")
-    parser.add_argument("--data-root", type=Path, help="resolve the suite's relative data paths here instead")
+    parser.add_argument("--data-root", type=path, help="resolve the suite's relative data paths here instead")
     parser.add_argument("--no-diagnostics", action="store_true", help="skip the token-matrix diagnostics (CoDiEmb §4)")
-    parser.add_argument("--batch-size", type=int, help="encoding batch size (default: the suite's)")
+    parser.add_argument("--batch-size", type=integer, help="encoding batch size (default: the suite's)")
     parser.add_argument("--device", help="torch device for the model, e.g. cpu or cuda:0")
     parser.add_argument(
         "--only",
@@ -43,8 +44,9 @@ def register(subparsers: Any) -> None:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from hf_unified_embed.evaluation import load_suite, run_suite, set_reference_model
-    from hf_unified_embed.evaluation.suite import suite_inputs
+    from hf_unified_embed.evaluation.suite import check_suite_models, load_entry_rows, suite_inputs
     from hf_unified_embed.utils.locations import looks_local
+    from hf_unified_embed.utils.model_loading import check_model_reference
     from hf_unified_embed.utils.outputs import StagedOutput
 
     suite = load_suite(args.suite, data_root=args.data_root)
@@ -54,11 +56,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
         if unknown:
             raise UsageError(f"--only {' '.join(unknown)}: not in {args.suite}, whose evaluation sets are {names}")
         suite.entries = [entry for entry in suite.entries if entry.name in args.only]
+    check_model_reference(args.model, "model")
     if args.reference:
-        from hf_unified_embed.utils.model_loading import check_model_location
-
-        check_model_location(args.reference, "--reference")
+        check_model_reference(args.reference, "--reference")
         set_reference_model(suite, args.reference)
+    check_suite_models(suite)
     if args.batch_size is not None:
         if args.batch_size < 1:
             raise UsageError(f"--batch-size must be positive, got {args.batch_size}")
@@ -76,8 +78,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
         else None
     )
     with stage or contextlib.nullcontext():
+        rows = load_entry_rows(suite)  # every row checked (validate's check for unified folders) before the model
         model = load_model(args.model, args.device)
-        results = run_suite(model, suite, diagnostics=False if args.no_diagnostics else None)
+        results = run_suite(model, suite, diagnostics=False if args.no_diagnostics else None, rows=rows)
         if results.model_name == "model":
             results.model_name = Path(args.model).name
         if stage is not None:
@@ -100,5 +103,5 @@ def load_model(name: str, device: str | None) -> Any:
         try:
             torch.device(device)
         except RuntimeError as error:
-            raise UsageError(f"--device {device!r}: {error}") from None
+            raise UsageError(f"--device {shown(device)}: {error}") from None
     return load(name, "model", device=device, loader=load_sentence_transformer)

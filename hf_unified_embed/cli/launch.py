@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from hf_unified_embed.cli.main import INPUT_ERROR_EXIT_CODE
+from hf_unified_embed.errors import shown
 
 #: How the workers run this package (``-m`` is added unless the command line already names one of them).
 PACKAGE_MODULES = ("hf_unified_embed", "hf_unified_embed.cli.main")
@@ -66,7 +67,7 @@ def worker_command(args: Any) -> str | None:
     if args.module or args.no_python:
         if args.module and args.training_script in PACKAGE_MODULES:
             return None
-        return f"this launcher runs hf_unified_embed's commands; give the command (train, ...) instead of {args.training_script!r}"
+        return f"this launcher runs hf_unified_embed's commands; give the command (train, ...) instead of {shown(args.training_script)}"
     args.training_script_args = [args.training_script, *args.training_script_args]
     args.training_script = PACKAGE_MODULES[0]
     args.module = True

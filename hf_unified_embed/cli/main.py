@@ -35,6 +35,8 @@ COMMAND_MODULES: tuple[str, ...] = ("data", "publish", "curriculum", "mine", "tr
 
 #: Exit code of an input error (argparse uses the same for bad options).
 INPUT_ERROR_EXIT_CODE = 2
+#: The longest error line printed: values in messages are bounded (``errors.shown``); this bounds the rest.
+ERROR_LINE_LIMIT = 4000
 #: Exit code after Ctrl-C: 128 + SIGINT, as a shell reports a command it interrupted.
 INTERRUPTED_EXIT_CODE = 130
 #: How long a process other than rank 0 waits before exiting on an input error. The launcher stops it as
@@ -77,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Every process hits the same input error; the launcher stops the whole group as soon as
             # one exits, so the others wait for rank 0 to report it.
             time.sleep(NON_MAIN_EXIT_DELAY_S)
-        print(f"error: {one_line(error)}", file=sys.stderr)
+        print(f"error: {one_line(error, ERROR_LINE_LIMIT)}", file=sys.stderr)
         return INPUT_ERROR_EXIT_CODE
 
 

@@ -27,11 +27,13 @@ scores candidates on dev sets and writes the best (:mod:`hf_unified_embed.merge.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from hf_unified_embed.errors import UsageError
+from hf_unified_embed.cli.arg_types import number
+from hf_unified_embed.errors import UsageError, shown
 from hf_unified_embed.utils.yaml_files import DuplicateKeyError, load_yaml_text
 
 
@@ -45,13 +47,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--method", help="a registered method name, or package.module:ClassName for your own")
     parser.add_argument("--models", nargs="+", metavar="PATH", help="input model folders or Hub ids")
     parser.add_argument("-o", "--output-dir", help="folder to create")
-    parser.add_argument("--weights", nargs="+", type=float, help="per-model weights (soup, task_arithmetic)")
+    parser.add_argument("--weights", nargs="+", type=number, help="per-model weights (soup, task_arithmetic)")
     parser.add_argument("--normalize", action="store_true", default=None, help="soup: rescale weights to sum to 1")
     parser.add_argument(
-        "--t", nargs="+", type=float, help="slerp: one t, or a list (mergekit's gradient over the blocks)"
+        "--t", nargs="+", type=number, help="slerp: one t, or a list (mergekit's gradient over the blocks)"
     )
     parser.add_argument("--base", help="task_arithmetic / hierarchical: the base model")
-    parser.add_argument("--temperature", type=float, help="hierarchical: τ of CoDiEmb Eq. 11")
+    parser.add_argument("--temperature", type=number, help="hierarchical: τ of CoDiEmb Eq. 11")
     parser.add_argument(
         "--param",
         action="append",
@@ -94,11 +96,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def _check_not_in_its_output(config: Path) -> None:
+    """A ``merge_config.yaml`` run where the merge wrote it names its inputs by folder name, which resolve beside
+    the file, inside the merged folder: say so, instead of looking the names up on the Hub."""
+    from hf_unified_embed.merge.api import RECIPE_FILE
+    from hf_unified_embed.utils.outputs import MARKER
+    from hf_unified_embed.utils.yaml_files import read_yaml_mapping
+
+    folder = config.parent
+    if config.name != RECIPE_FILE or not (folder / MARKER).is_file():
+        return
+    models = read_yaml_mapping(config, UsageError).get("models")
+    entries = models if isinstance(models, list) else []
+    names = [entry.get("path") if isinstance(entry, dict) else entry for entry in entries]
+    # A Hub model is written as its id (org/name); a local input as its bare folder name.
+    missing = [name for name in names if isinstance(name, str) and "/" not in name and not (folder / name).exists()]
+    if missing:
+        raise UsageError(
+            f"{config}: this file, written by the merge into its output, names its inputs by folder name "
+            f"({', '.join(missing[:3])}), relative to the file's own folder; copy it next to the input folders "
+            f"(e.g. cp {config} {folder.parent / 'again.yaml'}) and merge from there"
+        )
+
+
 def _recipe(args: argparse.Namespace) -> dict[str, Any]:
     from hf_unified_embed.merge.merge_config import read_merge_config
 
     # The file's relative paths are relative to its folder; the flags' to the current one.
     data = read_merge_config(args.config, UsageError) if args.config else {}
+    if args.config and not args.models:
+        _check_not_in_its_output(Path(args.config))
     if not isinstance(data.get("parameters") or {}, dict):
         raise UsageError(f"{args.config}: parameters must be a mapping of the method's parameters")
     parameters = dict(data.get("parameters") or {})
@@ -152,13 +179,13 @@ def _assignments(flag: str, items: list[str]) -> dict[str, Any]:
     for item in items:
         name, separator, value = item.partition("=")
         if not separator or not name.strip():
-            raise UsageError(f"{flag} {item!r}: expected NAME=VALUE")
+            raise UsageError(f"{flag} {shown(item)}: expected NAME=VALUE")
         try:
             values[name.strip()] = load_yaml_text(value)
         except DuplicateKeyError as error:
-            raise UsageError(f"{flag} {item!r}: {error.description}") from None
+            raise UsageError(f"{flag} {shown(item)}: {error.description}") from None
         except yaml.YAMLError as error:
-            raise UsageError(f"{flag} {item!r}: the value is not YAML: {error}") from error
+            raise UsageError(f"{flag} {shown(item)}: the value is not YAML: {error}") from error
     return values
 
 
@@ -168,12 +195,12 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.config and not (args.method and args.models and args.output_dir):
         raise UsageError("give a YAML recipe, or --method, --models and --output-dir")
-    from hf_unified_embed.utils.model_loading import check_model_location
+    from hf_unified_embed.utils.model_loading import check_model_reference
 
     # As typed: a local path that does not exist is reported as such (./typo is a path, never a Hub id).
     for model in args.models or []:
-        check_model_location(model, "--models")
-    check_model_location(args.base, "--base")
+        check_model_reference(model, "--models")
+    check_model_reference(args.base, "--base")
     config = MergeConfig.from_dict(_recipe(args), source=args.config or "command line")
     if args.config:  # the merge recipe is an input too (run_merge checks the output against the models)
         from hf_unified_embed.utils.outputs import check_location

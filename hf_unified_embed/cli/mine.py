@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
+
+from hf_unified_embed.cli.arg_types import integer, number, path
 
 
 def register(subparsers: Any) -> None:
@@ -24,32 +25,32 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--model", required=True, help="teacher: sentence-transformers model path or id")
     parser.add_argument("--cross-encoder", help="rescore the candidates with this cross-encoder (path or id)")
     parser.add_argument(
-        "--corpus", type=Path, help="extra candidates: a BEIR corpus.jsonl (or its folder) or a .txt file"
+        "--corpus", type=path, help="extra candidates: a BEIR corpus.jsonl (or its folder) or a .txt file"
     )
     parser.add_argument("--tasks", help="comma-separated tasks to mine (default: every retrieval task)")
     parser.add_argument("--split", default="train", help="split to read and write (default: train)")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
-    parser.add_argument("--num-negatives", type=int, default=4, help="negatives per query (default: 4)")
-    parser.add_argument("--range-min", type=int, default=0, help="skip this many of the hardest candidates")
+    parser.add_argument("--num-negatives", type=integer, default=4, help="negatives per query (default: 4)")
+    parser.add_argument("--range-min", type=integer, default=0, help="skip this many of the hardest candidates")
     parser.add_argument(
-        "--range-max", type=int, help="consider candidates up to this rank (default: as sentence-transformers)"
+        "--range-max", type=integer, help="consider candidates up to this rank (default: as sentence-transformers)"
     )
     parser.add_argument(
-        "--absolute-margin", type=float, help="drop candidates scoring above (lowest positive − margin)"
+        "--absolute-margin", type=number, help="drop candidates scoring above (lowest positive − margin)"
     )
     parser.add_argument(
         "--relative-margin",
-        type=float,
+        type=number,
         default=0.05,
         help="drop candidates above (1 − margin) × lowest positive score (default 0.05: NV-Retriever's 95%%; "
         "a negative value turns it off)",
     )
-    parser.add_argument("--max-score", type=float, help="drop candidates scoring above this")
-    parser.add_argument("--min-score", type=float, help="drop candidates scoring below this")
+    parser.add_argument("--max-score", type=number, help="drop candidates scoring above this")
+    parser.add_argument("--min-score", type=number, help="drop candidates scoring below this")
     parser.add_argument("--keep-query-text", action="store_true", help="keep documents identical to the query")
-    parser.add_argument("--batch-size", type=int, default=64, help="encoding batch size")
-    parser.add_argument("--query-block", type=int, default=2_048, help="queries searched together")
-    parser.add_argument("--corpus-block", type=int, default=32_768, help="documents scored per matmul")
+    parser.add_argument("--batch-size", type=integer, default=64, help="encoding batch size")
+    parser.add_argument("--query-block", type=integer, default=2_048, help="queries searched together")
+    parser.add_argument("--corpus-block", type=integer, default=32_768, help="documents scored per matmul")
     parser.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="embeddings on disk")
     parser.add_argument("--device", help="torch device for the models and the search (default: the model's)")
     parser.set_defaults(func=run)
@@ -58,11 +59,11 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from hf_unified_embed.negatives import HardNegativeConfig, mine_negatives_folder
     from hf_unified_embed.negatives.miner import MINED_TASK_TYPES
-    from hf_unified_embed.utils.model_loading import check_model_location
+    from hf_unified_embed.utils.model_loading import check_model_reference
 
     # A mistyped local model path is a missing folder, not a Hub lookup that "couldn't connect".
-    check_model_location(args.model, "--model")
-    check_model_location(args.cross_encoder, "--cross-encoder")
+    check_model_reference(args.model, "--model")
+    check_model_reference(args.cross_encoder, "--cross-encoder")
     config = HardNegativeConfig(
         num_negatives=args.num_negatives,
         range_min=args.range_min,

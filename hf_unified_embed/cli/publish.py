@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
+
+from hf_unified_embed.cli.arg_types import path
 
 
 def _add_hub_options(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +24,7 @@ def register(subparsers: Any) -> None:
         help="upload a unified dataset folder to the Hub",
         description="Upload a folder written by `build` as a dataset repository.",
     )
-    dataset.add_argument("folder", type=Path, help="unified dataset folder")
+    dataset.add_argument("folder", type=path, help="unified dataset folder")
     dataset.add_argument("repo_id", help="dataset repository id, e.g. user/unified-embed-data")
     _add_hub_options(dataset)
     dataset.set_defaults(func=run_push_dataset)
@@ -33,7 +34,7 @@ def register(subparsers: Any) -> None:
         help="upload a model folder to the Hub",
         description="Upload a saved model folder (with its README.md card) as a model repository.",
     )
-    model.add_argument("model_dir", type=Path, help="model folder (e.g. a SentenceTransformer.save() output)")
+    model.add_argument("model_dir", type=path, help="model folder (e.g. a SentenceTransformer.save() output)")
     model.add_argument("repo_id", help="model repository id, e.g. user/my-embedder")
     _add_hub_options(model)
     model.set_defaults(func=run_push_model)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
+from hf_unified_embed.cli.arg_types import integer, path
 from hf_unified_embed.utils.processes import is_main_process
 
 
@@ -20,9 +20,9 @@ def register(subparsers: Any) -> None:
             "loads; with --check the resolved plan is printed and nothing is trained."
         ),
     )
-    parser.add_argument("recipe", type=Path, help="recipe YAML (see hf_unified_embed.recipe.train_recipe)")
+    parser.add_argument("recipe", type=path, help="recipe YAML (see hf_unified_embed.recipe.train_recipe)")
     parser.add_argument("-o", "--output-dir", help="override the recipe's output_dir")
-    parser.add_argument("--max-steps", type=int, help="override training_args.max_steps (quick runs)")
+    parser.add_argument("--max-steps", type=integer, help="override training_args.max_steps (quick runs)")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     parser.add_argument(
         "--check",

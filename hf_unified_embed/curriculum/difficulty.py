@@ -25,6 +25,7 @@ import numpy as np
 from datasets import Dataset, DatasetDict
 
 from hf_unified_embed.curriculum.texts import DistinctTexts, TaskTextIds
+from hf_unified_embed.errors import shown
 from hf_unified_embed.schema import DIFFICULTY_COLUMN, DIFFICULTY_FEATURE
 
 if TYPE_CHECKING:
@@ -176,10 +177,10 @@ def add_difficulty(tasks: Mapping[str, Dataset], scores: Mapping[str, np.ndarray
     result = DatasetDict()
     for task, dataset in tasks.items():
         if task not in scores:
-            raise ValueError(f"no difficulty scores for task {task!r}")
+            raise ValueError(f"no difficulty scores for task {shown(task)}")
         values = np.asarray(scores[task], dtype=np.float32)
         if values.shape != (len(dataset),):
-            raise ValueError(f"task {task!r}: {values.shape[0]} difficulty scores for {len(dataset)} rows")
+            raise ValueError(f"task {shown(task)}: {values.shape[0]} difficulty scores for {len(dataset)} rows")
         if DIFFICULTY_COLUMN in dataset.column_names:
             dataset = dataset.remove_columns(DIFFICULTY_COLUMN)
         result[task] = dataset.add_column(DIFFICULTY_COLUMN, values, feature=DIFFICULTY_FEATURE)

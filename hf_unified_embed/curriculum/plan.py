@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from hf_unified_embed.curriculum.task_order import tour_score
-from hf_unified_embed.errors import InputError, InputNotFoundError
+from hf_unified_embed.errors import InputError, InputNotFoundError, shown
 from hf_unified_embed.utils.outputs import StagedOutput
 
 #: The plan's file name inside the output dataset folder.
@@ -114,7 +114,9 @@ class CurriculumPlan:
     def from_dict(cls, data: dict[str, Any], source: str = "plan") -> CurriculumPlan:
         version = data.get("version")
         if version != PLAN_FORMAT_VERSION:
-            raise InputError(f"{source}: plan format version {version!r}; this release reads {PLAN_FORMAT_VERSION}")
+            raise InputError(
+                f"{source}: plan format version {shown(version)}; this release reads {PLAN_FORMAT_VERSION}"
+            )
         missing = [name for name in ("tasks", "order", "similarity", "score") if name not in data]
         if missing:
             raise InputError(f"{source}: missing fields {missing}")

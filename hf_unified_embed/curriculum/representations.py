@@ -15,6 +15,7 @@ import numpy as np
 from datasets import Dataset
 from tqdm.auto import tqdm
 
+from hf_unified_embed.errors import shown
 from hf_unified_embed.schema import task_instruction
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def sample_query_rows(tasks: Mapping[str, Dataset], n_samples: int = 200, seed: 
     samples = {}
     for number, (task, dataset) in enumerate(tasks.items()):
         if len(dataset) == 0:
-            raise ValueError(f"task {task!r} has no rows; it cannot be represented (Eq. 4) or scheduled")
+            raise ValueError(f"task {shown(task)} has no rows; it cannot be represented (Eq. 4) or scheduled")
         rng = np.random.default_rng([seed, number])
         samples[task] = np.sort(rng.choice(len(dataset), size=min(n_samples, len(dataset)), replace=False))
     return samples

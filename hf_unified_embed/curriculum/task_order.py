@@ -23,6 +23,8 @@ from typing import Any, Literal
 import numba
 import numpy as np
 
+from hf_unified_embed.errors import shown
+
 Method = Literal["annealing", "two_opt", "exact"]
 METHODS: tuple[str, ...] = ("annealing", "two_opt", "exact")
 
@@ -230,7 +232,7 @@ def check_similarity(similarity: Any) -> np.ndarray:
 def _check_order(order: Any, m: int) -> np.ndarray:
     tour = np.asarray(order, dtype=np.int64)
     if tour.shape != (m,) or not np.array_equal(np.sort(tour), np.arange(m)):
-        raise ValueError(f"initial_order must be a permutation of 0..{m - 1}, got {order!r}")
+        raise ValueError(f"initial_order must be a permutation of 0..{m - 1}, got {shown(order)}")
     return tour.copy()
 
 
@@ -273,7 +275,7 @@ def solve_task_order(
         a :class:`TaskOrder` with the order (task indices), its Eq. 6 score and a trace.
     """
     if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; expected one of {list(METHODS)}")
+        raise ValueError(f"unknown method {shown(method)}; expected one of {list(METHODS)}")
     matrix = check_similarity(similarity)
     m = matrix.shape[0]
     rng = np.random.default_rng(seed)

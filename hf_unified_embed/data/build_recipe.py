@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_unified_embed.data.source_formats import get_source_format, source_format_names
-from hf_unified_embed.errors import NameRuleError, RecipeError, SourceFormatError
+from hf_unified_embed.errors import NameRuleError, RecipeError, SourceFormatError, shown
 from hf_unified_embed.schema import TASK_TYPES
 from hf_unified_embed.utils.naming import check_distinct_names, split_name_problem, task_name_problem
 from hf_unified_embed.utils.typecheck import function_parameters, mismatched_field, type_problem
@@ -52,7 +52,7 @@ class SourceSpec:
 
     def __post_init__(self) -> None:
         def fail(field_name: str, message: str) -> RecipeError:
-            return RecipeError(f"source {self.name!r}, field {field_name!r}: {message}")
+            return RecipeError(f"source {shown(self.name)}, field {shown(field_name)}: {message}")
 
         # The name becomes a folder and a config, the split part of file names: one naming rule for both.
         for field_name, problem in (
@@ -60,7 +60,7 @@ class SourceSpec:
             ("split", split_name_problem(self.split)),
         ):
             if problem:
-                raise NameRuleError(f"source {self.name!r}, field {field_name!r}: {problem}")
+                raise NameRuleError(f"source {shown(self.name)}, field {shown(field_name)}: {problem}")
         # Every value must fit its field's annotation: a list where a text is expected fails here, not in an adapter.
         mismatch = mismatched_field(SourceSpec, {f.name: getattr(self, f.name) for f in fields(self)})
         if mismatch:
@@ -69,7 +69,7 @@ class SourceSpec:
             source_format = get_source_format(self.format)
         except SourceFormatError:
             raise fail(
-                "format", f"unknown source format {self.format!r}; expected one of {source_format_names()}"
+                "format", f"unknown source format {shown(self.format)}; expected one of {source_format_names()}"
             ) from None
         unknown = sorted(set(self.options) - set(source_format.option_names))
         if unknown:
@@ -78,16 +78,18 @@ class SourceSpec:
                 if source_format.option_names
                 else "it takes none"
             )
-            raise fail("options", f"unknown option(s) {unknown} for format {self.format!r}; {takes}")
+            raise fail("options", f"unknown option(s) {unknown} for format {shown(self.format)}; {takes}")
         parameters = function_parameters(source_format.read)
         for key, value in self.options.items():
             problem = type_problem(parameters[key][0], value)
             if problem:
-                raise fail("options", f"option {key!r} of format {self.format!r}: {problem}, got {value!r}")
+                raise fail(
+                    "options", f"option {shown(key)} of format {shown(self.format)}: {problem}, got {shown(value)}"
+                )
         if self.task_type is not None and self.task_type not in TASK_TYPES:
-            raise fail("task_type", f"got {self.task_type!r}; expected one of {list(TASK_TYPES)}")
+            raise fail("task_type", f"got {shown(self.task_type)}; expected one of {list(TASK_TYPES)}")
         if self.max_rows is not None and self.max_rows < 1:
-            raise fail("max_rows", f"got {self.max_rows!r}; expected a positive integer")
+            raise fail("max_rows", f"got {shown(self.max_rows)}; expected a positive integer")
         if not self.data_files:
             raise fail("data_files", "expected a path, glob or list of them")
 
@@ -115,7 +117,7 @@ class BuildRecipe:
             key = (spec.name, spec.split)
             if key in seen:
                 raise RecipeError(
-                    f"{self.origin}: source {spec.name!r} appears twice for split {spec.split!r}; list several data_files in one source instead"
+                    f"{self.origin}: source {shown(spec.name)} appears twice for split {shown(spec.split)}; list several data_files in one source instead"
                 )
             seen.add(key)
         # Every task is a folder and every split part of a file name in the output: on Windows and

@@ -51,7 +51,7 @@ from datasets.fingerprint import get_temporary_cache_files_directory
 from hf_unified_embed.data.build_recipe import BuildRecipe, SourceSpec, load_build_recipe
 from hf_unified_embed.data.provenance import task_notes, with_source_notes
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, get_source_format
-from hf_unified_embed.errors import HfUnifiedEmbedError, InputError, RecipeError
+from hf_unified_embed.errors import HfUnifiedEmbedError, InputError, RecipeError, shown
 from hf_unified_embed.schema import (
     DIFFICULTY_COLUMN,
     TASK_TYPES,
@@ -209,9 +209,9 @@ def _guarded(rows: Iterable[SourceRow], spec: SourceSpec, files: Sequence[Path |
 
 def _adapter_failure(spec: SourceSpec, files: Sequence[Path | str], error: Exception) -> SourceFormatError:
     return SourceFormatError(
-        f"source {spec.name!r}: the {spec.format!r} reader failed on {_file_list(files)}: "
+        f"source {shown(spec.name)}: the {shown(spec.format)} reader failed on {_file_list(files)}: "
         f"{type(error).__name__}: {error}",
-        expected=f"input files in the {spec.format!r} format",
+        expected=f"input files in the {shown(spec.format)} format",
     )
 
 
@@ -223,7 +223,7 @@ def complete_row(
     extra = sorted(set(raw) - allowed)
     if extra:
         raise UnifiedSchemaError(
-            f"adapter {spec.format!r} produced unknown columns {extra}",
+            f"adapter {shown(spec.format)} produced unknown columns {extra}",
             task=spec.name,
             field=extra[0],
             source=location,
@@ -494,10 +494,10 @@ def _project_error(error: BaseException) -> HfUnifiedEmbedError | None:
 
 
 def _no_rows_error(spec: SourceSpec, files: Sequence[Path | str], skipped: Counter[str]) -> InputError:
-    where = f"source {spec.name!r} (format {spec.format!r}, split {spec.split!r}; files {_file_list(files)})"
+    where = f"source {shown(spec.name)} (format {shown(spec.format)}, split {shown(spec.split)}; files {_file_list(files)})"
     if not skipped:
         return InputError(f"{where}: the files hold no rows")
-    reasons = ", ".join(f"{count} {reason!r}" for reason, count in skipped.most_common())
+    reasons = ", ".join(f"{count} {shown(reason)}" for reason, count in skipped.most_common())
     return InputError(f"{where}: every row was skipped ({sum(skipped.values())}: {reasons}); nothing is left to build")
 
 
@@ -685,7 +685,7 @@ def build_unified_with_report(
     plan = load_build_recipe(recipe)
     specs = [spec for spec in plan.sources if split is None or spec.split == split]
     if not specs:
-        raise RecipeError(f"{plan.origin}: no source has split {split!r}; splits are {plan.splits}")
+        raise RecipeError(f"{plan.origin}: no source has split {shown(split)}; splits are {plan.splits}")
     if num_proc is not None and num_proc < 1:
         raise RecipeError(f"num_proc must be at least 1, got {num_proc}")
     if cache_dir is None:
@@ -712,7 +712,7 @@ def build_unified_with_report(
             raise item.error
         if not all(piece.number in run_of[piece.number].reports for piece in item.pieces):
             if failure is None:
-                raise RuntimeError(f"source {spec.name!r}: a piece of the build reported nothing")
+                raise RuntimeError(f"source {shown(spec.name)}: a piece of the build reported nothing")
             # The source failed (or was never read): the row-by-row path raises its located error.
             rows, checked_tasks, checked_skips = _check_row_by_row(spec, plan.base_dir, cache_dir)
             if not rows:
@@ -775,7 +775,7 @@ def _claim(plan: BuildRecipe, claimed: set[str], tasks: Iterable[str]) -> None:
     for task in tasks:
         if task in claimed:
             raise RecipeError(
-                f"{plan.origin}: task {task!r} is produced by two sources; build one split at a time (split=...) or rename a source"
+                f"{plan.origin}: task {shown(task)} is produced by two sources; build one split at a time (split=...) or rename a source"
             )
         claimed.add(task)
 

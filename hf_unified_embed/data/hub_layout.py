@@ -28,9 +28,17 @@ from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from hf_unified_embed.data.build_recipe import SourceSpec
-from hf_unified_embed.data.layout_check import check_layout, check_shard_schemas, read_card, unified_tasks
-from hf_unified_embed.data.provenance import card_license, notes_of, task_notes, with_source_notes
-from hf_unified_embed.errors import InputError, SourceFormatError
+from hf_unified_embed.data.layout_check import (
+    check_dataset_rows,
+    check_layout,
+    check_shard_schemas,
+    check_unified_rows,
+    read_card,
+    unified_tasks,
+)
+from hf_unified_embed.data.parquet_stream import bounded_stream
+from hf_unified_embed.data.provenance import card_license, card_notes, notes_of, task_notes, with_source_notes
+from hf_unified_embed.errors import InputError, SourceFormatError, shown
 from hf_unified_embed.schema import UNIFIED_FEATURES, validate_unified
 from hf_unified_embed.utils.locations import looks_local
 from hf_unified_embed.utils.naming import ALL_CONFIG, check_distinct_names, check_split_name, check_task_name
@@ -167,7 +175,7 @@ def render_dataset_card(
         }
         for task in tasks
     }
-    all_notes = {task: task_notes(sources.get(task), carried[task]) for task in tasks}
+    all_notes = {task: card_notes(task_notes(sources.get(task), carried[task])) for task in tasks}
     for task in tasks:
         split_dict = SplitDict()
         features = None
@@ -242,7 +250,7 @@ def _check_names(splits: Mapping[str, Mapping[str, Dataset]]) -> None:
     for split, tasks in splits.items():
         check_split_name(split, "split")
         for task in tasks:
-            check_task_name(task, f"split {split!r}: task")
+            check_task_name(task, f"split {shown(split)}: task")
     check_distinct_names(splits, "split")
     check_distinct_names(dict.fromkeys(task for tasks in splits.values() for task in tasks), "task")
 
@@ -333,23 +341,32 @@ def load_unified(
     revision: str | None = None,
     token: str | None = None,
     cache_dir: str | None = None,
+    checked_rows: int | None = None,
 ) -> DatasetDict:
     """Load the tasks of a unified folder or Hub repo (all tasks that have ``split`` by default).
 
-    Each task is read with ``datasets.load_dataset(repo_id_or_dir, task, split=split)``. A local
-    folder's card, layout and Parquet schemas are checked first
-    (:func:`~hf_unified_embed.data.layout_check.check_layout`); a path that does not exist is an
-    :class:`~hf_unified_embed.errors.InputNotFoundError`, never a Hub lookup. Each task carries the
-    card's ``source_notes`` for it (:mod:`hf_unified_embed.data.provenance`).
+    Each task is read with ``datasets.load_dataset(repo_id_or_dir, task, split=split)``. Every row is
+    checked first with ``validate``'s row check (one check for every command that reads unified rows,
+    naming file, task, row and field): a local folder's card, layout, Parquet schemas and rows with pyarrow
+    before ``datasets`` reads (or caches) anything; a Hub dataset's rows once loaded. ``checked_rows``
+    checks only the first rows of each task (those a run limited to them reads). A path that does not
+    exist is an :class:`~hf_unified_embed.errors.InputNotFoundError`, never a Hub lookup. Each task
+    carries the card's ``source_notes`` for it (:mod:`hf_unified_embed.data.provenance`).
     """
     card = read_card(repo_id_or_dir, token=token)
     notes = source_notes(card)
+    names = _tasks_to_load(repo_id_or_dir, tasks, split, card)
+    local = looks_local(repo_id_or_dir)
+    if local:
+        check_unified_rows(repo_id_or_dir, names, split, limit=checked_rows)
     result = DatasetDict()
-    for task in _tasks_to_load(repo_id_or_dir, tasks, split, card):
+    for task in names:
         dataset = load_dataset(
             _dataset_path(repo_id_or_dir), task, split=split, revision=revision, token=token, cache_dir=cache_dir
         )
         assert isinstance(dataset, Dataset)
+        if not local:
+            check_dataset_rows(dataset, task, f"{repo_id_or_dir}/data/{task}/{split}-*.parquet", limit=checked_rows)
         # The card's notes travel with the rows into whatever is saved or trained from them.
         result[task] = with_source_notes(dataset, notes[task]) if notes.get(task) else dataset
     return result
@@ -365,19 +382,25 @@ def stream_unified(
 ) -> IterableDatasetDict:
     """The tasks of a unified folder or Hub repo as streams: nothing is downloaded or cached in full.
 
-    The same checks as :func:`load_unified`; each task is
+    The same checks as :func:`load_unified` (every row of a local folder); each task is
     ``datasets.load_dataset(repo_id_or_dir, task, split=split, streaming=True)``, one shard per Parquet
     file, and declares its row count (``info.splits``) from the card the builder wrote, which
-    :class:`~hf_unified_embed.sampling.MultiTaskStream` weighs tasks by.
+    :class:`~hf_unified_embed.sampling.MultiTaskStream` weighs tasks by. The files are read in record
+    batches of bounded size (:func:`~hf_unified_embed.data.parquet_stream.bounded_stream`), so memory does
+    not grow with the shards' row groups and a process that stops reading early exits.
     """
     card = read_card(repo_id_or_dir, token=token)
+    names = _tasks_to_load(repo_id_or_dir, tasks, split, card)
+    if looks_local(repo_id_or_dir):  # a Hub dataset's rows are checked as they stream in (the collator)
+        check_unified_rows(repo_id_or_dir, names, split)
     result = IterableDatasetDict()
-    for task in _tasks_to_load(repo_id_or_dir, tasks, split, card):
+    for task in names:
         dataset = load_dataset(
             _dataset_path(repo_id_or_dir), task, split=split, revision=revision, token=token, streaming=True
         )
         assert isinstance(dataset, IterableDataset)
-        result[task] = dataset
+        # datasets' own Parquet reader hangs a process that stops reading mid-file and holds whole row groups.
+        result[task] = bounded_stream(dataset, token=token)
     return result
 
 
@@ -401,7 +424,7 @@ def _tasks_to_load(repo_id_or_dir: str | Path, tasks: list[str] | None, split: s
     missing = [task for task in tasks if split not in declared[task]]
     if missing:
         raise InputError(
-            f"{repo_id_or_dir}: task(s) {missing} have no split {split!r} "
+            f"{repo_id_or_dir}: task(s) {missing} have no split {shown(split)} "
             f"(they have {sorted({s for t in missing for s in declared[t]})})"
         )
     return list(tasks)

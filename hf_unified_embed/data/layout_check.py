@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError, OfflineModeIsEnabled
 
-from hf_unified_embed.errors import InputError, InputNotFoundError, SourceFormatError, UnifiedSchemaError
+from hf_unified_embed.errors import InputError, InputNotFoundError, SourceFormatError, UnifiedSchemaError, shown
 from hf_unified_embed.schema import (
     DIFFICULTY_COLUMN,
     INSTRUCTION_COLUMNS,
@@ -84,10 +84,12 @@ def read_card(repo_id_or_dir: str | Path, *, token: str | None = None) -> Datase
     try:
         return DatasetCard.load(str(repo_id_or_dir), repo_type="dataset", token=token)
     except HFValidationError as error:
-        raise InputError(f"{repo_id_or_dir!r} is neither a folder nor a valid Hub dataset id ({error})") from error
+        raise InputError(
+            f"{shown(repo_id_or_dir)} is neither a folder nor a valid Hub dataset id ({error})"
+        ) from error
     except (LocalEntryNotFoundError, OfflineModeIsEnabled, HfHubHTTPError) as error:
         raise InputNotFoundError(
-            f"cannot read the card of Hub dataset {repo_id_or_dir!r} ({type(error).__name__}: {error})"
+            f"cannot read the card of Hub dataset {shown(repo_id_or_dir)} ({type(error).__name__}: {error})"
         ) from error
 
 
@@ -112,7 +114,7 @@ def unified_tasks(card: DatasetCard, source: str | Path = CARD_FILE) -> dict[str
     declared: dict[str, list[str]] = {}
     for number, config in enumerate(configs):
         name = config.get("config_name") if isinstance(config, dict) else None
-        where = f"{source}: configs[{number}] ({name!r})"
+        where = f"{source}: configs[{number}] ({shown(name)})"
         if not isinstance(config, dict):
             raise InputError(f"{where}: expected a mapping with config_name and data_files")
         problem = None if name == ALL_CONFIG else task_name_problem(name)
@@ -125,7 +127,7 @@ def unified_tasks(card: DatasetCard, source: str | Path = CARD_FILE) -> dict[str
                 raise InputError(f"{where}, field 'data_files.split': {problem}")
             expected = f"{DATA_FOLDER}/{'*' if name == ALL_CONFIG else name}/{split}-*.parquet"
             if path != expected and path != [expected]:
-                raise InputError(f"{where}, field 'data_files.path': got {path!r}, expected {expected!r}")
+                raise InputError(f"{where}, field 'data_files.path': got {shown(path)}, expected {shown(expected)}")
             splits.append(split)
         if isinstance(name, str) and name != ALL_CONFIG:
             declared[name] = splits
@@ -199,7 +201,7 @@ def check_layout(repo_dir: str | Path, *, strict_root: bool = True) -> FolderLay
             key = (task, split)
             if key not in found:
                 raise InputError(
-                    f"{folder}: {CARD_FILE} declares task {task!r} split {split!r}, but "
+                    f"{folder}: {CARD_FILE} declares task {shown(task)} split {shown(split)}, but "
                     f"{data / task}/{split}-*.parquet does not exist"
                 )
             missing = sorted(set(range(counts[key])) - set(found[key]))

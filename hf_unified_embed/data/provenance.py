@@ -103,6 +103,29 @@ def task_notes(
     return notes
 
 
+#: Characters of a free-text note (``source``, ``license`` ...) a card shows, and entries of a list (``files``):
+#: a card is read on the Hub page, and a 10 MB ``source:`` made a 31 MB card.
+CARD_TEXT_LIMIT = 500
+CARD_LIST_LIMIT = 50
+
+
+def card_notes(notes: Mapping[str, Any]) -> dict[str, Any]:
+    """``notes`` as a card shows them: long texts cut at :data:`CARD_TEXT_LIMIT` characters and long lists at
+    :data:`CARD_LIST_LIMIT` entries, each saying how much was left out."""
+
+    def bounded(value: Any) -> Any:
+        if isinstance(value, str) and len(value) > CARD_TEXT_LIMIT:
+            return f"{value[:CARD_TEXT_LIMIT]}… ({len(value):,} characters; the rest is left out of the card)"
+        if isinstance(value, list):
+            kept = [bounded(item) for item in value[:CARD_LIST_LIMIT]]
+            return [*kept, f"… and {len(value) - CARD_LIST_LIMIT:,} more"] if len(value) > CARD_LIST_LIMIT else kept
+        if isinstance(value, dict):
+            return {key: bounded(item) for key, item in value.items()}
+        return value
+
+    return {key: bounded(value) for key, value in notes.items()}
+
+
 def card_license(notes: Iterable[Mapping[str, Any]]) -> str:
     """The ``license`` of a card built from tasks with these notes: their one shared license, else ``other``.
 

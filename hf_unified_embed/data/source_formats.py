@@ -23,7 +23,7 @@ from typing import Any
 
 from datasets import Features
 
-from hf_unified_embed.errors import SourceFormatError
+from hf_unified_embed.errors import SourceFormatError, shown
 from hf_unified_embed.schema import unified_features
 
 SourceRow = tuple[str, dict[str, Any]]
@@ -85,7 +85,7 @@ class SourceFormat:
         unknown = sorted(set(options) - set(self.option_names))
         if unknown:
             raise SourceFormatError(
-                f"unknown option(s) {unknown} for format {self.name!r}",
+                f"unknown option(s) {unknown} for format {shown(self.name)}",
                 field="options",
                 expected=f"some of {list(self.option_names)}",
             )
@@ -121,7 +121,7 @@ def register_source_format(
         description = inspect.cleandoc(function.__doc__ or "").split("\n\n")[0].replace("\n", " ")
         for format_name, defaults in {name: {}, **(presets or {})}.items():
             if format_name in _REGISTRY and _REGISTRY[format_name].read is not function:
-                raise ValueError(f"source format {format_name!r} is already registered")
+                raise ValueError(f"source format {shown(format_name)} is already registered")
             _REGISTRY[format_name] = SourceFormat(
                 format_name, function, description, dict(defaults), with_difficulty_option, dataset_ids
             )
@@ -152,7 +152,7 @@ def get_source_format(name: str) -> SourceFormat:
         return _REGISTRY[name]
     except KeyError:
         raise SourceFormatError(
-            f"unknown source format {name!r}", field="format", expected=f"one of {sorted(_REGISTRY)}"
+            f"unknown source format {shown(name)}", field="format", expected=f"one of {sorted(_REGISTRY)}"
         ) from None
 
 

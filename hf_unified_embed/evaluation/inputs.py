@@ -16,7 +16,7 @@ from typing import Any
 
 from datasets import Dataset
 
-from hf_unified_embed.errors import EvaluationDataError, InputNotFoundError, SourceFormatError
+from hf_unified_embed.errors import EvaluationDataError, InputNotFoundError, SourceFormatError, shown
 from hf_unified_embed.utils.readers import iter_json_records, require_text, resolve_files
 
 
@@ -167,7 +167,7 @@ def entry_files(patterns: str | Sequence[str], base_dir: Path | None, *, evaluat
         except SourceFormatError:
             anchor = f" (relative paths resolve in {base_dir})" if base_dir is not None else ""
             raise InputNotFoundError(
-                f"evaluation {evaluation!r}, field {field!r}: nothing matches {pattern}{anchor}"
+                f"evaluation {shown(evaluation)}, field {shown(field)}: nothing matches {pattern}{anchor}"
             ) from None
     return files
 

@@ -17,6 +17,7 @@ from typing import Any
 from huggingface_hub import EvalResult
 from huggingface_hub.repocard_data import eval_results_to_model_index
 
+from hf_unified_embed.errors import shown
 from hf_unified_embed.evaluation.diagnostics import DIAGNOSTIC_METRICS, EmbeddingSpaceDiagnostics
 from hf_unified_embed.utils.outputs import JSON_MARKER, StagedOutput
 from hf_unified_embed.utils.redaction import redact
@@ -101,7 +102,7 @@ class SuiteResults:
         for entry in self.entries:
             if entry.name == name:
                 return entry
-        raise KeyError(f"no evaluation {name!r}; have {[e.name for e in self.entries]}")
+        raise KeyError(f"no evaluation {shown(name)}; have {[e.name for e in self.entries]}")
 
     @property
     def table(self) -> list[dict[str, Any]]:

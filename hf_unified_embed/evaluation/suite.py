@@ -66,7 +66,7 @@ from sentence_transformers.sentence_transformer.evaluation import SequentialEval
 from tqdm.auto import tqdm
 
 from hf_unified_embed.data.source_formats import source_format_names
-from hf_unified_embed.errors import HfUnifiedEmbedError, InputNotFoundError, SuiteError
+from hf_unified_embed.errors import HfUnifiedEmbedError, InputNotFoundError, SuiteError, shown
 from hf_unified_embed.evaluation.diagnostics import EmbeddingSpaceDiagnostics, embedding_space_diagnostics
 from hf_unified_embed.evaluation.inputs import drop_seen_pairs, entry_files, row_pairs
 from hf_unified_embed.evaluation.kinds import EvaluationKind, get_evaluation_kind
@@ -97,18 +97,18 @@ class DiagnosticsConfig:
         for name in ("max_texts", "batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SuiteError(f"diagnostics: {name} must be a positive integer, got {value!r}")
+                raise SuiteError(f"diagnostics: {name} must be a positive integer, got {shown(value)}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise SuiteError(f"diagnostics: seed must be an integer, got {self.seed!r}")
+            raise SuiteError(f"diagnostics: seed must be an integer, got {shown(self.seed)}")
         rtol = self.rtol
         if rtol is not None and (isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not rtol >= 0):
-            raise SuiteError(f"diagnostics: rtol must be a non-negative number or null, got {rtol!r}")
+            raise SuiteError(f"diagnostics: rtol must be a non-negative number or null, got {shown(rtol)}")
 
 
 def _max_rows_problem(value: Any) -> str | None:
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         return None
-    return f"got {value!r}; expected a positive integer or null (all rows)"
+    return f"got {shown(value)}; expected a positive integer or null (all rows)"
 
 
 @dataclass
@@ -133,12 +133,12 @@ class SuiteEntry:
 
     def __post_init__(self) -> None:
         def fail(field_name: str, message: str) -> SuiteError:
-            return SuiteError(f"entry {self.name!r}, field {field_name!r}: {message}")
+            return SuiteError(f"entry {shown(self.name)}, field {shown(field_name)}: {message}")
 
         # The name prefixes the metrics and names the evaluators' CSV files: the task naming rule.
         problem = task_name_problem(self.name)
         if problem:
-            raise SuiteError(f"entry {self.name!r}, field 'name': {problem}")
+            raise SuiteError(f"entry {shown(self.name)}, field 'name': {problem}")
         mismatch = mismatched_field(SuiteEntry, {f.name: getattr(self, f.name) for f in fields(self) if f.init})
         if mismatch:
             raise fail(*mismatch)
@@ -151,9 +151,11 @@ class SuiteEntry:
                 "source", "give either 'source' (a source format) with 'data_files', or 'unified' (a folder or repo)"
             )
         if self.source is not None and self.source not in source_format_names():
-            raise fail("source", f"unknown source format {self.source!r}; expected one of {source_format_names()}")
+            raise fail(
+                "source", f"unknown source format {shown(self.source)}; expected one of {source_format_names()}"
+            )
         if self.source is not None and not self.data_files:
-            raise fail("data_files", f"source {self.source!r} needs data_files (a path, glob or list)")
+            raise fail("data_files", f"source {shown(self.source)} needs data_files (a path, glob or list)")
         if self.unified is not None and (self.data_files or self.options):
             raise fail("unified", "a unified dataset takes 'task' and 'split', not 'data_files' or 'options'")
         problem = task_name_problem(self.task) if self.task is not None else None
@@ -166,7 +168,7 @@ class SuiteEntry:
         if problem:
             raise fail("max_rows", problem)
         if self.corpus_files is not None and not self.evaluation_kind.takes_corpus_files:
-            raise fail("corpus_files", f"kind {self.evaluation_kind.name!r} has no corpus (retrieval kinds do)")
+            raise fail("corpus_files", f"kind {shown(self.evaluation_kind.name)} has no corpus (retrieval kinds do)")
         try:
             self.evaluation_kind.check_options(self.evaluator)
         except SuiteError as error:
@@ -174,7 +176,7 @@ class SuiteEntry:
         if self.exclude_seen and not self.evaluation_kind.scores_pairs:
             raise fail(
                 "exclude_seen",
-                f"kind {self.evaluation_kind.name!r} does not score pairs one by one (sts and pair_classification do)",
+                f"kind {shown(self.evaluation_kind.name)} does not score pairs one by one (sts and pair_classification do)",
             )
         for index, seen in enumerate(self.exclude_seen):
             problem = _seen_source_problem(seen)
@@ -207,11 +209,11 @@ def _seen_source_problem(seen: Mapping[str, Any]) -> str | None:
     for key, annotation in _SEEN_SOURCE.items():
         mistyped = type_problem(annotation, seen[key]) if key in seen else None
         if mistyped:
-            return f"{key}: {mistyped}, got {seen[key]!r}"
+            return f"{key}: {mistyped}, got {shown(seen[key])}"
     if seen["source"] not in source_format_names():
-        return f"unknown source format {seen['source']!r}; expected one of {source_format_names()}"
+        return f"unknown source format {shown(seen['source'])}; expected one of {source_format_names()}"
     if seen.get("task_type") is not None and seen["task_type"] not in TASK_TYPES:
-        return f"task_type: got {seen['task_type']!r}; expected one of {list(TASK_TYPES)}"
+        return f"task_type: got {shown(seen['task_type'])}; expected one of {list(TASK_TYPES)}"
     return None
 
 
@@ -248,7 +250,7 @@ class EvaluationSuite:
         if duplicates:
             raise SuiteError(f"{self.origin}: evaluation names must be unique; repeated: {duplicates}")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise SuiteError(f"{self.origin}: batch_size must be a positive integer, got {self.batch_size!r}")
+            raise SuiteError(f"{self.origin}: batch_size must be a positive integer, got {shown(self.batch_size)}")
 
     @classmethod
     def from_dict(
@@ -272,7 +274,7 @@ class EvaluationSuite:
         for key, annotation in _TOP_LEVEL.items():
             problem = type_problem(annotation, data[key]) if key in data else None
             if problem:
-                raise SuiteError(f"{origin}: {key}: {problem}, got {data[key]!r}")
+                raise SuiteError(f"{origin}: {key}: {problem}, got {shown(data[key])}")
         known = {f.name for f in fields(SuiteEntry) if f.init}
         entries = []
         for index, item in enumerate(data["evaluations"]):
@@ -397,6 +399,17 @@ def set_reference_model(suite: EvaluationSuite, reference: str | Path) -> Evalua
     return suite
 
 
+def check_suite_models(suite: EvaluationSuite) -> None:
+    """Refuse, before any work, a model an entry names (a ``forgetting`` entry's ``reference``) that cannot load:
+    the one model rule (:func:`~hf_unified_embed.utils.model_loading.check_model_reference`)."""
+    from hf_unified_embed.utils.model_loading import check_model_reference
+
+    for entry in suite.entries:
+        reference = entry.evaluator.get("reference") if entry.evaluation_kind.uses_reference_model else None
+        if isinstance(reference, (str, Path)):
+            check_model_reference(reference, f"entry {shown(entry.name)}, field 'evaluator.reference':")
+
+
 def load_entry_rows(suite: EvaluationSuite) -> dict[str, Dataset]:
     """The validated unified rows of every entry, read through the data adapters (one build)."""
     from hf_unified_embed.data import BuildRecipe, SourceSpec, build_unified_with_report
@@ -471,7 +484,7 @@ def _unified_rows(entry: SuiteEntry, data_root: Path | None) -> Dataset:
     from hf_unified_embed.data import load_unified
     from hf_unified_embed.data.hub_layout import read_card, unified_tasks
 
-    where = f"entry {entry.name!r}, field 'unified'"
+    where = f"entry {shown(entry.name)}, field 'unified'"
     assert entry.unified is not None
     location = Path(entry.unified).expanduser()
     if data_root is not None and not location.is_absolute() and (data_root / location).exists():
@@ -495,11 +508,11 @@ def _unified_rows(entry: SuiteEntry, data_root: Path | None) -> Dataset:
     task = entry.task or entry.name
     if task not in declared:
         raise SuiteError(
-            f"entry {entry.name!r}, field 'task': {entry.unified} has no task {task!r}; it has {sorted(declared)}"
+            f"entry {shown(entry.name)}, field 'task': {entry.unified} has no task {shown(task)}; it has {sorted(declared)}"
         )
     if entry.split not in declared[task]:
         raise SuiteError(
-            f"entry {entry.name!r}, field 'split': task {task!r} of {entry.unified} has no split {entry.split!r}; "
+            f"entry {shown(entry.name)}, field 'split': task {shown(task)} of {entry.unified} has no split {shown(entry.split)}; "
             f"it has {declared[task]}"
         )
     return load_unified(source, [task], split=entry.split)[task]
@@ -540,6 +553,7 @@ def run_suite(
     diagnostics: bool | None = None,
     output_path: str | None = None,
     show_progress_bar: bool = True,
+    rows: Mapping[str, Dataset] | None = None,
 ) -> SuiteResults:
     """Evaluate ``model`` on every entry of ``suite``.
 
@@ -550,6 +564,8 @@ def run_suite(
         diagnostics: compute the CoDiEmb §4 diagnostics; default as the suite says.
         output_path: where the evaluators write their CSV files (none by default).
         show_progress_bar: a tqdm bar over the suite entries.
+        rows: the entries' rows when already read (:func:`load_entry_rows`, which a command calls before it
+            loads the model, so that a bad row is reported first); read here otherwise.
 
     Returns:
         :class:`SuiteResults`: per-entry metrics, a flat table, the diagnostics and ``model-index``
@@ -565,7 +581,7 @@ def run_suite(
         card_yaml = {"model-index": results.model_index()}
     """
     loaded = load_suite(suite, data_root)
-    rows = load_entry_rows(loaded)
+    rows = load_entry_rows(loaded) if rows is None else rows
     settings = loaded.diagnostics if diagnostics is not False else None
     if diagnostics and settings is None:
         settings = DiagnosticsConfig()

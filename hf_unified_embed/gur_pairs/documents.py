@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hf_unified_embed.errors import SourceFormatError
+from hf_unified_embed.errors import SourceFormatError, shown
 from hf_unified_embed.utils.readers import JSON_SUFFIXES, iter_json_records
 
 __all__ = ["Document", "iter_documents"]
@@ -45,7 +45,7 @@ def _optional_text(value: object, *, file: Path, line: int, field: str) -> str |
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if not isinstance(value, str):
-        raise SourceFormatError(f"got {value!r}", file=file, line=line, field=field, expected="a string or null")
+        raise SourceFormatError(f"got {shown(value)}", file=file, line=line, field=field, expected="a string or null")
     return value
 
 

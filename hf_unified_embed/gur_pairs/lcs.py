@@ -27,6 +27,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from hf_unified_embed.errors import shown
+
 __all__ = [
     "CharWeights",
     "codes_of",
@@ -60,7 +62,7 @@ class CharWeights:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and value >= 0 and np.isfinite(value)):
                 # The suffix-automaton shortcut (longest match = heaviest match) needs weights >= 0.
-                raise ValueError(f"CharWeights.{name} must be a finite number >= 0, got {value!r}")
+                raise ValueError(f"CharWeights.{name} must be a finite number >= 0, got {shown(value)}")
 
     def as_array(self) -> WeightArray:
         return np.array([self.space, self.other, self.letter, self.cjk], dtype=np.float64)

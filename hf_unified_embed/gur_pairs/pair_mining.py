@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from datasets import Dataset, Features, Value
 
+from hf_unified_embed.errors import shown
 from hf_unified_embed.gur_pairs.documents import Document, iter_documents
 from hf_unified_embed.gur_pairs.lcs import CharWeights, codes_of, score_pairs
 from hf_unified_embed.gur_pairs.sentences import SentenceBounds, clean, normalize, split_sentences
@@ -68,7 +69,7 @@ class PairMiningConfig:
         for name in ("min_lcs", "short_min_lcs"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
+                raise ValueError(f"{name} must be a positive number, got {shown(value)}")
         if not self.task:
             raise ValueError("task must be a non-empty name")
 

@@ -37,6 +37,7 @@ from hf_unified_embed.errors import (
     InputNotFoundError,
     SecretLeakError,
     one_line,
+    shown,
 )
 from hf_unified_embed.utils.locations import looks_local
 from hf_unified_embed.utils.outputs import MARKER
@@ -136,7 +137,7 @@ def push_folder(
         dry_run: only list what would be uploaded.
     """
     if repo_type not in ("model", "dataset"):
-        raise ValueError(f"repo_type must be 'model' or 'dataset', got {repo_type!r}")
+        raise ValueError(f"repo_type must be 'model' or 'dataset', got {shown(repo_type)}")
     check_repo_id(repo_id, repo_type)
     folder = Path(folder)
     if not folder.is_dir():
@@ -181,7 +182,7 @@ def check_repo_id(repo_id: str, repo_type: str = "model") -> str:
         validate_repo_id(repo_id)
     except HFValidationError as error:
         raise InputError(
-            f"{repo_id!r} is not a valid Hub {repo_type} repository id (expected 'user/name'): {one_line(error, 300)}"
+            f"{shown(repo_id)} is not a valid Hub {repo_type} repository id (expected 'user/name'): {one_line(error, 300)}"
         ) from None
     return repo_id
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from hf_unified_embed.errors import shown
+
 LabelSource = Literal["score", "difficulty", "teacher_scores"]
 
 
@@ -37,7 +39,7 @@ class ColumnLayout:
         if self.negatives < 0:
             raise ValueError(f"negatives must be >= 0, got {self.negatives}")
         if self.label not in (None, "score", "difficulty", "teacher_scores"):
-            raise ValueError(f"label must be 'score', 'difficulty', 'teacher_scores' or None, got {self.label!r}")
+            raise ValueError(f"label must be 'score', 'difficulty', 'teacher_scores' or None, got {shown(self.label)}")
 
     @classmethod
     def scored_pair(cls) -> ColumnLayout:

@@ -19,7 +19,7 @@ from sentence_transformers.base.losses.merged_forward import embed_columns
 from sentence_transformers.base.model import BaseModel
 from torch import Tensor, nn
 
-from hf_unified_embed.errors import LossOptionError
+from hf_unified_embed.errors import LossOptionError, shown
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.gradcache.auto_mini_batch import AUTO, AutoMiniBatch, choose_auto
 from hf_unified_embed.losses.gradcache.cached_loss import cached_loss
@@ -81,7 +81,7 @@ class EmbeddingLoss(nn.Module, ABC):
         }.items():
             if value is not None and value != AUTO and not _positive_int(value):
                 raise LossOptionError(
-                    f"{type(self).__name__}: {name} must be a positive integer, 'auto' or None, got {value!r}."
+                    f"{type(self).__name__}: {name} must be a positive integer, 'auto' or None, got {shown(value)}."
                 )
         if mini_batch_size is not None and mini_batch_num_tokens is not None:
             raise LossOptionError(
@@ -91,7 +91,7 @@ class EmbeddingLoss(nn.Module, ABC):
         if mini_batch_memory_budget is not None:
             if not _positive_int(mini_batch_memory_budget):
                 raise LossOptionError(
-                    f"{type(self).__name__}: mini_batch_memory_budget must be a positive number of bytes, got {mini_batch_memory_budget!r}."
+                    f"{type(self).__name__}: mini_batch_memory_budget must be a positive number of bytes, got {shown(mini_batch_memory_budget)}."
                 )
             if AUTO not in (mini_batch_size, mini_batch_num_tokens):
                 raise LossOptionError(

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from sentence_transformers.util import all_gather, get_rank
 from torch import Tensor, nn
 
+from hf_unified_embed.errors import shown
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.common.distributed import all_gather_with_grad
 from hf_unified_embed.losses.common.input_checks import as_float
@@ -128,7 +129,9 @@ class KeepBaseLoss(EmbeddingLoss):
         if distillation is None:
             distillation = DistillKLLoss(loss.model, scale_by_student_temperature=False)
         if not isinstance(distillation, TeacherScoreLoss):
-            raise ValueError(f"distillation must be a teacher-score loss (DistillKLLoss, ...), got {distillation!r}.")
+            raise ValueError(
+                f"distillation must be a teacher-score loss (DistillKLLoss, ...), got {shown(distillation)}."
+            )
         distillation.positives_per_query = getattr(loss, "positives_per_query", 1)
         self.distillation = distillation
         if base is None:

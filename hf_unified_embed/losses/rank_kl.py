@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hf_unified_embed.errors import shown
 from hf_unified_embed.losses.common.citations import CODIEMB
 from hf_unified_embed.losses.common.input_checks import zero_loss
 from hf_unified_embed.losses.common.pair_scores import PairScoreLoss
@@ -99,7 +100,7 @@ class RankKLLoss(PairScoreLoss):
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}.")
         if reduction not in ("batchmean", "sum"):
-            raise ValueError(f"reduction must be 'batchmean' or 'sum', got {reduction!r}.")
+            raise ValueError(f"reduction must be 'batchmean' or 'sum', got {shown(reduction)}.")
         self.temperature = temperature
         self.reduction = reduction
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from hf_unified_embed.errors import MergeError
+from hf_unified_embed.errors import MergeError, shown
 from hf_unified_embed.merge.loader import LazyCheckpoint
 from hf_unified_embed.merge.methods.merge_method import MergeMethod
 
@@ -31,7 +31,7 @@ def check_compatible(reference: LazyCheckpoint, others: Sequence[LazyCheckpoint]
             if ref_arch.get(key) != arch.get(key):
                 raise MergeError(
                     f"{other.path}: different architecture from the reference {reference.path}: "
-                    f"{key} is {arch.get(key)!r}, expected {ref_arch.get(key)!r}"
+                    f"{key} is {shown(arch.get(key))}, expected {shown(ref_arch.get(key))}"
                 )
         vocab = other.vocabulary_fingerprint()
         for file in sorted(set(ref_vocab) & set(vocab)):
@@ -46,20 +46,20 @@ def check_compatible(reference: LazyCheckpoint, others: Sequence[LazyCheckpoint]
         expected_names = {name for name in ref_names if is_mergeable(reference.info(name).dtype)} | shared
         if missing := sorted(expected_names - names):
             raise MergeError(
-                f"{other.path}: tensor {missing[0]!r} is missing (present in the reference {reference.path})"
+                f"{other.path}: tensor {shown(missing[0])} is missing (present in the reference {reference.path})"
             )
         if extra := sorted(names - expected_names):
-            raise MergeError(f"{other.path}: extra tensor {extra[0]!r} (not in the reference {reference.path})")
+            raise MergeError(f"{other.path}: extra tensor {shown(extra[0])} (not in the reference {reference.path})")
         for name in sorted(shared):
             expected, found = reference.info(name), other.info(name)
             if expected.shape != found.shape:
                 raise MergeError(
-                    f"{other.file_of(name)}: tensor {name!r} has shape {list(found.shape)}, "
+                    f"{other.file_of(name)}: tensor {shown(name)} has shape {list(found.shape)}, "
                     f"expected {list(expected.shape)} as in {reference.file_of(name)}"
                 )
             if expected.dtype != found.dtype:
                 raise MergeError(
-                    f"{other.file_of(name)}: tensor {name!r} has dtype {found.dtype}, "
+                    f"{other.file_of(name)}: tensor {shown(name)} has dtype {found.dtype}, "
                     f"expected {expected.dtype} as in {reference.file_of(name)}"
                 )
 
@@ -77,7 +77,7 @@ def check_finite(tensor: torch.Tensor, name: str, source: Path | str) -> torch.T
     """Raise if a floating-point tensor holds NaN or ±inf; returns the tensor."""
     if tensor.is_floating_point() and not all_finite(tensor):
         bad = int((~torch.isfinite(tensor)).sum())
-        raise MergeError(f"{source}: tensor {name!r} holds {bad} NaN/inf value(s)")
+        raise MergeError(f"{source}: tensor {shown(name)} holds {bad} NaN/inf value(s)")
     return tensor
 
 

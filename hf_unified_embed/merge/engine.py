@@ -27,7 +27,7 @@ from typing import Protocol
 import torch
 from tqdm.auto import tqdm
 
-from hf_unified_embed.errors import MergeError
+from hf_unified_embed.errors import MergeError, shown
 from hf_unified_embed.merge.checks import all_finite, check_finite, is_mergeable
 from hf_unified_embed.merge.loader import LazyCheckpoint, TensorInfo
 from hf_unified_embed.merge.methods import LinearMergeMethod, MergeMethod, TensorMergeMethod
@@ -148,7 +148,7 @@ class _LinearStream:
                 for path, _ in terms:
                     if not all_finite(self.checkpoints[path].read_block(name, read_buffer[:count], start)):
                         self._raise_for_input(name, path)
-                raise MergeError(f"the merged tensor {name!r} holds NaN/inf values in {info.dtype} (overflow)")
+                raise MergeError(f"the merged tensor {shown(name)} holds NaN/inf values in {info.dtype} (overflow)")
             self.sink.write(name, result)
 
     def _raise_for_input(self, name: str, path: Path) -> None:
@@ -213,5 +213,5 @@ def _merge_whole(
         reader(path)  # an input the method did not need for this tensor is still checked
     result = merged.to(info.dtype)
     if not all_finite(result):
-        raise MergeError(f"the {method.name} result for tensor {name!r} holds NaN/inf values in {info.dtype}")
+        raise MergeError(f"the {method.name} result for tensor {shown(name)} holds NaN/inf values in {info.dtype}")
     return result

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import torch
 from safetensors import SafetensorError, safe_open
 
-from hf_unified_embed.errors import InputNotFoundError, MergeError
+from hf_unified_embed.errors import InputNotFoundError, MergeError, shown
 from hf_unified_embed.training.attention import saved_attention
 
 logger = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ class _SafetensorsFile:
         view = handle.get_slice(key)
         dtype = _SAFETENSORS_DTYPES.get(view.get_dtype())
         if dtype is None:
-            raise MergeError(f"{self.path}: tensor {key!r} has unsupported dtype {view.get_dtype()}")
+            raise MergeError(f"{self.path}: tensor {shown(key)} has unsupported dtype {view.get_dtype()}")
         return TensorInfo(tuple(view.get_shape()), dtype)
 
     def names(self) -> list[str]:
@@ -150,7 +150,7 @@ class _SafetensorsFile:
         while done < len(view):  # preadv may return less than asked (large reads, signals)
             count = os.preadv(self._file.fileno(), [view[done:]], offset + done)
             if count == 0:
-                raise MergeError(f"{self.path}: tensor {key!r} ends past the end of the file (truncated?)")
+                raise MergeError(f"{self.path}: tensor {shown(key)} ends past the end of the file (truncated?)")
             done += count
         return out
 
@@ -209,7 +209,7 @@ def _open_weight_files(directory: Path) -> list[_TensorFile]:
             files: list[_TensorFile] = []
             for shard in dict.fromkeys(weight_map.values()):
                 if not (directory / shard).is_file():
-                    raise MergeError(f"{index_path}: shard {shard!r} is missing")
+                    raise MergeError(f"{index_path}: shard {shown(shard)} is missing")
                 files.append(opener(directory / shard))
             listed = set(weight_map)
             stored = {key for file in files for key in file.names()}
@@ -236,7 +236,7 @@ def _merge_lora_adapter(adapter_dir: Path, scratch_dir: Path) -> Path:
     base_path = config.base_model_name_or_path
     if not base_path or not Path(base_path).is_dir():
         raise MergeError(
-            f"{adapter_dir / ADAPTER_CONFIG}: base_model_name_or_path {base_path!r} must be a local model folder"
+            f"{adapter_dir / ADAPTER_CONFIG}: base_model_name_or_path {shown(base_path)} must be a local model folder"
         )
     logger.info("Merging the LoRA adapter %s into %s", adapter_dir, base_path)
     base = AutoModel.from_pretrained(base_path, dtype="auto")
@@ -305,7 +305,7 @@ class LazyCheckpoint:
                 yield (f"{module_path}/" if module_path else ""), directory
 
     def __repr__(self) -> str:
-        return f"LazyCheckpoint({str(self.path)!r}, tensors={len(self._sources)})"
+        return f"LazyCheckpoint({shown(str(self.path))}, tensors={len(self._sources)})"
 
     @property
     def names(self) -> list[str]:

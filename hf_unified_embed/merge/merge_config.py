@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from hf_unified_embed.errors import MergeError
+from hf_unified_embed.errors import MergeError, shown
 from hf_unified_embed.merge.methods import get_merge_method
 from hf_unified_embed.merge.model_ids import check_hub_id
 from hf_unified_embed.merge.writer import parse_size
@@ -83,7 +83,7 @@ class ModelSpec:
             and isinstance(entry.get("id"), (str, type(None)))
         ):
             return cls(Path(entry["path"]), entry.get("id"))
-        raise MergeError(f"{where}: expected a path or {{path: ..., id: ...}}, got {entry!r}")
+        raise MergeError(f"{where}: expected a path or {{path: ..., id: ...}}, got {shown(entry)}")
 
 
 @dataclasses.dataclass
@@ -149,9 +149,9 @@ class SearchConfig:
             raise MergeError("search.objective: give at least one metric and its weight")
         for key, weight in self.objective.items():
             if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
-                raise MergeError(f"search.objective: the weight of {key!r} must be a number, got {weight!r}")
+                raise MergeError(f"search.objective: the weight of {shown(key)} must be a number, got {shown(weight)}")
         if self.in_memory not in (True, False, "auto"):
-            raise MergeError(f"search.in_memory: expected true, false or auto, got {self.in_memory!r}")
+            raise MergeError(f"search.in_memory: expected true, false or auto, got {shown(self.in_memory)}")
         if self.constraint is not None:
             self.constraint = _constraint(self.constraint)
 
@@ -167,9 +167,9 @@ class SearchConfig:
             raise MergeError(f"{source}: expected a mapping")
         known = {field.name for field in dataclasses.fields(cls)}
         if unknown := sorted(set(data) - known):
-            raise MergeError(f"{source}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(known))}")
+            raise MergeError(f"{source}: unknown key {shown(unknown[0])}; known keys: {', '.join(sorted(known))}")
         if missing := sorted({"suite", "parameters", "objective"} - set(data)):
-            raise MergeError(f"{source}: missing key {missing[0]!r}")
+            raise MergeError(f"{source}: missing key {shown(missing[0])}")
         return cls(**data)
 
     def candidates(self, base: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -182,12 +182,12 @@ def _constraint(spec: Any) -> dict[str, Any]:
     """``search.constraint`` checked: ``epsilon`` (a number ≥ 0, or ``{metric: ε, default: ε}``) and optional ``metrics``."""
     if not isinstance(spec, Mapping) or "epsilon" not in spec or set(spec) - {"epsilon", "metrics"}:
         raise MergeError(
-            f"search.constraint: expected {{epsilon: ε, metrics: [...]}} (metrics optional), got {spec!r}"
+            f"search.constraint: expected {{epsilon: ε, metrics: [...]}} (metrics optional), got {shown(spec)}"
         )
 
     def number(value: Any, where: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
-            raise MergeError(f"search.constraint.{where}: expected a number >= 0, got {value!r}")
+            raise MergeError(f"search.constraint.{where}: expected a number >= 0, got {shown(value)}")
         return float(value)
 
     epsilon = spec["epsilon"]
@@ -201,14 +201,14 @@ def _constraint(spec: Any) -> dict[str, Any]:
     if metrics is not None and (
         not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics)
     ):
-        raise MergeError(f"search.constraint.metrics: expected a non-empty list of metric names, got {metrics!r}")
+        raise MergeError(f"search.constraint.metrics: expected a non-empty list of metric names, got {shown(metrics)}")
     return {"epsilon": epsilon, "metrics": metrics}
 
 
 def _values(name: str, spec: Any) -> list[Any]:
     if isinstance(spec, Mapping):
         if set(spec) != {"min", "max", "steps"}:
-            raise MergeError(f"search.parameters.{name}: a range is {{min, max, steps}}, got {dict(spec)!r}")
+            raise MergeError(f"search.parameters.{name}: a range is {{min, max, steps}}, got {shown(dict(spec))}")
         low, high, steps = spec["min"], spec["max"], spec["steps"]
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or not (
             isinstance(steps, int) and steps >= 1
@@ -268,13 +268,15 @@ class MergeConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.models, (list, tuple)):
-            raise MergeError(f"models: expected a list of model folders, got {self.models!r}")
+            raise MergeError(f"models: expected a list of model folders, got {shown(self.models)}")
         self.models = [ModelSpec.parse(entry, f"models[{index}]") for index, entry in enumerate(self.models)]
         if not isinstance(self.output_dir, (str, Path)) or not str(self.output_dir):
-            raise MergeError(f"output_dir: expected a folder path, got {self.output_dir!r}")
+            raise MergeError(f"output_dir: expected a folder path, got {shown(self.output_dir)}")
         self.output_dir = Path(self.output_dir)
         if not isinstance(self.parameters, Mapping):
-            raise MergeError(f"parameters: expected a mapping of the method's parameters, got {self.parameters!r}")
+            raise MergeError(
+                f"parameters: expected a mapping of the method's parameters, got {shown(self.parameters)}"
+            )
         get_merge_method(self.method)
         if isinstance(self.model_ids, Mapping):
             self.model_ids = {
@@ -284,16 +286,16 @@ class MergeConfig:
         elif self.model_ids is not None:
             if not isinstance(self.model_ids, list) or len(self.model_ids) != len(self.models):
                 raise MergeError(
-                    f"model_ids: expected one Hub id (or null) per model, or {{path: id}}, got {self.model_ids!r}"
+                    f"model_ids: expected one Hub id (or null) per model, or {{path: id}}, got {shown(self.model_ids)}"
                 )
             for spec, model_id in zip(self.models, self.model_ids):
                 if model_id is not None and spec.id is not None and spec.id != model_id:
-                    raise MergeError(f"model_ids: {spec.path} has the id {spec.id!r} and {model_id!r}")
+                    raise MergeError(f"model_ids: {spec.path} has the id {shown(spec.id)} and {shown(model_id)}")
                 if model_id is not None:
                     spec.id = check_hub_id(model_id, f"model_ids entry for {spec.path}")
         for flag in ("precise", "overwrite", "write_card", "allow_negative_weights"):
             if not isinstance(getattr(self, flag), bool):
-                raise MergeError(f"{flag}: expected true or false, got {getattr(self, flag)!r}")
+                raise MergeError(f"{flag}: expected true or false, got {shown(getattr(self, flag))}")
         try:
             parse_size(self.max_shard_size)
         except ValueError as error:
@@ -306,11 +308,11 @@ class MergeConfig:
                 raise MergeError(f"card.{mismatch[0]}: {mismatch[1]}")
             self.card = CardConfig(**self.card)
         elif not isinstance(self.card, CardConfig):
-            raise MergeError(f"card: expected a mapping of card options, got {self.card!r}")
+            raise MergeError(f"card: expected a mapping of card options, got {shown(self.card)}")
         if isinstance(self.search, Mapping):
             self.search = SearchConfig.from_dict(self.search)
         elif self.search is not None and not isinstance(self.search, SearchConfig):
-            raise MergeError(f"search: expected a mapping, got {self.search!r}")
+            raise MergeError(f"search: expected a mapping, got {shown(self.search)}")
         if isinstance(self.reference, int) and not 0 <= self.reference < len(self.models):
             raise MergeError(f"reference: index {self.reference} is out of range for {len(self.models)} models")
 
@@ -320,10 +322,10 @@ class MergeConfig:
             raise MergeError(f"{source}: expected a mapping at the top level")
         known = {field.name for field in dataclasses.fields(cls)}
         if unknown := sorted(set(data) - known):
-            raise MergeError(f"{source}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(known))}")
+            raise MergeError(f"{source}: unknown key {shown(unknown[0])}; known keys: {', '.join(sorted(known))}")
         for required in ("method", "output_dir"):
             if required not in data:
-                raise MergeError(f"{source}: missing key {required!r}")
+                raise MergeError(f"{source}: missing key {shown(required)}")
         if "models" not in data and not get_merge_method(data["method"]).models_optional:
             raise MergeError(f"{source}: missing key 'models'")
         values = dict(data)

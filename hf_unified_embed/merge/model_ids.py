@@ -24,7 +24,7 @@ from typing import Any, TypeGuard
 
 import yaml
 
-from hf_unified_embed.errors import MergeError
+from hf_unified_embed.errors import MergeError, shown
 from hf_unified_embed.utils.locations import copy_of_hub_model
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def is_hub_id(value: Any) -> TypeGuard[str]:
 def check_hub_id(value: Any, where: str) -> str:
     """``value`` if it is a Hub id; a :class:`MergeError` naming ``where`` otherwise."""
     if not is_hub_id(value):
-        raise MergeError(f"{where}: {value!r} is not a Hugging Face Hub model id (expected 'org/name')")
+        raise MergeError(f"{where}: {shown(value)} is not a Hugging Face Hub model id (expected 'org/name')")
     return str(value)
 
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hf_unified_embed.errors import MergeError
+from hf_unified_embed.errors import MergeError, shown
 from hf_unified_embed.merge.api import (
     OpenedInputs,
     build_method,
@@ -225,9 +225,11 @@ def objective_metrics(results: SuiteResults, objective: Mapping[str, float] | Se
         try:
             entry = results[name]
         except KeyError:
-            raise MergeError(f"search.objective: no evaluation {name!r} in the suite") from None
+            raise MergeError(f"search.objective: no evaluation {shown(name)} in the suite") from None
         if metric and metric not in entry.metrics:
-            raise MergeError(f"search.objective: {name!r} has no metric {metric!r}; it has {sorted(entry.metrics)}")
+            raise MergeError(
+                f"search.objective: {shown(name)} has no metric {shown(metric)}; it has {sorted(entry.metrics)}"
+            )
         metrics[key] = entry.metrics[metric] if metric else entry.primary_value
     return metrics
 
@@ -268,12 +270,16 @@ class _Evaluator:
         from sentence_transformers import SentenceTransformer
 
         from hf_unified_embed.evaluation import load_suite, set_reference_model
+        from hf_unified_embed.evaluation.suite import check_suite_models, load_entry_rows
 
         self.config, self.search, self.opened, self.scratch = config, search, opened, scratch
         self.suite = load_suite(search.suite, search.data_root)
         if base is not None:
             # Entries that compare with a reference model (forgetting) compare with the merge's base.
             set_reference_model(self.suite, base)
+        check_suite_models(self.suite)
+        # Read (and row-checked) once, before the evaluation model loads; every candidate is scored on them.
+        self.rows = load_entry_rows(self.suite)
         names = {entry.name for entry in self.suite.entries}
         self.metrics = list(search.objective)
         self.constrained: list[str] = []
@@ -287,7 +293,7 @@ class _Evaluator:
         for key in self.metrics:
             if key.partition("/")[0] not in names:
                 raise MergeError(
-                    f"search.objective: no evaluation {key.partition('/')[0]!r}; the suite has {sorted(names)}"
+                    f"search.objective: no evaluation {shown(key.partition('/')[0])}; the suite has {sorted(names)}"
                 )
         self.device = search.device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model = SentenceTransformer(str(opened.reference.path), device=self.device)
@@ -305,6 +311,7 @@ class _Evaluator:
             self.suite,
             diagnostics=False,
             show_progress_bar=False,
+            rows=self.rows,
         )
         return objective_metrics(results, self.constrained)
 
@@ -332,7 +339,7 @@ class _Evaluator:
                 tensors = {(f"{prefix}/{k}" if prefix != "." else k): v for k, v in load_file(str(shard)).items()}
                 load_weights(self.model, tensors, module_paths)
                 shard.unlink()
-        results = run_suite(self.model, self.suite, diagnostics=False, show_progress_bar=False)
+        results = run_suite(self.model, self.suite, diagnostics=False, show_progress_bar=False, rows=self.rows)
         return objective_metrics(results, self.metrics), results
 
 

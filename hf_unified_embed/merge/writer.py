@@ -25,6 +25,7 @@ from types import TracebackType
 
 import torch
 
+from hf_unified_embed.errors import shown
 from hf_unified_embed.merge.loader import SAFETENSORS_FILE, SAFETENSORS_INDEX, TensorInfo
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B)?\s*$", re.IGNORECASE)
@@ -53,10 +54,10 @@ def parse_size(size: int | str) -> int:
     else:
         match = _SIZE.match(str(size))
         if not match:
-            raise ValueError(f"max_shard_size: expected bytes or a size such as '2GB', got {size!r}")
+            raise ValueError(f"max_shard_size: expected bytes or a size such as '2GB', got {shown(size)}")
         value = int(float(match[1]) * _UNITS[(match[2] or "B").upper()])
     if value <= 0:
-        raise ValueError(f"max_shard_size must be positive, got {size!r}")
+        raise ValueError(f"max_shard_size must be positive, got {shown(size)}")
     return value
 
 
@@ -142,17 +143,17 @@ class ShardedSafetensorsWriter:
         """Append ``data`` — the whole tensor ``name`` or its next block — to the shard it belongs to."""
         if self._position >= len(self.order) or self.order[self._position][0] != name:
             expected = self.order[self._position][0] if self._position < len(self.order) else "nothing"
-            raise ValueError(f"tensor {name!r} written out of order; expected {expected}")
+            raise ValueError(f"tensor {shown(name)} written out of order; expected {expected}")
         info = self.order[self._position][1]
         if data.dtype != info.dtype:
-            raise ValueError(f"tensor {name!r}: got {data.dtype}, expected {info.dtype}")
+            raise ValueError(f"tensor {shown(name)}: got {data.dtype}, expected {info.dtype}")
         shard = self._shard_of[name]
         if shard != self._open_shard:
             self._start_shard(shard)
         assert self._stream is not None
         view = data.contiguous().reshape(-1).view(torch.uint8).numpy().data
         if self._written + len(view) > self._sizes[name]:
-            raise ValueError(f"tensor {name!r}: more bytes than its shape {list(info.shape)} holds")
+            raise ValueError(f"tensor {shown(name)}: more bytes than its shape {list(info.shape)} holds")
         self._stream.write(view)
         self._written += len(view)
         if self._written == self._sizes[name]:
@@ -170,7 +171,7 @@ class ShardedSafetensorsWriter:
     def close(self) -> list[Path]:
         """Check that every tensor was written, close the last shard and write the index if sharded."""
         if self._position < len(self.order):
-            raise ValueError(f"tensor {self.order[self._position][0]!r} was not written completely")
+            raise ValueError(f"tensor {shown(self.order[self._position][0])} was not written completely")
         if self._stream is not None:
             self._stream.close()
             self._stream = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hf_unified_embed.errors import UsageError
+from hf_unified_embed.errors import UsageError, shown
 from hf_unified_embed.negatives.store import EmbeddingDtype
 
 
@@ -69,7 +69,7 @@ class HardNegativeConfig:
             if value is not None and value < 0:
                 raise UsageError(f"{name} must be >= 0, got {value}")
         if self.dtype not in ("float32", "float16"):
-            raise UsageError(f"dtype must be 'float32' or 'float16', got {self.dtype!r}")
+            raise UsageError(f"dtype must be 'float32' or 'float16', got {shown(self.dtype)}")
 
     @property
     def filters_set(self) -> bool:

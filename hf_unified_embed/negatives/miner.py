@@ -28,11 +28,12 @@ from datasets import Dataset, DatasetDict
 from datasets.fingerprint import get_temporary_cache_files_directory
 from tqdm.auto import tqdm
 
-from hf_unified_embed.errors import UsageError
+from hf_unified_embed.errors import UsageError, shown
 from hf_unified_embed.negatives.exact_search import Corpus, search
 from hf_unified_embed.negatives.hard_negative_config import HardNegativeConfig, MiningReport
 from hf_unified_embed.negatives.store import EmbeddingDtype, EmbeddingFile, Encoder
 from hf_unified_embed.schema import task_instruction
+from hf_unified_embed.training.instruction_fit import check_instruction_room
 from hf_unified_embed.utils.locations import public_name
 
 if TYPE_CHECKING:
@@ -199,6 +200,14 @@ class _TaskMiner:
         ).with_format("arrow")[:]
         self.query_prompt = task_instruction(table, "query_instruction", task)
         self.document_prompt = task_instruction(table, "document_instruction", task)
+        for column, prompt in (
+            ("query_instruction", self.query_prompt),
+            ("document_instruction", self.document_prompt),
+        ):
+            # Before any text is embedded: an instruction as long as max_seq_length leaves nothing of the texts.
+            check_instruction_room(
+                model.tokenizer, prompt or "", model.max_seq_length, f"task {shown(task)}, field {shown(column)}"
+            )
         encoded_queries = table.column("query").combine_chunks().dictionary_encode()
         self.query_texts: pa.Array = encoded_queries.dictionary
         self.row_query = np.asarray(encoded_queries.indices, dtype=np.int64)
@@ -433,10 +442,12 @@ def mine_hard_negatives(
         selected = list(task_names)
         for name in selected:
             if name not in tasks:
-                raise UsageError(f"task {name!r} is not in the data; tasks are {sorted(tasks)}")
+                raise UsageError(f"task {shown(name)} is not in the data; tasks are {sorted(tasks)}")
             task_type = tasks[name][0]["task_type"] if len(tasks[name]) else None
             if task_type not in MINED_TASK_TYPES:
-                raise UsageError(f"task {name!r} is a {task_type} task; only {list(MINED_TASK_TYPES)} tasks are mined")
+                raise UsageError(
+                    f"task {shown(name)} is a {task_type} task; only {list(MINED_TASK_TYPES)} tasks are mined"
+                )
     if not selected:
         raise UsageError(f"no task to mine: none of {sorted(tasks)} is a {' or '.join(MINED_TASK_TYPES)} task")
     scratch = (

@@ -204,9 +204,9 @@ def card_data(
     ``rows``: each task's row count where ``tasks`` holds only its first rows (a streaming run).
     """
     from hf_unified_embed.data.hub_layout import task_summary
-    from hf_unified_embed.data.provenance import UNKNOWN, card_license, notes_of
+    from hf_unified_embed.data.provenance import UNKNOWN, card_license, card_notes, notes_of
 
-    notes = {name: notes_of(dataset) for name, dataset in tasks.items()}
+    notes = {name: card_notes(notes_of(dataset)) for name, dataset in tasks.items()}
     unified_tasks = [
         {
             "task": name,

@@ -62,6 +62,7 @@ from hf_unified_embed.errors import (
     RecipeError,
     SuiteError,
     UsageError,
+    shown,
 )
 from hf_unified_embed.recipe.train_recipe import TrainRecipe
 from hf_unified_embed.utils import stack
@@ -131,9 +132,9 @@ def resolve_loss_class(name: str, where: str = "losses") -> type[nn.Module]:
 
 def _unknown_loss(name: str, known: list[str], where: str) -> RecipeError:
     hint = difflib.get_close_matches(name, [n for n in known if n.endswith("Loss")], n=1)
-    suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+    suggestion = f"; did you mean {shown(hint[0])}?" if hint else ""
     return RecipeError(
-        f"{where}: unknown loss {name!r}: not a loss of hf_unified_embed.losses or sentence-transformers, "
+        f"{where}: unknown loss {shown(name)}: not a loss of hf_unified_embed.losses or sentence-transformers, "
         f"nor a 'package.module:Class'{suggestion}"
     )
 
@@ -150,7 +151,9 @@ def _bind_loss_kwargs(cls: type[nn.Module], kwargs: Mapping[str, Any], where: st
     for key, value in kwargs.items():
         problem = type_problem(parameters[key][0], value) if key in parameters else None
         if problem:
-            raise RecipeError(f"{where}.{key} (of {cls.__name__}): {problem}, got {value!r}{_yaml_number_hint(value)}")
+            raise RecipeError(
+                f"{where}.{key} (of {cls.__name__}): {problem}, got {shown(value)}{_yaml_number_hint(value)}"
+            )
 
 
 def _loss_kwargs_error(where: str, class_name: str, problem: str, names: list[str]) -> RecipeError:
@@ -197,7 +200,7 @@ def check_loss_in_source(spec: Mapping[str, Any], where: str) -> None:
     for key in spec:
         if key != "name" and key not in by_name:
             names = [p.name for p in parameters[1:]]
-            raise _loss_kwargs_error(where, found.name, f"got an unexpected keyword argument {key!r}", names)
+            raise _loss_kwargs_error(where, found.name, f"got an unexpected keyword argument {shown(key)}", names)
 
 
 def _yaml_number_hint(value: Any) -> str:
@@ -236,7 +239,7 @@ def check_training_arg_names(settings: Mapping[str, Any], origin: str, *, in_sou
             )
         if key not in fields:
             hint = difflib.get_close_matches(key, fields, n=1)
-            suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+            suggestion = f"; did you mean {shown(hint[0])}?" if hint else ""
             raise RecipeError(
                 f"{origin}: training_args.{key} is not a SentenceTransformerTrainingArguments field{suggestion}"
             )
@@ -287,11 +290,13 @@ def check_training_arg_values(settings: Mapping[str, Any], origin: str) -> None:
         if key not in _WIDER_THAN_ANNOTATED and all(member in _SCALARS for member in members):
             problem = type_problem(annotation, value)
             if problem:
-                raise RecipeError(f"{origin}: training_args.{key}: {problem}, got {value!r}{_yaml_number_hint(value)}")
+                raise RecipeError(
+                    f"{origin}: training_args.{key}: {problem}, got {shown(value)}{_yaml_number_hint(value)}"
+                )
         if key in _TRAINING_ARG_BOUNDS and value is not None:
             problem = type_problem(Annotated[float, _TRAINING_ARG_BOUNDS[key]], value)
             if problem:
-                raise RecipeError(f"{origin}: training_args.{key}: {problem}, got {value!r}")
+                raise RecipeError(f"{origin}: training_args.{key}: {problem}, got {shown(value)}")
 
 
 def check_training_args_fit_the_run(args: Any, recipe: TrainRecipe, origin: str) -> None:
@@ -321,7 +326,7 @@ def check_training_args_fit_the_run(args: Any, recipe: TrainRecipe, origin: str)
         )
     if args.eval_strategy != IntervalStrategy.NO:
         raise RecipeError(
-            f"{origin}: training_args.eval_strategy {args.eval_strategy.value!r}: the run has no eval_dataset; "
+            f"{origin}: training_args.eval_strategy {shown(args.eval_strategy.value)}: the run has no eval_dataset; "
             "evaluate with the recipe's 'evaluation' suite (after training) and leave eval_strategy at 'no'"
         )
     from transformers.integrations import get_reporting_integration_callbacks
@@ -331,7 +336,7 @@ def check_training_args_fit_the_run(args: Any, recipe: TrainRecipe, origin: str)
         for callback in get_reporting_integration_callbacks(args.report_to):
             callback()
     except (ValueError, RuntimeError, ImportError) as error:
-        raise RecipeError(f"{origin}: training_args.report_to {args.report_to!r}: {error}") from None
+        raise RecipeError(f"{origin}: training_args.report_to {shown(args.report_to)}: {error}") from None
     resume = recipe.training_args.get("resume_from_checkpoint")
     if isinstance(resume, str) and not Path(resume).expanduser().is_dir():
         raise InputNotFoundError(f"{origin}: training_args.resume_from_checkpoint: {resume} does not exist")
@@ -362,7 +367,7 @@ def check_sampler_processes(recipe: TrainRecipe, processes: int) -> None:
     if sampler.kind == "curriculum" or processes <= 1 or sampler.allow_multi_device:
         return
     raise RecipeError(
-        f"{recipe.source}: sampler.kind {sampler.kind!r} with {processes} processes: sentence-transformers' "
+        f"{recipe.source}: sampler.kind {shown(sampler.kind)} with {processes} processes: sentence-transformers' "
         "stock samplers give each process a batch of a different task in the same step (accelerate hands "
         "batch k to process k % world_size), so gradients mix tasks and losses that gather across devices "
         "hang or crash (measured: a gloo collective size mismatch after a few steps). Use the default "
@@ -397,7 +402,7 @@ def check_batch_sampler(recipe: TrainRecipe, origin: str) -> None:
         )
     if value in _ROW_BATCH_SAMPLERS and recipe.sampler.kind == "curriculum":
         raise RecipeError(
-            f"{origin}: training_args.batch_sampler {value!r}: the curriculum sampler (sampler.kind: curriculum, "
+            f"{origin}: training_args.batch_sampler {shown(value)}: the curriculum sampler (sampler.kind: curriculum, "
             "the default) orders the rows of every task itself and would ignore it; set sampler.kind: "
             f"proportional (or round_robin) to train with batch_sampler: {value}, or leave batch_sampler out"
         )
@@ -425,17 +430,17 @@ def check_streaming(recipe: TrainRecipe, origin: str) -> None:
     refused = [  # (applies, the key as given, why a stream cannot take it)
         (
             sampler.kind != "curriculum",
-            f"sampler.kind {sampler.kind!r}",
+            f"sampler.kind {shown(sampler.kind)}",
             "sentence-transformers' samplers read map-style datasets",
         ),
         (
             sampler.interleave != defaults.interleave,
-            f"sampler.interleave {sampler.interleave!r}",
+            f"sampler.interleave {shown(sampler.interleave)}",
             "each step's task is drawn by weight (sampler.balance / weights)",
         ),
         (
             sampler.instance_order != defaults.instance_order,
-            f"sampler.instance_order {sampler.instance_order!r}",
+            f"sampler.instance_order {shown(sampler.instance_order)}",
             "rows are shuffled in windows (data.shuffle_window)",
         ),
         (bool(sampler.batch_sizes), "sampler.batch_sizes", "every task trains at per_device_train_batch_size"),
@@ -464,7 +469,7 @@ def check_streaming(recipe: TrainRecipe, origin: str) -> None:
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise RecipeError(
             f"{origin}: data.streaming: true needs training_args.max_steps (a positive int; a stream has no "
-            f"length to count epochs by), got {max_steps!r}"
+            f"length to count epochs by), got {shown(max_steps)}"
         )
 
 
@@ -588,7 +593,7 @@ def check_model_configuration(recipe: TrainRecipe, peft_config: Any | None, orig
     try:
         model = meta_transformer(base, recipe.model)
     except (ImportError, ValueError) as error:
-        key = f"model.attn_implementation {attention!r}" if attention else "base_model"
+        key = f"model.attn_implementation {shown(attention)}" if attention else "base_model"
         raise RecipeError(f"{origin}: {key}: {error}") from None
     if model is None or peft_config is None:
         return
@@ -616,6 +621,7 @@ def _check_suite(recipe: TrainRecipe, origin: str) -> Any | None:
         return None
     from hf_unified_embed.evaluation import load_suite, set_reference_model
     from hf_unified_embed.evaluation.inputs import entry_files
+    from hf_unified_embed.evaluation.suite import check_suite_models
 
     try:
         suite = load_suite(recipe.evaluation, data_root=recipe.evaluation_data_root)
@@ -623,6 +629,7 @@ def _check_suite(recipe: TrainRecipe, origin: str) -> Any | None:
         raise SuiteError(f"{origin}: evaluation: {error}") from None
     # A 'forgetting' entry that names no reference compares the trained model with this run's base.
     set_reference_model(suite, recipe.resolved_base_model())
+    check_suite_models(suite)
     for entry in suite.entries:
         if entry.source is not None and entry.data_files:
             entry_files(entry.data_files, suite.data_root, evaluation=entry.name, field="data_files")
@@ -631,7 +638,9 @@ def _check_suite(recipe: TrainRecipe, origin: str) -> Any | None:
             if suite.data_root is not None and not location.is_absolute():
                 location = suite.data_root / location
             if not location.exists() and not Path(entry.unified).exists():
-                raise InputNotFoundError(f"{origin}: evaluation entry {entry.name!r}: {entry.unified} does not exist")
+                raise InputNotFoundError(
+                    f"{origin}: evaluation entry {shown(entry.name)}: {entry.unified} does not exist"
+                )
     return suite
 
 
@@ -709,7 +718,7 @@ def preflight(recipe: TrainRecipe, *, overwrite: bool = False) -> ResolvedRecipe
         settings = dict(recipe.peft)
         merge_adapter = settings.pop("merge_adapter", False)
         if not isinstance(merge_adapter, bool):
-            raise RecipeError(f"{origin}: peft.merge_adapter must be true or false, got {merge_adapter!r}")
+            raise RecipeError(f"{origin}: peft.merge_adapter must be true or false, got {shown(merge_adapter)}")
         mismatch = mismatched_field(LoraConfig, settings)
         if mismatch:
             raise RecipeError(f"{origin}: peft.{mismatch[0]}: {mismatch[1]}")

@@ -84,18 +84,10 @@ def _load_tasks(recipe: TrainRecipe) -> DatasetDict:
     cache); a Hub dataset's once it is loaded. Either way before the model loads.
     """
     from hf_unified_embed.data import load_unified
-    from hf_unified_embed.data.layout_check import check_dataset_rows, check_unified_rows
-    from hf_unified_embed.utils.locations import looks_local
 
     data = recipe.data
     limit = data.max_rows_per_task
-    local = looks_local(data.path)
-    if local:
-        check_unified_rows(data.path, data.tasks, data.split, limit=limit)
-    tasks = load_unified(data.path, tasks=data.tasks, split=data.split)
-    if not local:
-        for name, dataset in tasks.items():
-            check_dataset_rows(dataset, name, f"{data.path}/data/{name}/{data.split}-*.parquet", limit=limit)
+    tasks = load_unified(data.path, tasks=data.tasks, split=data.split, checked_rows=limit)
     if limit is not None:
         tasks = DatasetDict({name: ds.select(range(min(limit, len(ds)))) for name, ds in tasks.items()})
     return tasks
@@ -114,14 +106,12 @@ def _load_streams(recipe: TrainRecipe) -> tuple[Any, DatasetDict]:
     from datasets import Dataset
 
     from hf_unified_embed.data import stream_unified
-    from hf_unified_embed.data.layout_check import check_dataset_rows, check_unified_rows
+    from hf_unified_embed.data.layout_check import check_dataset_rows
     from hf_unified_embed.utils.locations import looks_local
 
     data = recipe.data
     local = looks_local(data.path)
-    if local:
-        check_unified_rows(data.path, data.tasks, data.split, limit=None)
-    streams = stream_unified(data.path, tasks=data.tasks, split=data.split)
+    streams = stream_unified(data.path, tasks=data.tasks, split=data.split)  # a local folder's rows checked
     samples = DatasetDict(
         {
             name: Dataset.from_list(list(stream.take(STREAM_SAMPLE_ROWS)), features=stream.features)
@@ -354,14 +344,24 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
         if run.stream is not None:
             run.stream.attach(trainer)
         LossPartsLogging.attach(trainer)  # each loss part logged over the steps of its task: no 'nan' parts
-        with without_cudnn_attention():
-            result = trainer.train(resume_from_checkpoint=recipe.training_args.get("resume_from_checkpoint"))
+        resume = recipe.training_args.get("resume_from_checkpoint")
+        finished = finished_checkpoint(resume, args)
+        if finished is not None:
+            # transformers would run one more step past max_steps; the finished checkpoint's model is the result.
+            logger.warning(
+                "%s is at max_steps %d: the run is already finished; no step is trained", finished, args.max_steps
+            )
+            trainer._load_from_checkpoint(str(finished))
+            train_loss = None
+        else:
+            with without_cudnn_attention():
+                train_loss = trainer.train(resume_from_checkpoint=resume).training_loss
         # Every process lists the checkpoint folder as train() ends; none may remove it (no_empty_folder) before
         # all have (measured: a process that finished first removed it under the other's listing).
         trainer.accelerator.wait_for_everyone()
         model = _trained_model(trainer, run)
         if output is None or model is None:
-            return TrainingOutcome(model_dir, result.training_loss, None)
+            return TrainingOutcome(model_dir, train_loss, None)
         describe_training(
             model.model_card_data, run.tasks, run.losses, recipe.sampler.card_section(args, run.stream), run.curriculum
         )
@@ -387,7 +387,23 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
             model_dir,
             lambda: _push(model_dir, hub.repo_id, hub.private, hub.revision, hub.create_pr, resolved.hub_token),
         )
-    return TrainingOutcome(model_dir, result.training_loss, evaluation, model)
+    return TrainingOutcome(model_dir, train_loss, evaluation, model)
+
+
+def finished_checkpoint(resume: str | bool | None, args: Any) -> Path | None:
+    """The checkpoint ``resume`` names (``True``: the last in ``args.output_dir``) when it already holds all
+    ``args.max_steps`` steps, else ``None``."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if resume is True and Path(args.output_dir).is_dir():
+        resume = get_last_checkpoint(args.output_dir)
+    if not isinstance(resume, str) or args.max_steps is None or args.max_steps <= 0:
+        return None
+    try:
+        state = json.loads((Path(resume) / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # the trainer reports a checkpoint it cannot read
+    return Path(resume) if int(state.get("global_step", 0)) >= args.max_steps else None
 
 
 def check_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> str:

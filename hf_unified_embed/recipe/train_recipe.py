@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.errors import RecipeError
+from hf_unified_embed.errors import RecipeError, shown
 from hf_unified_embed.schema import TASK_TYPES
 from hf_unified_embed.training.backbones import ModelConfig
 from hf_unified_embed.utils.locations import DEFAULT_BASE_MODEL_ID, looks_local, packaged_minilm_path
@@ -61,7 +61,7 @@ from hf_unified_embed.utils.yaml_files import read_yaml_mapping, relative_to_fil
 
 def _positive_int(value: Any, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise ValueError(f"{name} must be a positive integer, got {shown(value)}")
 
 
 @dataclass
@@ -80,7 +80,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not self.path:
-            raise ValueError(f"path must be a folder or Hub dataset id, got {self.path!r}")
+            raise ValueError(f"path must be a folder or Hub dataset id, got {shown(self.path)}")
         for task in self.tasks or []:
             check_task_name(task, "tasks")
         check_split_name(self.split, "split")
@@ -103,7 +103,7 @@ class CurriculumConfig:
         from hf_unified_embed.curriculum.task_order import METHODS
 
         if self.method not in METHODS:
-            raise ValueError(f"method must be one of {list(METHODS)}, got {self.method!r}")
+            raise ValueError(f"method must be one of {list(METHODS)}, got {shown(self.method)}")
         _positive_int(self.n_samples, "n_samples")
         _positive_int(self.iterations, "iterations")
 
@@ -138,29 +138,29 @@ class SamplerConfig:
         from hf_unified_embed.sampling.batch_plan import BALANCES, INSTANCE_ORDERS, INTERLEAVES
 
         if self.kind not in SAMPLER_KINDS:
-            raise ValueError(f"kind must be one of {list(SAMPLER_KINDS)}, got {self.kind!r}")
+            raise ValueError(f"kind must be one of {list(SAMPLER_KINDS)}, got {shown(self.kind)}")
         for option, allowed in (
             ("interleave", INTERLEAVES),
             ("instance_order", INSTANCE_ORDERS),
             ("balance", BALANCES),
         ):
             if getattr(self, option) not in allowed:
-                raise ValueError(f"{option} must be one of {list(allowed)}, got {getattr(self, option)!r}")
+                raise ValueError(f"{option} must be one of {list(allowed)}, got {shown(getattr(self, option))}")
         if not isinstance(self.batch_sizes, Mapping):
-            raise ValueError(f"batch_sizes must map task names to sizes, got {self.batch_sizes!r}")
+            raise ValueError(f"batch_sizes must map task names to sizes, got {shown(self.batch_sizes)}")
         for task, size in self.batch_sizes.items():
             check_task_name(task, "batch_sizes")
             _positive_int(size, f"batch_sizes.{task}")
         if not isinstance(self.weights, Mapping):
-            raise ValueError(f"weights must map task names to weights, got {self.weights!r}")
+            raise ValueError(f"weights must map task names to weights, got {shown(self.weights)}")
         for task, weight in self.weights.items():
             check_task_name(task, "weights")
             if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < float("inf"):
-                raise ValueError(f"weights.{task} must be a number >= 0, got {weight!r}")
+                raise ValueError(f"weights.{task} must be a number >= 0, got {shown(weight)}")
         if self.weights and not any(self.weights.values()):
             raise ValueError(f"weights {dict(self.weights)} are all 0: no task would be trained")
         if self.weights and self.balance != "none":
-            raise ValueError(f"give either weights or balance {self.balance!r}, not both")
+            raise ValueError(f"give either weights or balance {shown(self.balance)}, not both")
         if self.kind == "curriculum" and self.allow_multi_device:
             raise ValueError(
                 "allow_multi_device only applies to the stock samplers; the curriculum sampler needs none"
@@ -266,11 +266,15 @@ class KeepBaseConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not self.weight >= 0:
-            raise ValueError(f"weight must be a number >= 0, got {self.weight!r}")
+            raise ValueError(f"weight must be a number >= 0, got {shown(self.weight)}")
         if self.distillation not in KEEP_BASE_DISTILLATIONS:
-            raise ValueError(f"distillation must be one of {list(KEEP_BASE_DISTILLATIONS)}, got {self.distillation!r}")
+            raise ValueError(
+                f"distillation must be one of {list(KEEP_BASE_DISTILLATIONS)}, got {shown(self.distillation)}"
+            )
         if not isinstance(self.options, Mapping):
-            raise ValueError(f"options must be a mapping of the distillation loss's arguments, got {self.options!r}")
+            raise ValueError(
+                f"options must be a mapping of the distillation loss's arguments, got {shown(self.options)}"
+            )
 
     def wrap(self, task_losses: Mapping[str, Any]) -> dict[str, Any]:
         """``{task: KeepBaseLoss(loss, ...)}`` sharing one frozen base; the default KL is unscaled (see KeepBaseLoss)."""
@@ -395,9 +399,9 @@ def recipe_from_dict(raw: Mapping[str, Any], origin: str = "<recipe>") -> TrainR
     for key in ("negatives_per_query", "max_seq_length"):
         value = values.get(key)
         if value is not None and value < 1:
-            raise RecipeError(f"{origin}: '{key}' must be a positive integer, got {value!r}")
+            raise RecipeError(f"{origin}: '{key}' must be a positive integer, got {shown(value)}")
     if not 0 <= values.get("seed", 0) < 2**32:
-        raise RecipeError(f"{origin}: 'seed' must be in [0, 2**32), got {values['seed']!r}")
+        raise RecipeError(f"{origin}: 'seed' must be in [0, 2**32), got {shown(values['seed'])}")
     curriculum = values.get("curriculum")
     if curriculum is not None and bool(curriculum.plan) == bool(curriculum.teacher):
         raise RecipeError(f"{origin}: curriculum needs exactly one of 'plan' or 'teacher'")

@@ -22,6 +22,8 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from hf_unified_embed.errors import shown
+
 Interleave = Literal["round_robin", "shuffled", "sequential"]
 InstanceOrder = Literal["random", "easy_to_hard"]
 Balance = Literal["none", "equal", "sqrt"]
@@ -133,7 +135,7 @@ def count_groups(
     elif balance == "sqrt":
         weights = np.sqrt(n / rows_per_step)
     else:
-        raise ValueError(f"balance must be one of {BALANCES}, got {balance!r}")
+        raise ValueError(f"balance must be one of {BALANCES}, got {shown(balance)}")
     groups = _largest_remainder(int(natural.sum()), weights)
     return GroupCounts(groups, batch, batch.copy(), group_size)
 
@@ -321,7 +323,7 @@ def _interleave(
     elif interleave == "shuffled":
         group_task = rng.permutation(np.repeat(tasks, groups))
     else:
-        raise ValueError(f"interleave must be one of {INTERLEAVES}, got {interleave!r}")
+        raise ValueError(f"interleave must be one of {INTERLEAVES}, got {shown(interleave)}")
     return group_task, _ranks(group_task, len(groups))
 
 

@@ -13,6 +13,7 @@ import torch
 from sentence_transformers.base.sampler import DefaultBatchSampler, MultiDatasetDefaultBatchSampler
 from torch.utils.data import BatchSampler, ConcatDataset
 
+from hf_unified_embed.errors import shown
 from hf_unified_embed.sampling.batch_plan import (
     BALANCES,
     INSTANCE_ORDERS,
@@ -291,7 +292,7 @@ class CurriculumBatchSampler(MultiDatasetDefaultBatchSampler):
             size = overrides.get(index, getattr(sampler, "batch_size", None))
             if not isinstance(size, int) or size < 1:
                 raise ValueError(
-                    f"no batch size for task {self.task_names[index]!r}: its batch sampler has batch_size={size!r}; "
+                    f"no batch size for task {shown(self.task_names[index])}: its batch sampler has batch_size={shown(size)}; "
                     "set batch_sizes={name: size}"
                 )
             sizes.append(size)
@@ -304,7 +305,7 @@ class CurriculumBatchSampler(MultiDatasetDefaultBatchSampler):
         elif task in self.task_names:
             return self.task_names.index(task)
         raise ValueError(
-            f"{option} names unknown task {task!r}; tasks are {list(self.task_names)} (pass "
+            f"{option} names unknown task {shown(task)}; tasks are {list(self.task_names)} (pass "
             "task_names=list(train_dataset) when the sampler is built outside a Trainer)"
         )
 
@@ -354,32 +355,34 @@ def _validate_options(
         ("balance", balance, BALANCES),
     ):
         if value not in allowed:
-            raise ValueError(f"{option} must be one of {list(allowed)}, got {value!r}")
+            raise ValueError(f"{option} must be one of {list(allowed)}, got {shown(value)}")
     for name, size in (batch_sizes or {}).items():
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-            raise ValueError(f"batch_sizes[{name!r}] must be a positive int, got {size!r}")
+            raise ValueError(f"batch_sizes[{shown(name)}] must be a positive int, got {shown(size)}")
     for option, count in (("world_size", world_size), ("gradient_accumulation_steps", gradient_accumulation_steps)):
         if count is not None and (not isinstance(count, int) or count < 1):
-            raise ValueError(f"{option} must be a positive int, got {count!r}")
+            raise ValueError(f"{option} must be a positive int, got {shown(count)}")
 
 
 def _read_difficulty(dataset: Any, column: str, task: str) -> np.ndarray:
     column_names = getattr(dataset, "column_names", None)
     if column_names is None or column not in column_names:
         raise ValueError(
-            f"instance_order='easy_to_hard' needs a {column!r} column in task {task!r}; it has {column_names} "
+            f"instance_order='easy_to_hard' needs a {shown(column)} column in task {shown(task)}; it has {column_names} "
             "(add it with `hf-unified-embed curriculum`)"
         )
     # with_format reads the Arrow column straight into numpy (indices mapping honoured) and drops
     # the trainer's per-row transform.
     values = np.asarray(dataset.with_format("numpy", columns=[column])[column], dtype=np.float64)
     if values.ndim != 1:
-        raise ValueError(f"column {column!r} of task {task!r} must hold one float per row, got shape {values.shape}")
+        raise ValueError(
+            f"column {shown(column)} of task {shown(task)} must hold one float per row, got shape {values.shape}"
+        )
     bad = np.flatnonzero(~np.isfinite(values))
     if len(bad):
         raise ValueError(
-            f"column {column!r} of task {task!r} has {len(bad)} non-finite value(s), first at row {int(bad[0])}: "
-            f"{values[bad[0]]!r}"
+            f"column {shown(column)} of task {shown(task)} has {len(bad)} non-finite value(s), first at row {int(bad[0])}: "
+            f"{shown(values[bad[0]])}"
         )
     return values
 

@@ -25,6 +25,7 @@ from datasets import Features, IterableDataset, Value
 from datasets.info import DatasetInfo
 from datasets.iterable_dataset import ExamplesIterable
 
+from hf_unified_embed.errors import shown
 from hf_unified_embed.sampling.task_stream import DEFAULT_SHUFFLE_WINDOW, TaskStream
 
 #: ``weights`` given by name: steps in proportion to the rows of a task, the same for every task, or √rows.
@@ -49,7 +50,7 @@ def task_weights(
     if isinstance(weights, str):
         if weights not in STREAM_BALANCES:
             raise ValueError(
-                f"weights must be one of {list(STREAM_BALANCES)} or a mapping of task weights, got {weights!r}"
+                f"weights must be one of {list(STREAM_BALANCES)} or a mapping of task weights, got {shown(weights)}"
             )
         if weights == "equal":
             values = [1.0] * len(tasks)
@@ -57,7 +58,7 @@ def task_weights(
             unknown = [task for task in tasks if rows_per_task.get(task) is None]
             if unknown:
                 raise ValueError(
-                    f"weights={weights!r} needs the row count of every task; the stream(s) of {unknown} do not "
+                    f"weights={shown(weights)} needs the row count of every task; the stream(s) of {unknown} do not "
                     "declare one: pass rows_per_task, weights='equal' or explicit weights"
                 )
             counts: dict[str, Any] = {task: rows_per_task[task] for task in tasks}
@@ -178,7 +179,7 @@ class MultiTaskStream(IterableDataset):
             ("world_size", world_size),
         ):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{option} must be a positive int, got {value!r}")
+                raise ValueError(f"{option} must be a positive int, got {shown(value)}")
         self.tasks = dict(tasks)
         self.task_names = list(self.tasks)
         rows = {name: declared_rows(dataset) for name, dataset in self.tasks.items()}

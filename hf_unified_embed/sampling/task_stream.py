@@ -24,6 +24,8 @@ import numpy as np
 from datasets import IterableDataset, concatenate_datasets
 from datasets.distributed import split_dataset_by_node
 
+from hf_unified_embed.errors import shown
+
 #: Rows per shuffle window when none is given: the window of every task is held in memory at once.
 DEFAULT_SHUFFLE_WINDOW = 1000
 
@@ -54,7 +56,7 @@ class TaskStream:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
         if shuffle_window < 1:
-            raise ValueError(f"shuffle_window must be a positive int, got {shuffle_window!r}")
+            raise ValueError(f"shuffle_window must be a positive int, got {shown(shuffle_window)}")
         self.name = name
         self.dataset = dataset
         self.rank = rank
@@ -96,7 +98,7 @@ class TaskStream:
         self._rows = self._window_rows()
         if self._offset > len(self._rows):
             raise ValueError(
-                f"task {self.name!r}: the saved stream state points at row {self._offset} of a window of "
+                f"task {shown(self.name)}: the saved stream state points at row {self._offset} of a window of "
                 f"{len(self._rows)} rows; the task's data changed since it was saved"
             )
 
@@ -132,7 +134,7 @@ class TaskStream:
         self._rows = self._window_rows()
         if not self._rows:
             raise ValueError(
-                f"task {self.name!r} has no rows for process {self.rank} of {self.world_size} "
+                f"task {shown(self.name)} has no rows for process {self.rank} of {self.world_size} "
                 f"({self.dataset.n_shards} shard(s))"
             )
 

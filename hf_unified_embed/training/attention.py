@@ -36,6 +36,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from hf_unified_embed.errors import shown
+
 ATTENTION_MODES = ("causal", "bidirectional")
 #: ``model_type`` of the configs whose attention can be switched (transformers 5.21 modelling code:
 #: the mask comes from ``create_causal_mask``, each attention module has ``is_causal``). The Gemma
@@ -54,10 +56,10 @@ class AttentionSetting:
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_MODES:
-            raise ValueError(f"attention must be one of {list(ATTENTION_MODES)}, got {self.attention!r}")
+            raise ValueError(f"attention must be one of {list(ATTENTION_MODES)}, got {shown(self.attention)}")
         first = self.first_bidirectional_layer
         if not isinstance(first, int) or isinstance(first, bool) or first < 0:
-            raise ValueError(f"first_bidirectional_layer must be an integer >= 0, got {first!r}")
+            raise ValueError(f"first_bidirectional_layer must be an integer >= 0, got {shown(first)}")
         if first and not self.bidirectional:
             raise ValueError("first_bidirectional_layer needs attention: bidirectional")
 
@@ -72,7 +74,7 @@ class AttentionSetting:
     def from_dict(cls, value: Any) -> AttentionSetting:
         if not isinstance(value, dict) or set(value) - {"attention", "first_bidirectional_layer"}:
             raise ValueError(
-                f"{CONFIG_KEY} must be {{'attention': ..., 'first_bidirectional_layer': ...}}, got {value!r}"
+                f"{CONFIG_KEY} must be {{'attention': ..., 'first_bidirectional_layer': ...}}, got {shown(value)}"
             )
         return cls(**value)
 
@@ -137,7 +139,7 @@ def unsupported_reason(config: Any, setting: AttentionSetting) -> str | None:
         )
         return (
             f"attention can be set for {', '.join(BIDIRECTIONAL_MODEL_TYPES)} decoders, "
-            f"not for a {model_type!r} model{flag}"
+            f"not for a {shown(model_type)} model{flag}"
         )
     layers = getattr(config, "num_hidden_layers", None)
     first = setting.first_bidirectional_layer

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hf_unified_embed.errors import RecipeError
+from hf_unified_embed.errors import RecipeError, shown
 from hf_unified_embed.training.attention import ATTENTION_MODES, AttentionSetting
 
 logger = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class ModelConfig:
         ):
             value = getattr(self, name)
             if value is not None and value not in allowed:
-                raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+                raise ValueError(f"{name} must be one of {list(allowed)}, got {shown(value)}")
         if self.first_bidirectional_layer is not None:
             if self.attention != "bidirectional":
                 raise ValueError("first_bidirectional_layer needs attention: bidirectional")
@@ -139,10 +139,12 @@ class ModelConfig:
 
         from hf_unified_embed.utils import stack
 
-        stack.check(f"model.quantization {self.quantization!r} (QLoRA)", stack.quantization_needs(), origin=origin)
+        stack.check(
+            f"model.quantization {shown(self.quantization)} (QLoRA)", stack.quantization_needs(), origin=origin
+        )
         if not torch.cuda.is_available():
             raise RecipeError(
-                f"{origin}: model.quantization {self.quantization!r} (QLoRA) needs a CUDA device; run it on a GPU "
+                f"{origin}: model.quantization {shown(self.quantization)} (QLoRA) needs a CUDA device; run it on a GPU "
                 "machine or remove model.quantization"
             )
 
@@ -232,7 +234,7 @@ def build_model(base: str, config: ModelConfig | None, *, max_seq_length: int | 
         if pooling_mode is not None:
             pooling = [module for module in model.modules() if isinstance(module, Pooling)]
             if not pooling:
-                raise RecipeError(f"model.pooling: {base} has no Pooling module to set to {pooling_mode!r}")
+                raise RecipeError(f"model.pooling: {base} has no Pooling module to set to {shown(pooling_mode)}")
             for module in pooling:
                 module.pooling_mode = pooling_mode
     else:

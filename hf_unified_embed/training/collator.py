@@ -27,7 +27,7 @@ from sentence_transformers.sentence_transformer.data_collator import SentenceTra
 from torch import nn
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from hf_unified_embed.errors import UnifiedSchemaError
+from hf_unified_embed.errors import UnifiedSchemaError, shown
 from hf_unified_embed.schema import DIFFICULTY_COLUMN, INSTRUCTION_COLUMNS
 from hf_unified_embed.training.layout import (
     SCORED_PAIR_TASK_TYPES,
@@ -156,7 +156,9 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
             prompts={
                 task: dict(columns)
                 for task, columns in (
-                    prompts_from_unified(dataset_dict, model.tokenizer) if prompts is None else prompts
+                    prompts_from_unified(dataset_dict, model.tokenizer, model.max_seq_length)
+                    if prompts is None
+                    else prompts
                 ).items()
             },
         )
@@ -267,14 +269,14 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
             value = row.get(DIFFICULTY_COLUMN)
             if value is None or not math.isfinite(value):
                 raise ValueError(
-                    f"task {row['task']!r}, query {row['query'][:60]!r}: field {DIFFICULTY_COLUMN!r} is "
-                    f"{value!r}; the loss needs a finite difficulty per row (run the curriculum planner)"
+                    f"task {shown(row['task'])}, query {row['query'][:60]!r}: field {shown(DIFFICULTY_COLUMN)} is "
+                    f"{shown(value)}; the loss needs a finite difficulty per row (run the curriculum planner)"
                 )
             return float(value)
         scores = row["positive_scores"]
         if not scores:
             raise ValueError(
-                f"task {row['task']!r}, query {row['query'][:60]!r}: field 'positive_scores' is empty; "
+                f"task {shown(row['task'])}, query {row['query'][:60]!r}: field 'positive_scores' is empty; "
                 "a loss on scored pairs needs one score per positive"
             )
         return float(scores[positive_idx[0]])

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from datasets import Dataset, DatasetDict
 from torch import nn
 
+from hf_unified_embed.errors import shown
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.schema import DIFFICULTY_COLUMN
 
@@ -66,7 +67,7 @@ def layout_for_loss(loss: nn.Module, task_type: str, negatives_per_query: int = 
     if callable(declared):
         layout = declared(task_type, negatives_per_query)
         if not isinstance(layout, ColumnLayout):
-            raise TypeError(f"{type(inner).__name__}.column_layout returned {layout!r}, not a ColumnLayout")
+            raise TypeError(f"{type(inner).__name__}.column_layout returned {shown(layout)}, not a ColumnLayout")
         return layout
     kind = SENTENCE_TRANSFORMERS_LAYOUTS.get(type(inner).__name__) if _is_sentence_transformers_loss(inner) else None
     if kind is None:
@@ -79,10 +80,10 @@ def layout_for_loss(loss: nn.Module, task_type: str, negatives_per_query: int = 
 def task_type_of(dataset: Dataset, task: str) -> str:
     """The single ``task_type`` of a unified task dataset; raises if it is missing or mixed."""
     if "task_type" not in dataset.column_names:
-        raise ValueError(f"task {task!r}: no 'task_type' column; is this a unified dataset?")
+        raise ValueError(f"task {shown(task)}: no 'task_type' column; is this a unified dataset?")
     types = dataset.unique("task_type")
     if len(types) != 1:
-        raise ValueError(f"task {task!r}: expected one task_type per task, found {sorted(types)}")
+        raise ValueError(f"task {shown(task)}: expected one task_type per task, found {sorted(types)}")
     return str(types[0])
 
 
@@ -101,12 +102,12 @@ def column_layouts(
     layouts = {}
     for task, dataset in dataset_dict.items():
         if task not in losses:
-            raise ValueError(f"task {task!r} has no loss; losses are given for {sorted(losses)}")
+            raise ValueError(f"task {shown(task)} has no loss; losses are given for {sorted(losses)}")
         k_neg = negatives_per_query if isinstance(negatives_per_query, int) else negatives_per_query.get(task, 1)
         layout = layout_for_loss(losses[task], task_type_of(dataset, task), k_neg)
         if layout.label == "difficulty" and DIFFICULTY_COLUMN not in dataset.column_names:
             raise ValueError(
-                f"task {task!r}: {type(_innermost(losses[task])).__name__} needs the {DIFFICULTY_COLUMN!r} column; "
+                f"task {shown(task)}: {type(_innermost(losses[task])).__name__} needs the {shown(DIFFICULTY_COLUMN)} column; "
                 "add it with the curriculum planner first"
             )
         layouts[task] = layout

@@ -14,6 +14,7 @@ from typing import Any, TypeAlias
 from datasets import Dataset, DatasetDict
 from torch import nn
 
+from hf_unified_embed.errors import shown
 from hf_unified_embed.schema import TASK_TYPES
 from hf_unified_embed.training.layout import task_type_of
 
@@ -27,16 +28,20 @@ LossSpec: TypeAlias = nn.Module | LossFactory | tuple[LossFactory, Mapping[str, 
 def _build(spec: LossSpec, model: nn.Module, key: str) -> nn.Module:
     if isinstance(spec, nn.Module):
         if getattr(spec, "model", model) is not model:
-            raise ValueError(f"the loss given for {key!r} was built on a different model than the one being trained")
+            raise ValueError(
+                f"the loss given for {shown(key)} was built on a different model than the one being trained"
+            )
         return spec
     if isinstance(spec, tuple):
         if len(spec) != 2 or not callable(spec[0]) or not isinstance(spec[1], Mapping):
-            raise TypeError(f"the loss given for {key!r} must be (class, kwargs), got {spec!r}")
+            raise TypeError(f"the loss given for {shown(key)} must be (class, kwargs), got {shown(spec)}")
         factory, kwargs = spec
         return factory(model, **kwargs)
     if callable(spec):
         return spec(model)
-    raise TypeError(f"the loss given for {key!r} must be a loss, a loss class or (class, kwargs); got {spec!r}")
+    raise TypeError(
+        f"the loss given for {shown(key)} must be a loss, a loss class or (class, kwargs); got {shown(spec)}"
+    )
 
 
 def losses_for_tasks(
@@ -71,7 +76,7 @@ def losses_for_tasks(
         key = task if task in losses else task_type
         if key not in losses:
             raise ValueError(
-                f"task {task!r} (task_type {task_type!r}) has no loss; give one under the task name or "
+                f"task {shown(task)} (task_type {shown(task_type)}) has no loss; give one under the task name or "
                 f"its task type (losses are given for {sorted(losses)})"
             )
         unused.discard(key)

@@ -23,8 +23,9 @@ from datasets import Dataset, DatasetDict
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.modules import Pooling
 
-from hf_unified_embed.errors import InputError
+from hf_unified_embed.errors import InputError, shown
 from hf_unified_embed.schema import INSTRUCTION_COLUMNS
+from hf_unified_embed.training.instruction_fit import check_instruction_room
 
 #: The prompt key of each instruction: numbered columns (``positive_2``) resolve to their kind.
 _PROMPT_KEYS: dict[str, tuple[str, ...]] = {
@@ -37,7 +38,7 @@ def _single_value(dataset: Dataset, task: str, column: str) -> str:
     values = dataset.unique(column)
     if len(values) != 1:
         raise ValueError(
-            f"task {task!r}, field {column!r}: instructions must be uniform per task to become prompts, "
+            f"task {shown(task)}, field {shown(column)}: instructions must be uniform per task to become prompts, "
             f"found {len(values)} different values"
         )
     return str(values[0])
@@ -65,14 +66,16 @@ def _as_prompt(instruction: str, tokenizer: Any | None, where: str) -> str:
     if ends_on_token_boundary(tokenizer, newline):
         return newline
     raise InputError(
-        f"{where}: the instruction {instruction!r} does not end on a token boundary of this tokenizer, "
+        f"{where}: the instruction {shown(instruction)} does not end on a token boundary of this tokenizer, "
         "with a trailing space or a newline, so excluding it from pooling would also drop text tokens; "
         "end it with a character that the tokenizer never joins to the next word"
     )
 
 
 def prompts_from_unified(
-    dataset_dict: DatasetDict | Mapping[str, Dataset], tokenizer: Any | None = None
+    dataset_dict: DatasetDict | Mapping[str, Dataset],
+    tokenizer: Any | None = None,
+    max_seq_length: int | None = None,
 ) -> dict[str, dict[str, str]]:
     """The ``prompts`` training argument built from the tasks' instructions.
 
@@ -81,6 +84,8 @@ def prompts_from_unified(
         tokenizer: The model's tokenizer. When given, every prompt is checked to end on a token
             boundary (see the module docstring) and a trailing space the tokenizer would join to
             the text becomes a newline.
+        max_seq_length: The model's. With ``tokenizer``, an instruction that leaves too little of it for
+            the text is refused (:func:`~hf_unified_embed.training.instruction_fit.check_instruction_room`).
 
     Returns:
         ``{task: {"query": query_instruction, "positive": document_instruction, "negative": ...}}``;
@@ -100,7 +105,10 @@ def prompts_from_unified(
         for column in INSTRUCTION_COLUMNS:
             instruction = _single_value(dataset, task, column)
             if instruction.strip():
-                prompt = _as_prompt(instruction, tokenizer, f"task {task!r}, field {column!r}")
+                where = f"task {shown(task)}, field {shown(column)}"
+                if tokenizer is not None:  # first: a million-word instruction is refused on a prefix
+                    check_instruction_room(tokenizer, instruction, max_seq_length, where)
+                prompt = _as_prompt(instruction, tokenizer, where)
                 task_prompts.update(dict.fromkeys(_PROMPT_KEYS[column], prompt))
         if task_prompts:
             prompts[task] = task_prompts

@@ -11,12 +11,14 @@ import importlib
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
+from hf_unified_embed.errors import shown
+
 
 def lazy_attribute(namespace: MutableMapping[str, Any], exports: Mapping[str, str], name: str) -> Any:
     """``name`` from its module in ``exports``, kept in the package's ``namespace`` so it is looked up once."""
     module = exports.get(name)
     if module is None:
-        raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
+        raise AttributeError(f"module {shown(namespace['__name__'])} has no attribute {shown(name)}")
     value = getattr(importlib.import_module(module), name)
     namespace[name] = value
     return value

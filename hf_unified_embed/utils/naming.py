@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from hf_unified_embed.errors import NameRuleError
+from hf_unified_embed.errors import NameRuleError, shown
 
 #: The config name that holds every task of a unified dataset.
 ALL_CONFIG = "all"
@@ -46,11 +46,11 @@ def task_name_problem(name: Any) -> str | None:
     if not isinstance(name, str):
         return f"a task name must be a string, got {type(name).__name__}"
     if not _TASK_NAME.fullmatch(name) or ".." in name or name.endswith("."):
-        return f"invalid task name {name!r}: use {TASK_NAME_RULE}"
+        return f"invalid task name {shown(name)}: use {TASK_NAME_RULE}"
     if _DEVICE_NAME.fullmatch(name):
-        return f"invalid task name {name!r}: Windows reserves it for a device, so its folder cannot exist there"
+        return f"invalid task name {shown(name)}: Windows reserves it for a device, so its folder cannot exist there"
     if name == ALL_CONFIG:
-        return f"{ALL_CONFIG!r} is reserved for the config that holds every task"
+        return f"{shown(ALL_CONFIG)} is reserved for the config that holds every task"
     return None
 
 
@@ -59,7 +59,7 @@ def split_name_problem(name: Any) -> str | None:
     if not isinstance(name, str):
         return f"a split name must be a string, got {type(name).__name__}"
     if not _SPLIT_NAME.fullmatch(name):
-        return f"invalid split name {name!r}: use {SPLIT_NAME_RULE}"
+        return f"invalid split name {shown(name)}: use {SPLIT_NAME_RULE}"
     return None
 
 
@@ -81,7 +81,7 @@ def check_distinct_names(names: Iterable[str], what: str, where: str = "") -> No
     collision = case_collision(names)
     if collision:
         problem = (
-            f"{what} names {collision[0]!r} and {collision[1]!r} differ only in case: they would be one folder "
+            f"{what} names {shown(collision[0])} and {shown(collision[1])} differ only in case: they would be one folder "
             "on Windows and macOS; rename one"
         )
         raise NameRuleError(f"{where}: {problem}" if where else problem)

@@ -21,10 +21,13 @@ The tool deletes only what it wrote. :func:`check_output` refuses, with an
 * an input (file or folder) of the job, a folder holding one, or a path inside one;
 * a target of the wrong kind (a file where a folder is written, or the other way round);
 * an existing non-empty target without ``overwrite`` (:class:`~hf_unified_embed.errors.OutputExistsError`),
-  and with ``overwrite`` one this tool did not write: only a folder holding the marker file
-  :data:`MARKER` (every output folder gets one), a JSON file with the top-level key ``"written_by":
-  "hf-unified-embed"`` (:data:`JSON_MARKER`; evaluation results carry it) or with all the keys of a
-  curriculum plan, or a file directly inside a folder holding the marker may be replaced.
+  and with ``overwrite`` one this tool did not write: only a folder whose marker file :data:`MARKER`
+  (every output folder gets one) lists every file in it at its size (a manifest written when the folder
+  is committed; anything else in it — a user's notes, a changed file — is named in the refusal), a JSON
+  file with the top-level key ``"written_by": "hf-unified-embed"`` (:data:`JSON_MARKER`; evaluation
+  results carry it) or with all the keys of a curriculum plan, or a file that a folder's manifest lists
+  at its size may be replaced. A file the tool adds to one of its folders later (a card, a plot) joins
+  that folder's manifest.
 
 The staging folder is named ``.<target>.staging-<host>-<pid>-<random>``. A process killed with
 ``kill -9`` cannot clean up, so the next run for the same target removes every staging folder whose
@@ -39,6 +42,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -47,18 +51,21 @@ from typing import Literal
 
 import psutil
 
-from hf_unified_embed.errors import OutputError, OutputExistsError
+from hf_unified_embed.errors import OutputError, OutputExistsError, shown
+from hf_unified_embed.utils.output_lock import OutputLock
 from hf_unified_embed.utils.redaction import scrub_folder
 
 _STAGING = re.compile(r"^\.(?P<name>.+)\.staging-(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-[0-9a-f]{8}$")
 _REPLACED = "replaced"  # an old output moved aside inside the staging folder
+_KEPT = "KEPT"  # in a staging folder whose finished result could not be moved into place: the next run keeps it
 
 
 def _host() -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname()) or "host"
 
 
-#: The marker file in every output folder the tool writes: ``--overwrite`` replaces only folders holding it.
+#: The marker file in every output folder the tool writes, with the manifest of what the tool wrote there:
+#: ``--overwrite`` replaces only folders holding it and nothing else.
 #: Readers ignore it: the Hub-layout check allows it in a dataset's root, ``push`` does not upload it, and
 #: model loading and merges never read hidden files.
 MARKER = ".hf_unified_embed_output"
@@ -70,34 +77,116 @@ _TOOL_JSON_KEYS = (
     frozenset({"model", "suite", "results", "table", "model-index"}),
     frozenset({"version", "tasks", "order", "similarity", "score"}),
 )
-_MARKER_TEXT = (
-    "This folder was written by hf-unified-embed; `--overwrite` may replace it.\n"
-    "Without this file the tool never deletes or replaces the folder.\n"
+_MARKER_NOTE = (
+    "This folder was written by hf-unified-embed; `--overwrite` may replace it, and only while it holds "
+    "nothing but the files listed here, at these sizes. Without this file the tool never deletes or "
+    "replaces the folder."
 )
+#: Foreign files named in a refusal; the rest are counted.
+_NAMED = 5
+_FOREIGN = "holds files this tool did not write: "
 
 
 def _is_empty(path: Path) -> bool:
     return (path.is_dir() and not any(path.iterdir())) or (path.is_file() and path.stat().st_size == 0)
 
 
+def _contents(folder: Path) -> dict[str, int]:
+    """Every entry under ``folder`` but the marker: ``{relative path: size}`` (folders -1; links are entries)."""
+    entries: dict[str, int] = {}
+    for root, folders, files in os.walk(folder):
+        base = Path(root)
+        for name in folders + files:
+            path = base / name
+            relative = path.relative_to(folder).as_posix()
+            if relative == MARKER:
+                continue
+            info = path.lstat()
+            entries[relative] = -1 if stat.S_ISDIR(info.st_mode) else info.st_size
+    return entries
+
+
+def _manifest(folder: Path) -> dict[str, int] | None:
+    """The files the tool recorded in ``folder``'s marker, or ``None`` for a marker without a valid manifest."""
+    try:
+        data = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    files = data.get("files") if isinstance(data, dict) and data.get(JSON_MARKER[0]) == JSON_MARKER[1] else None
+    if not isinstance(files, dict) or not all(
+        isinstance(size, int) and not isinstance(size, bool) for size in files.values()
+    ):
+        return None
+    return files
+
+
+def _write_manifest(folder: Path, files: dict[str, int]) -> None:
+    key, value = JSON_MARKER
+    text = json.dumps({key: value, "note": _MARKER_NOTE, "files": dict(sorted(files.items()))}, indent=1)
+    (folder / MARKER).write_text(text + "\n", encoding="utf-8")
+
+
 def mark_output(folder: str | Path) -> None:
-    """Leave the :data:`MARKER` in ``folder``: an output of this tool that a later ``--overwrite`` may replace."""
-    marker = Path(folder) / MARKER
-    if not marker.is_file():
-        marker.write_text(_MARKER_TEXT, encoding="utf-8")
+    """Leave the :data:`MARKER` in ``folder`` with the manifest of what it holds now (every path and size):
+    an output of this tool that a later ``--overwrite`` may replace while it holds only those files."""
+    folder = Path(folder)
+    _write_manifest(folder, _contents(folder))
 
 
-def written_by_tool(path: str | Path) -> bool:
-    """Whether ``path`` is an output this tool wrote: a folder holding :data:`MARKER`, a JSON file with the
-    :data:`JSON_MARKER` key (or all the top-level keys of evaluation results or of a curriculum plan), or a
-    file in a folder holding the marker."""
+def record_written(path: str | Path) -> None:
+    """Add a file the tool has just written into one of its own folders to that folder's manifest."""
     path = Path(path)
-    if path.is_dir():
-        return (path / MARKER).is_file()
-    if not path.is_file():
-        return False
-    if (path.parent / MARKER).is_file():
-        return True
+    files = _manifest(path.parent) if (path.parent / MARKER).is_file() else None
+    if files is not None:
+        _write_manifest(path.parent, {**files, path.name: path.lstat().st_size})
+
+
+def _foreign(folder: Path, files: dict[str, int]) -> list[str]:
+    """The entries of ``folder`` that its manifest does not list at their size (changed files marked so); a
+    foreign folder is named only when nothing inside it is."""
+    found: list[str] = []
+    for relative, size in sorted(_contents(folder).items()):
+        if relative not in files:
+            found.append(relative)
+        elif files[relative] != size:
+            found.append(f"{relative} (changed since the tool wrote it)")
+    return [entry for entry in found if not any(other.startswith(f"{entry}/") for other in found)]
+
+
+def _named(paths: list[str]) -> str:
+    listed = ", ".join(paths[:_NAMED])
+    return listed if len(paths) <= _NAMED else f"{listed} and {len(paths) - _NAMED} more"
+
+
+def not_written_by_tool(path: str | Path) -> str | None:
+    """Why ``path`` is not wholly an output of this tool, or ``None`` when ``--overwrite`` may replace it.
+
+    A folder is the tool's when its :data:`MARKER` holds a manifest and the folder holds nothing else than
+    the files listed there, at their sizes; a file is the tool's when the manifest of the folder it lies in
+    lists it at its size, or when it is a JSON object carrying :data:`JSON_MARKER` (or all the top-level keys
+    of evaluation results or of a curriculum plan).
+    """
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        if not (path / MARKER).is_file():
+            return f"no {MARKER} marker in it"
+        files = _manifest(path)
+        if files is None:
+            return (
+                f"its {MARKER} marker, from an older version, does not list the files the tool wrote, so they "
+                "cannot be told from yours; delete the folder yourself if nothing in it is yours"
+            )
+        foreign = _foreign(path, files)
+        return f"{_FOREIGN}{_named(foreign)}" if foreign else None
+    if not path.is_file() or path.is_symlink():
+        return "not a result file of this tool"
+    files = _manifest(path.parent) if (path.parent / MARKER).is_file() else None
+    if files is not None:
+        return None if files.get(path.name) == path.stat().st_size else "not a file this tool wrote in its folder"
+    return None if _tool_json(path) else "not a result file of this tool"
+
+
+def _tool_json(path: Path) -> bool:
     try:
         with path.open("rb") as handle:
             if handle.read(1) != b"{":  # only a JSON object can carry the key; skip reading anything else
@@ -109,6 +198,11 @@ def written_by_tool(path: str | Path) -> bool:
         return False
     key, value = JSON_MARKER
     return data.get(key) == value or any(data.keys() >= keys for keys in _TOOL_JSON_KEYS)
+
+
+def written_by_tool(path: str | Path) -> bool:
+    """Whether ``--overwrite`` may replace ``path`` (:func:`not_written_by_tool` has no objection)."""
+    return not_written_by_tool(path) is None
 
 
 def _protected(absolute: Path) -> str | None:
@@ -134,7 +228,7 @@ def check_location(target: str | Path, *, inputs: Iterable[str | Path] = ()) -> 
     current folder and the folders above it, the home folder, ``/`` and the inputs; return the absolute path."""
     if not str(target).strip():
         raise OutputError(
-            f"output path {str(target)!r} is empty; give the folder or file to write (is a shell variable unset?)"
+            f"output path {shown(str(target))} is empty; give the folder or file to write (is a shell variable unset?)"
         )
     absolute = Path(target).absolute()
     why = _protected(absolute)
@@ -145,6 +239,11 @@ def check_location(target: str | Path, *, inputs: Iterable[str | Path] = ()) -> 
 
 
 def _check_kind(target: Path, kind: Literal["folder", "file"]) -> None:
+    if target.is_symlink():
+        # Replacing a link would replace the link, not what it points at (an input, a folder of the user's).
+        where = os.readlink(target)
+        state = "" if target.exists() else ", which does not exist"
+        raise OutputError(f"output {target} is a symbolic link (to {where}{state}); give a real path to write")
     if kind == "folder" and target.exists() and not target.is_dir():
         raise OutputError(f"output {target} exists and is not a folder")
     if kind == "file" and target.is_dir():
@@ -153,15 +252,16 @@ def _check_kind(target: Path, kind: Literal["folder", "file"]) -> None:
 
 def check_target(target: Path, *, overwrite: bool, kind: Literal["folder", "file"] = "folder") -> None:
     """Refuse a target of the wrong kind, an existing non-empty one without ``overwrite``, and one this tool
-    did not write (:func:`written_by_tool`), which ``overwrite`` does not replace either."""
+    did not write wholly (:func:`not_written_by_tool`), which ``overwrite`` does not replace either."""
     _check_kind(target, kind)
     if not target.exists() or _is_empty(target):
         return
-    ours = written_by_tool(target)
-    if ours and overwrite:
-        return
-    why = f"no {MARKER} marker in it" if kind == "folder" else "not a result file of this tool"
-    if ours:
+    why = not_written_by_tool(target)
+    if why is not None and why.startswith(_FOREIGN):  # --overwrite or not: the user's files are never replaced
+        raise OutputError(f"output {target} {why}; move them or choose another output")
+    if why is None:
+        if overwrite:
+            return
         raise OutputExistsError(
             f"output {target} exists and is not empty; pass --overwrite (overwrite=True) to replace it"
         )
@@ -221,7 +321,7 @@ def remove_stale_staging(target: Path) -> list[Path]:
         if not match or match["name"] != target.name or match["host"] != host:
             continue
         pid = int(match["pid"])
-        if pid == os.getpid() or psutil.pid_exists(pid):
+        if pid == os.getpid() or psutil.pid_exists(pid) or (candidate / _KEPT).exists():
             continue
         replaced = candidate / _REPLACED
         if replaced.exists() and not target.exists():
@@ -229,6 +329,17 @@ def remove_stale_staging(target: Path) -> list[Path]:
         shutil.rmtree(candidate, ignore_errors=True)
         removed.append(candidate)
     return removed
+
+
+def _follow_umask(path: Path) -> None:
+    """Give files written private (``0600``: transformers writes weights through a temporary file) the mode
+    every other file of the output gets from the umask, so that whoever may read the folder may read them."""
+    mask = os.umask(0)
+    os.umask(mask)
+    mode = 0o666 & ~mask
+    for file in [path] if path.is_file() else path.rglob("*"):
+        if file.is_file() and not file.is_symlink() and stat.S_IMODE(file.stat().st_mode) == 0o600 != mode:
+            file.chmod(mode)
 
 
 class StagedOutput:
@@ -265,13 +376,23 @@ class StagedOutput:
     def __enter__(self) -> StagedOutput:
         try:
             self.target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise OutputError(f"cannot write the output {self.target}: {error.strerror} ({error.filename})") from None
+        # One writer per output, from here to the end: a second command stops now, not after its work.
+        self._lock = OutputLock(self.target).__enter__()
+        try:
+            check_target(self.target, overwrite=self.overwrite, kind=self.kind)  # the holder may have written it
             remove_stale_staging(self.target)
             self.root.mkdir()
             self.scratch.mkdir()
             if self.kind == "folder":
                 self.path.mkdir()
         except OSError as error:
+            self._lock.release()
             raise OutputError(f"cannot write the output {self.target}: {error.strerror} ({error.filename})") from None
+        except BaseException:
+            self._lock.release()
+            raise
         return self
 
     def __exit__(
@@ -281,16 +402,31 @@ class StagedOutput:
             if exc_type is None:
                 self.commit()
         finally:
-            shutil.rmtree(self.root, ignore_errors=True)
+            if not (self.root / _KEPT).exists():
+                shutil.rmtree(self.root, ignore_errors=True)
+            self._lock.release()
 
     def commit(self) -> None:
-        """Scrub secrets, then move the staged result to the target (the old one aside, then deleted)."""
+        """Scrub secrets, then move the staged result to the target (the old one aside, then deleted).
+
+        When the final move fails, the finished result stays in the staging folder, which the
+        :class:`~hf_unified_embed.errors.OutputError` names: nothing finished is thrown away.
+        """
         if not self.path.exists():
             raise OutputError(f"nothing was written for {self.target}")
         scrub_folder(self.path)
+        _follow_umask(self.path)
         if self.kind == "folder":
             mark_output(self.path)  # a later --overwrite may replace this folder, and only such folders
         check_target(self.target, overwrite=self.overwrite, kind=self.kind)  # something may have appeared meanwhile
-        if self.target.exists():
-            self.target.rename(self.root / _REPLACED)
-        self.path.rename(self.target)
+        try:
+            if self.target.exists():
+                self.target.rename(self.root / _REPLACED)
+            self.path.rename(self.target)
+        except OSError as error:
+            (self.root / _KEPT).write_text(f"{self.target}\n", encoding="utf-8")  # not a stale stage: never removed
+            raise OutputError(
+                f"cannot move the finished output into {self.target}: {error.strerror}; it is kept at {self.path}"
+            ) from None
+        if self.kind == "file":
+            record_written(self.target)  # a file the tool adds to one of its folders stays the tool's

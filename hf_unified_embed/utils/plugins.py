@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from hf_unified_embed.errors import shown
+
 
 def is_import_path(name: str) -> bool:
     """Whether ``name`` has the ``package.module:Name`` form."""
@@ -21,12 +23,12 @@ def import_object(name: str, error: type[Exception], what: str) -> Any:
     """The object ``package.module:Name``; ``error`` (naming ``what``) if the module or name is missing."""
     module_name, _, attribute = name.partition(":")
     if not is_import_path(name):
-        raise error(f"{what} {name!r}: expected 'package.module:Name'")
+        raise error(f"{what} {shown(name)}: expected 'package.module:Name'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as problem:
-        raise error(f"{what} {name!r}: cannot import module {module_name!r} ({problem})") from problem
+        raise error(f"{what} {shown(name)}: cannot import module {shown(module_name)} ({problem})") from problem
     try:
         return getattr(module, attribute)
     except AttributeError:
-        raise error(f"{what} {name!r}: module {module_name!r} has no attribute {attribute!r}") from None
+        raise error(f"{what} {shown(name)}: module {shown(module_name)} has no attribute {shown(attribute)}") from None

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from hf_unified_embed.errors import SourceFormatError
+from hf_unified_embed.errors import SourceFormatError, shown
 from hf_unified_embed.utils.locations import looks_local
 
 Quoting = Literal[0, 1, 2, 3]  # csv.QUOTE_MINIMAL, QUOTE_ALL, QUOTE_NONNUMERIC, QUOTE_NONE
@@ -170,7 +170,11 @@ def column_positions(header: Sequence[str], columns: Sequence[str], *, file: Pat
     for column in columns:
         if column not in header:
             raise SourceFormatError(
-                f"column {column!r} not in header {list(header)}", file=file, line=1, field=column, expected=expected
+                f"column {shown(column)} not in header {list(header)}",
+                file=file,
+                line=1,
+                field=column,
+                expected=expected,
             )
         positions[column] = header.index(column)
     return positions
@@ -267,7 +271,7 @@ def iter_table_records(
         yield from iter_parquet_records(path, batch_size=batch_size)
     else:
         raise SourceFormatError(
-            f"unsupported file type {suffix!r}", file=path, expected=".jsonl/.json, .csv/.tsv or .parquet"
+            f"unsupported file type {shown(suffix)}", file=path, expected=".jsonl/.json, .csv/.tsv or .parquet"
         )
 
 
@@ -331,7 +335,9 @@ def record_text(record: dict[str, Any], column: str, *, file: str | Path, line: 
 def require_text(value: Any, *, file: str | Path, line: int, field: str) -> str:
     """A non-empty string with surrounding whitespace removed."""
     if not isinstance(value, str) or not value.strip():
-        raise SourceFormatError(f"got {value!r}", file=file, line=line, field=field, expected="a non-empty string")
+        raise SourceFormatError(
+            f"got {shown(value)}", file=file, line=line, field=field, expected="a non-empty string"
+        )
     return value.strip()
 
 
@@ -339,7 +345,9 @@ def score_bounds(score_range: Sequence[float]) -> tuple[float, float]:
     """``(low, high)`` of a ``score_range`` option; ``high > low`` or an error naming the option."""
     low, high = float(score_range[0]), float(score_range[1])
     if not high > low:
-        raise SourceFormatError(f"got {score_range!r}", field="score_range", expected="[low, high] with high > low")
+        raise SourceFormatError(
+            f"got {shown(score_range)}", field="score_range", expected="[low, high] with high > low"
+        )
     return low, high
 
 
@@ -351,7 +359,7 @@ def parse_score(value: Any, *, file: str | Path, line: int, field: str, low: flo
         score = math.nan
     if not math.isfinite(score) or not low <= score <= high:
         raise SourceFormatError(
-            f"got {value!r}", file=file, line=line, field=field, expected=f"a number in [{low:g}, {high:g}]"
+            f"got {shown(value)}", file=file, line=line, field=field, expected=f"a number in [{low:g}, {high:g}]"
         )
     return (score - low) / (high - low)
 

@@ -9,6 +9,8 @@ from typing import Any
 import jinja2
 import yaml
 
+from hf_unified_embed.errors import shown
+
 
 def templates_dir() -> Path:
     """Where the card templates are: inside the installed package, or ``cards/`` of a source checkout."""
@@ -26,7 +28,7 @@ def template_path(name: str) -> Path:
     """Full path of a card template such as ``dataset_card.md.j2``."""
     path = templates_dir() / name
     if not path.is_file():
-        raise FileNotFoundError(f"no card template {name!r} in {templates_dir()}")
+        raise FileNotFoundError(f"no card template {shown(name)} in {templates_dir()}")
     return path
 
 

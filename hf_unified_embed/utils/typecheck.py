@@ -28,6 +28,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any, cast
 
+from hf_unified_embed.errors import shown
+
 
 def type_problem(annotation: Any, value: Any) -> str | None:
     """Why ``value`` does not fit ``annotation`` (pydantic's strict check), or ``None``.
@@ -52,7 +54,7 @@ def type_problem(annotation: Any, value: Any) -> str | None:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         # pydantic reports every member's failure; the annotation itself says it in a few words.
         return "input should be " + " or ".join(_in_words(member) for member in typing.get_args(annotation))
-    location = "".join(f"[{part!r}]" for part in errors[0]["loc"])
+    location = "".join(f"[{shown(part)}]" for part in errors[0]["loc"])
     return f"{location} {errors[0]['msg'][0].lower()}{errors[0]['msg'][1:]}".strip()
 
 
@@ -186,5 +188,5 @@ def mismatched_field(cls: Hashable, values: Mapping[str, Any]) -> tuple[str, str
         if key in annotations:
             problem = type_problem(annotations[key], value)
             if problem:
-                return key, f"{problem}, got {value!r}"
+                return key, f"{problem}, got {shown(value)}"
     return None

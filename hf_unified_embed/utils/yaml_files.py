@@ -168,6 +168,8 @@ def read_yaml_mapping(path: str | Path, error: type[Exception]) -> dict[str, Any
     it, so that each command reports it as an input error rather than a traceback.
     """
     path = Path(path)
+    if path.is_dir():
+        raise error(f"{path}: is a folder; give the YAML file itself")
     if not path.is_file():
         raise error(f"{path}: file does not exist")
     raw = path.read_bytes()

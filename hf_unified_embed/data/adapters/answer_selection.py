@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
+from hf_unified_embed.errors import shown
 from hf_unified_embed.utils.readers import (
     Quoting,
     TableBatch,
@@ -131,11 +132,11 @@ def _runs(
         label = fields[positions[label_column]].strip()
         if label not in (options["positive_label"], options["negative_label"]):
             raise SourceFormatError(
-                f"got {label!r}",
+                f"got {shown(label)}",
                 file=path,
                 line=line,
                 field=label_column,
-                expected=f"{options['positive_label']!r} or {options['negative_label']!r}",
+                expected=f"{shown(options['positive_label'])} or {shown(options['negative_label'])}",
             )
         if group is None or question != group[1]:
             if group is not None:
@@ -189,7 +190,7 @@ def read_answer_selection(
     are still skipped, their paragraph holds no answer.
     """
     if quoting not in _QUOTING:
-        raise SourceFormatError(f"got {quoting!r}", field="quoting", expected=f"one of {list(_QUOTING)}")
+        raise SourceFormatError(f"got {shown(quoting)}", field="quoting", expected=f"one of {list(_QUOTING)}")
     options = {
         "delimiter": delimiter,
         "quoting": quoting,

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
+from hf_unified_embed.errors import shown
 from hf_unified_embed.utils.readers import (
     TableBatch,
     TextChunk,
@@ -119,11 +120,11 @@ def _qrels(
             if line == 1:  # the usual "query-id corpus-id score" header
                 continue
             raise SourceFormatError(
-                f"got {fields[2]!r}", file=path, line=line, field="score", expected="a number"
+                f"got {shown(fields[2])}", file=path, line=line, field="score", expected="a number"
             ) from None
         if not math.isfinite(grade):
             raise SourceFormatError(
-                f"got {fields[2]!r}", file=path, line=line, field="score", expected="a finite number"
+                f"got {shown(fields[2])}", file=path, line=line, field="score", expected="a finite number"
             )
         if grade > 0:
             yield fields[0], fields[1], _POSITIVE, grade, file_index, line
@@ -298,7 +299,7 @@ def _rows(
         first = members[0]
         if query is None:
             raise SourceFormatError(
-                f"query id {first[8]!r} is not in {paths['queries'].name}",
+                f"query id {shown(first[8])} is not in {paths['queries'].name}",
                 file=join.files[first[6]],
                 line=first[7],
                 field="query-id",
@@ -310,7 +311,7 @@ def _rows(
         for _, _, corpus_id, text, kind, grade, file_index, line in (member[:8] for member in members):
             if text is None:
                 raise SourceFormatError(
-                    f"corpus id {corpus_id!r} is not in corpus.jsonl",
+                    f"corpus id {shown(corpus_id)} is not in corpus.jsonl",
                     file=join.files[file_index],
                     line=line,
                     field="corpus-id",

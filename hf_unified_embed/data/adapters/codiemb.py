@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
+from hf_unified_embed.errors import shown
 from hf_unified_embed.utils.readers import iter_json_records, require_text, table_reader
 
 _TASK_TYPES = {"ir": "retrieval", "sts": "sts"}
@@ -23,7 +24,7 @@ _TASK_TYPES = {"ir": "retrieval", "sts": "sts"}
 def _text(value: Any, path: Path, line: int, field: str) -> tuple[str, str]:
     if not isinstance(value, list) or len(value) != 3 or not all(isinstance(part, str) for part in value):
         raise SourceFormatError(
-            f"got {value!r}",
+            f"got {shown(value)}",
             file=path,
             line=line,
             field=field,
@@ -40,7 +41,7 @@ def _scores(record: dict[str, Any], field: str, count: int, path: Path, line: in
         not isinstance(s, (int, float)) or not math.isfinite(s) or not 0 <= s <= 1 for s in scores
     ):
         raise SourceFormatError(
-            f"got {scores!r}", file=path, line=line, field=field, expected="a list of numbers in [0, 1]"
+            f"got {shown(scores)}", file=path, line=line, field=field, expected="a list of numbers in [0, 1]"
         )
     if len(scores) not in (0, count):
         raise SourceFormatError(
@@ -60,7 +61,7 @@ def read_codiemb(files: Sequence[Path], context: AdapterContext) -> Iterator[Sou
             task_type = _TASK_TYPES.get(record.get("task_type"))  # type: ignore[arg-type]
             if task_type is None:
                 raise SourceFormatError(
-                    f"got {record.get('task_type')!r}",
+                    f"got {shown(record.get('task_type'))}",
                     file=path,
                     line=line,
                     field="task_type",

@@ -23,7 +23,7 @@ import datasets
 from datasets.exceptions import DatasetGenerationError, DatasetNotFoundError
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
-from hf_unified_embed.errors import InputError, InputNotFoundError, one_line
+from hf_unified_embed.errors import InputError, InputNotFoundError, one_line, shown
 from hf_unified_embed.utils.readers import (
     parse_score,
     record_field,
@@ -53,9 +53,9 @@ def _folder_hint(path: Path | str) -> str:
         kind = "it looks like a model folder"
     else:
         kind = "it holds"
-    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    listed = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
     return (
-        f" ({kind}: {shown}; a hub source needs a Hub dataset id or a folder of parquet/json/csv data files,"
+        f" ({kind}: {listed}; a hub source needs a Hub dataset id or a folder of parquet/json/csv data files,"
         " or one written by Dataset.save_to_disk)"
     )
 
@@ -70,7 +70,7 @@ def open_dataset(
     cache_dir: Path | None = None,
 ) -> Iterable[dict[str, Any]]:
     """The records of one split: ``load_from_disk`` for a saved dataset, else ``datasets.load_dataset``."""
-    where = f"dataset {str(path)!r}" + (f", config {config!r}" if config else "") + f", split {split!r}"
+    where = f"dataset {shown(str(path))}" + (f", config {shown(config)}" if config else "") + f", split {shown(split)}"
     try:
         if isinstance(path, Path) and _is_saved_dataset(path):
             dataset = datasets.load_from_disk(str(path))

@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
+from hf_unified_embed.errors import shown
 from hf_unified_embed.utils.readers import iter_json_records, require_text, table_reader
 
 
 def _pair(value: Any, path: Path, line: int, field: str) -> tuple[str, str]:
     if not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], str):
-        raise SourceFormatError(f"got {value!r}", file=path, line=line, field=field, expected="[instruction, text]")
+        raise SourceFormatError(
+            f"got {shown(value)}", file=path, line=line, field=field, expected="[instruction, text]"
+        )
     return value[0].strip(), require_text(value[1], file=path, line=line, field=field)
 
 
@@ -37,7 +40,7 @@ def read_medi(
             task = record.get("task_name")
             if not isinstance(task, str) or not task.strip():
                 raise SourceFormatError(
-                    f"got {task!r}", file=path, line=line, field="task_name", expected="a task name"
+                    f"got {shown(task)}", file=path, line=line, field="task_name", expected="a task name"
                 )
             if wanted is not None and task not in wanted:
                 context.skip("task not selected")

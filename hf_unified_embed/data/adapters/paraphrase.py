@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
+from hf_unified_embed.errors import shown
 from hf_unified_embed.utils.readers import (
     TableBatch,
     column_positions,
@@ -60,7 +61,7 @@ def _rows(
         label = fields[positions[label_column]].strip()
         if label not in ("0", "1"):
             raise SourceFormatError(
-                f"got {label!r}", file=path, line=line, field=label_column, expected="1 (paraphrase) or 0"
+                f"got {shown(label)}", file=path, line=line, field=label_column, expected="1 (paraphrase) or 0"
             )
         if positives_only and label == "0":
             context.skip(_NOT_PARAPHRASE)

@@ -40,7 +40,7 @@ from typing import Any, ClassVar, Protocol, TypeVar, cast
 from datasets import Dataset
 from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
 
-from hf_unified_embed.errors import SuiteError
+from hf_unified_embed.errors import SuiteError, shown
 from hf_unified_embed.schema import TASK_TYPES
 from hf_unified_embed.utils.plugins import import_object, is_import_path
 from hf_unified_embed.utils.typecheck import constructor_parameters, type_problem
@@ -138,17 +138,17 @@ class EvaluationKind(ABC):
         allowed = self.allowed_options()
         for key, value in options.items():
             if key in constructor_parameters(cast(Hashable, self.evaluator_class)) and key not in allowed:
-                raise SuiteError(f"option {key!r} is set by kind {self.name!r} itself")
+                raise SuiteError(f"option {shown(key)} is set by kind {shown(self.name)} itself")
             if key not in allowed:
                 close = difflib.get_close_matches(str(key), allowed, n=1)
-                hint = f"did you mean {close[0]!r}? " if close else ""
+                hint = f"did you mean {shown(close[0])}? " if close else ""
                 raise SuiteError(
-                    f"{self.evaluator_class.__name__} has no option {key!r}; {hint}options of kind {self.name!r}: "
+                    f"{self.evaluator_class.__name__} has no option {shown(key)}; {hint}options of kind {shown(self.name)}: "
                     f"{', '.join(sorted(allowed))}"
                 )
             problem = type_problem(allowed[key], value)
             if problem:
-                raise SuiteError(f"option {key!r}: {problem}, got {value!r}")
+                raise SuiteError(f"option {shown(key)}: {problem}, got {shown(value)}")
 
     def evaluator(self, entry: SuiteEntry, rows: Dataset, *, batch_size: int, data_root: Path | None) -> BaseEvaluator:
         """The evaluator of ``entry``: options assembled, :meth:`build_evaluator`, primary metric set."""
@@ -168,7 +168,7 @@ class EvaluationKind(ABC):
         except (TypeError, ValueError) as error:
             # The options passed check_options, so what remains is a value the constructor rejects.
             raise SuiteError(
-                f"entry {entry.name!r}, field 'evaluator': {self.evaluator_class.__name__} refused the options: {error}"
+                f"entry {shown(entry.name)}, field 'evaluator': {self.evaluator_class.__name__} refused the options: {error}"
             ) from error
 
 
@@ -195,24 +195,24 @@ EVALUATION_KINDS: dict[str, type[EvaluationKind]] = {}
 def check_kind_class(cls: Any, what: str) -> type[EvaluationKind]:
     """``cls`` if it is a complete :class:`EvaluationKind` subclass, else a :class:`SuiteError` naming ``what``."""
     if not (isinstance(cls, type) and issubclass(cls, EvaluationKind)):
-        raise SuiteError(f"{what}: {cls!r} is not an EvaluationKind subclass")
+        raise SuiteError(f"{what}: {shown(cls)} is not an EvaluationKind subclass")
     if inspect.isabstract(cls):
         raise SuiteError(f"{what}: {cls.__name__} does not implement {sorted(cls.__abstractmethods__)}")
     for attribute in ("name", "task_type", "evaluator_class", "primary_metric"):
         if not hasattr(cls, attribute):
-            raise SuiteError(f"{what}: {cls.__name__} does not set {attribute!r}")
+            raise SuiteError(f"{what}: {cls.__name__} does not set {shown(attribute)}")
     if cls.task_type not in TASK_TYPES:
-        raise SuiteError(f"{what}: {cls.__name__}.task_type {cls.task_type!r} is not one of {list(TASK_TYPES)}")
+        raise SuiteError(f"{what}: {cls.__name__}.task_type {shown(cls.task_type)} is not one of {list(TASK_TYPES)}")
     return cls
 
 
 def register_evaluation_kind(cls: KindT) -> KindT:
     """Class decorator adding a kind to :data:`EVALUATION_KINDS` under its ``name``."""
-    check_kind_class(cls, f"evaluation kind {getattr(cls, 'name', cls)!r}")
+    check_kind_class(cls, f"evaluation kind {shown(getattr(cls, 'name', cls))}")
     registered = EVALUATION_KINDS.get(cls.name)
     if registered is not None and registered is not cls:
         raise SuiteError(
-            f"evaluation kind {cls.name!r} is already registered by {registered.__module__}.{registered.__qualname__}"
+            f"evaluation kind {shown(cls.name)} is already registered by {registered.__module__}.{registered.__qualname__}"
         )
     EVALUATION_KINDS[cls.name] = cls
     return cls
@@ -221,9 +221,9 @@ def register_evaluation_kind(cls: KindT) -> KindT:
 def get_evaluation_kind(name: Any) -> EvaluationKind:
     """The kind a suite entry names: a registered name or ``package.module:Class``."""
     if isinstance(name, str) and is_import_path(name):
-        return check_kind_class(import_object(name, SuiteError, "evaluation kind"), f"evaluation kind {name!r}")()
+        return check_kind_class(import_object(name, SuiteError, "evaluation kind"), f"evaluation kind {shown(name)}")()
     if isinstance(name, str) and name in EVALUATION_KINDS:
         return EVALUATION_KINDS[name]()
     raise SuiteError(
-        f"got {name!r}; expected one of {sorted(EVALUATION_KINDS)} or 'package.module:Class' (an EvaluationKind)"
+        f"got {shown(name)}; expected one of {sorted(EVALUATION_KINDS)} or 'package.module:Class' (an EvaluationKind)"
     )

@@ -46,7 +46,7 @@ from datasets import Dataset
 from scipy.stats import spearmanr
 from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
 
-from hf_unified_embed.errors import SuiteError
+from hf_unified_embed.errors import SuiteError, shown
 from hf_unified_embed.evaluation.inputs import read_corpus_files
 from hf_unified_embed.evaluation.kinds.evaluation_kind import EvaluationKind, register_evaluation_kind
 
@@ -226,10 +226,12 @@ class ForgettingKind(EvaluationKind):
     ) -> BaseEvaluator:
         max_texts = options.pop("max_texts", 2000)
         if isinstance(max_texts, bool) or max_texts < 2:
-            raise SuiteError(f"entry {entry.name!r}, field 'evaluator': max_texts must be at least 2, got {max_texts}")
+            raise SuiteError(
+                f"entry {shown(entry.name)}, field 'evaluator': max_texts must be at least 2, got {max_texts}"
+            )
         if options.get("reference") is None:
             raise SuiteError(
-                f"entry {entry.name!r}, field 'evaluator': kind 'forgetting' needs 'reference' (the base model "
+                f"entry {shown(entry.name)}, field 'evaluator': kind 'forgetting' needs 'reference' (the base model "
                 "to compare with: a path or Hub id)"
             )
         corpus_files = entry.corpus_files

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from hf_unified_embed.errors import LossOptionError
+from hf_unified_embed.errors import LossOptionError, shown
 from hf_unified_embed.losses.gradcache.minibatches import plan_minibatches, select_rows
 from hf_unified_embed.losses.gradcache.protocol import CachedLoss
 
@@ -113,7 +113,7 @@ def _default_budget(loss: CachedLoss, device: torch.device) -> tuple[int, str]:
         source = "available RAM"
     else:
         raise LossOptionError(
-            f"mini_batch 'auto' cannot read the free memory of a {device.type!r} device; give "
+            f"mini_batch 'auto' cannot read the free memory of a {shown(device.type)} device; give "
             "mini_batch_memory_budget (bytes) or a fixed mini_batch_size / mini_batch_num_tokens."
         )
     budget = int(SAFETY * (free - OPTIMISER_BYTES_PER_PARAMETER_BYTE * trainable))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from scipy.special import expit
 
-from hf_unified_embed.errors import MergeError
+from hf_unified_embed.errors import MergeError, shown
 from hf_unified_embed.merge.methods.merge_method import LayerGroups, LinearMergeMethod
 from hf_unified_embed.merge.methods.registry import register_merge_method
 
@@ -99,7 +99,7 @@ class Hierarchical(LinearMergeMethod):
             or not isinstance(self.temperature, (int, float))
             or self.temperature <= 0
         ):
-            raise MergeError(f"hierarchical: temperature must be a positive number, got {self.temperature!r}")
+            raise MergeError(f"hierarchical: temperature must be a positive number, got {shown(self.temperature)}")
         specialists = {"base": self.base, "ir_specialist": self.ir_specialist, "sts_specialist": self.sts_specialist}
         if self.deltas is None:
             missing = [key for key, value in specialists.items() if value is None]
@@ -181,7 +181,7 @@ class Hierarchical(LinearMergeMethod):
         for group in groups:
             if group not in norms[IR] or group not in norms[STS]:
                 raise MergeError(
-                    f"hierarchical: deltas give no value for layer group {group!r}; groups: {list(groups)}"
+                    f"hierarchical: deltas give no value for layer group {shown(group)}; groups: {list(groups)}"
                 )
         self._w_ir = {group: fusion_weights(norms[IR][group], norms[STS][group], self.temperature) for group in groups}
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from hf_unified_embed.errors import MergeError
+from hf_unified_embed.errors import MergeError, shown
 from hf_unified_embed.utils.typecheck import mismatched_field
 
 if TYPE_CHECKING:
@@ -77,14 +77,14 @@ class MergeMethod(ABC):
         unknown = sorted(set(params) - set(known))
         if unknown:
             raise MergeError(
-                f"method {cls.name!r} has no parameter {unknown[0]!r}; its parameters: {', '.join(known)}"
+                f"method {shown(cls.name)} has no parameter {shown(unknown[0])}; its parameters: {', '.join(known)}"
             )
         if mismatch := mismatched_field(cls, params):
-            raise MergeError(f"method {cls.name!r}: parameter {mismatch[0]!r}: {mismatch[1]}")
+            raise MergeError(f"method {shown(cls.name)}: parameter {shown(mismatch[0])}: {mismatch[1]}")
         try:
             return cls(models=[Path(model) for model in models], **params)
         except TypeError as error:  # a parameter of the wrong type (a number where a path is expected…)
-            raise MergeError(f"method {cls.name!r}: invalid parameter value: {error}") from error
+            raise MergeError(f"method {shown(cls.name)}: invalid parameter value: {error}") from error
 
     def input_paths(self) -> list[Path]:
         """Every checkpoint this method reads (models first, then bases and specialists)."""
@@ -195,10 +195,10 @@ def check_weights(method: str, weights: Sequence[float] | float, count: int, wha
     elif isinstance(weights, Sequence) and not isinstance(weights, str):
         values = list(weights)
     else:
-        raise MergeError(f"{method}: weights must be a number or a list of numbers, got {weights!r}")
+        raise MergeError(f"{method}: weights must be a number or a list of numbers, got {shown(weights)}")
     if len(values) != count:
         raise MergeError(f"{method}: got {len(values)} weights for {count} {what}")
     for index, weight in enumerate(values):
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
-            raise MergeError(f"{method}: weight {index} must be a finite number, got {weight!r}")
+            raise MergeError(f"{method}: weight {index} must be a finite number, got {shown(weight)}")
     return [float(weight) for weight in values]

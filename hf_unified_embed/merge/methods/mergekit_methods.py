@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from hf_unified_embed.errors import MergeError
+from hf_unified_embed.errors import MergeError, shown
 from hf_unified_embed.merge.layers import layer_positions
 from hf_unified_embed.merge.methods.merge_method import (
     LayerGroups,
@@ -109,19 +109,19 @@ class MergekitMethod(TensorMergeMethod):
         unknown = sorted(set(params) - specs - set(OWN_PARAMETERS))
         if unknown:
             known = ", ".join([*OWN_PARAMETERS, *sorted(specs)])
-            raise MergeError(f"method {cls.name!r} has no parameter {unknown[0]!r}; its parameters: {known}")
+            raise MergeError(f"method {shown(cls.name)} has no parameter {shown(unknown[0])}; its parameters: {known}")
         own = {key: params[key] for key in OWN_PARAMETERS if key in params}
         settings = {key: value for key, value in params.items() if key not in OWN_PARAMETERS}
         try:
             return cls(models=[Path(model) for model in models], settings=settings, **own)
         except TypeError as error:
-            raise MergeError(f"method {cls.name!r}: invalid parameter value: {error}") from error
+            raise MergeError(f"method {shown(cls.name)}: invalid parameter value: {error}") from error
 
     def __post_init__(self) -> None:
         super().__post_init__()
         contract = self.kernel().spec.contract
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise MergeError(f"{self.name}: seed must be an integer, got {self.seed!r}")
+            raise MergeError(f"{self.name}: seed must be an integer, got {shown(self.seed)}")
         if isinstance(self.base, int) and not isinstance(self.base, bool):
             if not 0 <= self.base < len(self.models):
                 raise MergeError(f"{self.name}: base index {self.base} is out of range for {len(self.models)} models")
@@ -152,7 +152,7 @@ class MergekitMethod(TensorMergeMethod):
             value = self.settings.get(spec.name, SENTENCE_TRANSFORMERS_DEFAULTS.get(spec.name))
             if value is None:
                 if spec.required:
-                    raise MergeError(f"{self.name} needs the parameter {spec.name!r}")
+                    raise MergeError(f"{self.name} needs the parameter {shown(spec.name)}")
                 continue
             if spec.scope.value == "shared":
                 leaves = [value]
@@ -170,7 +170,7 @@ class MergekitMethod(TensorMergeMethod):
                     try:
                         evaluate_setting("", _setting(leaf), position, validate=spec.validate)
                     except (ValueError, TypeError) as error:
-                        raise MergeError(f"{self.name}: invalid {spec.name} {leaf!r}: {error}") from None
+                        raise MergeError(f"{self.name}: invalid {spec.name} {shown(leaf)}: {error}") from None
             parameters[spec.name] = (spec, setting)
         return parameters
 
@@ -216,7 +216,7 @@ class MergekitMethod(TensorMergeMethod):
             try:
                 (result,) = self.kernel()((group_input,), parameters=parameters, dtype=dtype)
             except (ValueError, TypeError) as error:
-                raise MergeError(f"{self.name}: tensor {name!r}: {error}") from error
+                raise MergeError(f"{self.name}: tensor {shown(name)}: {error}") from error
         return result
 
     def group_weights(self, groups: LayerGroups) -> dict[str, dict[str, float]]:
@@ -257,7 +257,7 @@ def mergekit_method(name: str) -> type[MergekitMethod] | None:
     outside the declared range is an :class:`~hf_unified_embed.errors.IncompatibleStackError`.
     """
     if stack.installed_version("mergekit") is not None:
-        stack.check(f"merge method {name!r} (one of mergekit's)", stack.mergekit_needs())
+        stack.check(f"merge method {shown(name)} (one of mergekit's)", stack.mergekit_needs())
     if name not in mergekit_method_names():
         return None
     from mergekit import merge_methods

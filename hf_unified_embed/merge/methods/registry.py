@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from typing import TypeVar
 
-from hf_unified_embed.errors import MergeError
+from hf_unified_embed.errors import MergeError, shown
 from hf_unified_embed.merge.methods.merge_method import MergeMethod
 from hf_unified_embed.merge.methods.mergekit_methods import mergekit_method, mergekit_method_names
 from hf_unified_embed.utils.plugins import import_object, is_import_path
@@ -24,7 +24,7 @@ MERGE_METHODS: dict[str, type[MergeMethod]] = {}
 def register_merge_method(cls: MethodT) -> MethodT:
     """Class decorator adding a method to :data:`MERGE_METHODS` under its ``name``."""
     if cls.name in MERGE_METHODS:
-        raise ValueError(f"merge method {cls.name!r} is already registered")
+        raise ValueError(f"merge method {shown(cls.name)} is already registered")
     MERGE_METHODS[cls.name] = cls
     return cls
 
@@ -37,20 +37,22 @@ def available_merge_methods() -> list[str]:
 def get_merge_method(name: str) -> type[MergeMethod]:
     """A registered method, one of mergekit's, or a user's ``package.module:ClassName`` (a :class:`MergeMethod`)."""
     if not isinstance(name, str):
-        raise MergeError(f"method must be a name, got {name!r}")
+        raise MergeError(f"method must be a name, got {shown(name)}")
     if name in MERGE_METHODS:
         return MERGE_METHODS[name]
     if not is_import_path(name) and (from_mergekit := mergekit_method(name)) is not None:
         return from_mergekit
     if not is_import_path(name):
         raise MergeError(
-            f"unknown merge method {name!r}; available: {', '.join(available_merge_methods())} "
+            f"unknown merge method {shown(name)}; available: {', '.join(available_merge_methods())} "
             "(mergekit's methods need the 'merge' extra: pip install hf-unified-embed[merge]) "
             "or 'package.module:ClassName' for your own"
         )
     method = import_object(name, MergeError, "merge method")
     if not (isinstance(method, type) and issubclass(method, MergeMethod)) or inspect.isabstract(method):
-        raise MergeError(f"merge method {name!r} is not a concrete subclass of hf_unified_embed.merge.MergeMethod")
+        raise MergeError(
+            f"merge method {shown(name)} is not a concrete subclass of hf_unified_embed.merge.MergeMethod"
+        )
     if not isinstance(getattr(method, "name", None), str):
-        raise MergeError(f"merge method {name!r} has no class attribute 'name' (the name its card shows)")
+        raise MergeError(f"merge method {shown(name)} has no class attribute 'name' (the name its card shows)")
     return method

@@ -1,0 +1,289 @@
+"""Benchmark: the default recipe's training step against its float32 self and stock sentence-transformers.
+
+One command, one run, three rows side by side, each a real ``hf-unified-embed train`` of the shipped recipe
+(``examples/recipes/train.yaml``, through ``train_from_recipe``) on the same data, model and batch sizes:
+
+* ``float32`` — the recipe with the device defaults' precision turned off (``bf16: false``, ``tf32: false``);
+* ``defaults`` — the recipe as users run it: :func:`hf_unified_embed.device_training_args` (bf16 autocast
+  and TF32 on GPUs that compute them natively, pinned memory and dataloader workers on CUDA; nothing on the CPU);
+* ``stock`` — stock sentence-transformers at the same precision as ``defaults``: its
+  ``MultipleNegativesRankingLoss`` (retrieval) and ``CoSENTLoss`` (STS), its own ``PROPORTIONAL``
+  multi-dataset sampler, the same batch sizes and columns.
+
+For each: optimizer steps per second and samples (rows) per second over the timed steps (the first
+``--warmup`` are not timed: CUDA kernels, the sampler's plan), the peak memory (``torch.cuda.max_memory_allocated``
+on a GPU; the peak resident set of the process on the CPU — each row runs in a fresh process), and the
+ratios to ``float32`` and to ``stock``. Then the precision check: one batch's loss and gradients under bf16
+autocast against float32 (relative difference of the loss, cosine of the flattened gradients). With
+``--profile`` on CUDA, ``torch.profiler`` over one step: GPU kernel time against host (CPU) time.
+
+    .venv/bin/python bench/step.py                                  # the bundled sample, MiniLM, this machine
+    .venv/bin/python bench/step.py --device cuda --random-weights --profile   # a GPU without the real weights
+    .venv/bin/python bench/step.py --smoke                          # seconds on the CPU (a test runs it)
+
+``--data`` trains on a unified folder instead of the bundled sample (built here from
+``examples/recipes/sample.yaml``); ``--model`` any model; ``--random-weights`` a randomly initialised model of
+all-MiniLM-L6-v2's shape with its tokenizer (the lent GPU machines cannot carry the real weights).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import resource
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO / "bench") not in sys.path:
+    sys.path.insert(0, str(REPO / "bench"))
+
+from _timing import every_trainer_calls, step_timer  # noqa: E402
+
+RECIPE = REPO / "examples" / "recipes" / "train.yaml"
+SAMPLE = REPO / "examples" / "recipes" / "sample.yaml"
+MODES = ("float32", "defaults", "stock")
+STOCK_LOSSES = {
+    "retrieval": {"name": "MultipleNegativesRankingLoss"},
+    "sts": {"name": "CoSENTLoss"},
+    "pair_classification": {"name": "CoSENTLoss"},
+}
+
+
+def build_sample(folder: Path) -> Path:
+    """The bundled sample built into ``folder`` (what ``make demo`` trains on)."""
+    from hf_unified_embed.cli.main import main
+
+    target = folder / "data"
+    if main(["build", str(SAMPLE), "-o", str(target)]) != 0:
+        raise SystemExit(f"building {SAMPLE} failed")
+    return target
+
+
+def random_minilm(folder: Path) -> Path:
+    """A randomly initialised model of all-MiniLM-L6-v2's shape (config and tokenizer of the packaged copy)."""
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import AutoConfig, AutoTokenizer, BertModel
+
+    from hf_unified_embed.recipe import packaged_minilm_path
+
+    source = packaged_minilm_path()
+    transformer = models.Transformer(source)
+    transformer.auto_model = BertModel(AutoConfig.from_pretrained(source))  # same shape, random weights
+    transformer.tokenizer = AutoTokenizer.from_pretrained(source)
+    model = SentenceTransformer(modules=[transformer, models.Pooling(384, "mean"), models.Normalize()])
+    target = folder / "random-minilm"
+    model.save(str(target))
+    return target
+
+
+def recipe_for(mode: str, options: argparse.Namespace, data: Path, model: str | None, output: Path) -> dict[str, Any]:
+    """The shipped recipe, pointed at ``data`` and ``model``, as ``mode`` runs it."""
+    recipe = yaml.safe_load(RECIPE.read_text())
+    recipe["data"]["path"] = str(data)
+    if options.tasks:
+        recipe["data"]["tasks"] = options.tasks
+    if options.max_rows_per_task:
+        recipe["data"]["max_rows_per_task"] = options.max_rows_per_task
+    recipe["base_model"] = model
+    recipe["evaluation"] = None
+    recipe["output_dir"] = str(output / mode)
+    training = recipe["training_args"]
+    training.pop("num_train_epochs", None)
+    training.update(
+        {
+            "max_steps": options.warmup + options.steps,
+            "save_strategy": "no",
+            "logging_steps": 10**6,
+            "seed": 42,
+            "use_cpu": options.device == "cpu",
+            "report_to": "none",
+        }
+    )
+    if mode == "float32":
+        training.update({"bf16": False, "tf32": False})
+    if mode == "stock":
+        recipe["losses"] = STOCK_LOSSES
+        recipe["sampler"] = {"kind": "proportional"}  # sentence-transformers' own multi-dataset sampler
+    return recipe
+
+
+def run_mode(mode: str, options: argparse.Namespace, data: str, model: str | None, output: str) -> dict[str, Any]:
+    """One row, in a fresh process: train the recipe for warmup + steps optimizer steps and time them."""
+    import torch
+
+    from hf_unified_embed.recipe import recipe_from_dict, train_from_recipe
+
+    recipe = recipe_for(mode, options, Path(data), model, Path(output))
+    if options.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    timer = step_timer(options.device)
+    with every_trainer_calls(timer):
+        train_from_recipe(recipe_from_dict(recipe, origin=f"bench/step.py:{mode}"), overwrite=True)
+    timed = timer.stamps[options.warmup :]
+    seconds = timed[-1] - timed[0] if len(timed) > 1 else float("nan")
+    steps = max(len(timed) - 1, 0)
+    rows = recipe["training_args"]["per_device_train_batch_size"]
+    peak = (
+        torch.cuda.max_memory_allocated() / 2**20
+        if options.device.startswith("cuda")
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    )
+    return {"mode": mode, "steps_per_s": steps / seconds, "samples_per_s": steps * rows / seconds, "peak_mb": peak}
+
+
+def precision_check(options: argparse.Namespace, data: Path, model: str | None, output: Path) -> dict[str, float]:
+    """One batch of the default recipe: loss and gradients under bf16 autocast against float32."""
+    import torch
+    from sentence_transformers import SentenceTransformerTrainer
+
+    from hf_unified_embed.recipe import recipe_from_dict
+    from hf_unified_embed.recipe.preflight import preflight
+    from hf_unified_embed.recipe.run import prepare_run
+
+    recipe = recipe_for("float32", options, data, model, output)
+    run = prepare_run(preflight(recipe_from_dict(recipe, origin="bench/step.py:precision")), None)
+    device = torch.device(options.device)
+    run.model.to(device)
+    task = next(iter(run.tasks))
+    rows = [run.tasks[task][index] for index in range(min(8, len(run.tasks[task])))]
+    batch = run.collator([{**row, "dataset_name": task} for row in rows])
+    batch.pop("dataset_name", None)
+    # The trainer's own split of a collated batch into the model inputs of each column and the labels.
+    features, labels = SentenceTransformerTrainer.collect_features(None, batch)  # type: ignore[arg-type]
+    features = [{key: value.to(device) for key, value in column.items()} for column in features]
+    labels = labels.to(device) if isinstance(labels, torch.Tensor) else labels
+    loss_fn = run.losses[task]
+
+    def loss_and_grad(autocast: bool) -> tuple[float, torch.Tensor]:
+        run.model.zero_grad()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            value = loss_fn(features, labels)
+        value = sum(value.values()) if isinstance(value, dict) else value
+        value.backward()
+        grads = torch.cat([p.grad.flatten() for p in run.model.parameters() if p.grad is not None])
+        return float(value), grads.float().clone()
+
+    loss32, grad32 = loss_and_grad(False)
+    loss16, grad16 = loss_and_grad(True)
+    cosine = float(torch.nn.functional.cosine_similarity(grad32, grad16, dim=0))
+    return {
+        "task": task,  # type: ignore[dict-item]
+        "loss_fp32": loss32,
+        "loss_bf16": loss16,
+        "loss_rel_diff": abs(loss16 - loss32) / abs(loss32),
+        "grad_cosine": cosine,
+    }
+
+
+def profile_step(options: argparse.Namespace, data: Path, model: str | None, output: Path) -> str:
+    """``torch.profiler`` over one training step of the default recipe on CUDA: kernel time against host time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import TrainerCallback
+
+    from hf_unified_embed.recipe import recipe_from_dict, train_from_recipe
+
+    class OneStep(TrainerCallback):
+        def __init__(self) -> None:
+            self.profiler: Any = None
+            self.table = ""
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step == options.warmup:
+                self.profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                self.profiler.__enter__()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.profiler is not None and not self.table:
+                torch.cuda.synchronize()
+                self.profiler.__exit__(None, None, None)
+                events = self.profiler.key_averages()
+                cuda = sum(event.self_device_time_total for event in events) / 1e3
+                cpu = sum(event.self_cpu_time_total for event in events) / 1e3
+                self.table = f"one step: GPU kernels {cuda:.1f} ms, host {cpu:.1f} ms\n" + events.table(
+                    sort_by="self_cuda_time_total", row_limit=12
+                )
+
+    recipe = recipe_for("defaults", options, data, model, output)
+    callback = OneStep()
+    with every_trainer_calls(callback):
+        train_from_recipe(recipe_from_dict(recipe, origin="bench/step.py:profile"), overwrite=True)
+    return callback.table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, help="a unified folder (default: the bundled sample, built here)")
+    parser.add_argument("--model", help="a model folder or Hub id (default: the packaged all-MiniLM-L6-v2)")
+    parser.add_argument("--random-weights", action="store_true", help="all-MiniLM-L6-v2's shape, random weights")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--steps", type=int, default=20, help="timed optimizer steps per row")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    parser.add_argument("--tasks", nargs="+", help="the recipe's tasks (default: the recipe's)")
+    parser.add_argument("--max-rows-per-task", type=int)
+    parser.add_argument("--profile", action="store_true", help="torch.profiler over one step (CUDA)")
+    parser.add_argument("--smoke", action="store_true", help="seconds on the CPU: 2 + 2 steps, small tasks")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    options = parser.parse_args()
+    if options.device is None:
+        import torch
+
+        options.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if options.smoke:
+        options.steps, options.warmup = 2, 2
+        options.max_rows_per_task = options.max_rows_per_task or 64
+        options.random_weights = options.random_weights or options.model is None
+
+    with tempfile.TemporaryDirectory(prefix="bench-step-") as scratch:
+        work = Path(scratch)
+        data = options.data or build_sample(work)
+        model = str(random_minilm(work)) if options.random_weights else options.model
+        context = multiprocessing.get_context("spawn")
+        results = []
+        for mode in MODES:
+            with context.Pool(1) as pool:  # a fresh process per row: its own peak memory
+                results.append(pool.apply(run_mode, (mode, options, str(data), model, str(work / "runs"))))
+        check = precision_check(options, data, model, work / "precision")
+        table = (
+            profile_step(options, data, model, work / "profile")
+            if options.profile and options.device.startswith("cuda")
+            else ""
+        )
+
+    by_mode = {row["mode"]: row for row in results}
+    memory = "peak GPU memory" if options.device.startswith("cuda") else "peak RSS"
+    print(
+        f"device {options.device}; {options.steps} timed steps after {options.warmup}; model {model or 'all-MiniLM-L6-v2'}"
+    )
+    print(f"| row | steps/s | samples/s | {memory} | step time × float32 | step time × stock |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for row in results:
+        versus32 = by_mode["float32"]["steps_per_s"] / row["steps_per_s"]
+        versus_stock = by_mode["stock"]["steps_per_s"] / row["steps_per_s"]
+        print(
+            f"| {row['mode']} | {row['steps_per_s']:.2f} | {row['samples_per_s']:.1f} | {row['peak_mb']:,.0f} MB | "
+            f"{versus32:.2f} | {versus_stock:.2f} |"
+        )
+    print(
+        f"bf16 vs float32 on one {check['task']} batch: loss {check['loss_fp32']:.5f} vs {check['loss_bf16']:.5f} "
+        f"(relative difference {check['loss_rel_diff']:.2e}), gradient cosine {check['grad_cosine']:.5f}"
+    )
+    if table:
+        print(table)
+    if options.json:
+        machine = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
+        options.json.write_text(
+            json.dumps({"rows": results, "precision": check, "profile": table, **machine}, indent=1)
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Argument types of the command line that name what they expect, as ``--num-proc: expected a positive integer``.
+
+argparse reports a ``type=`` function that raises ``ValueError`` as ``invalid _positive_int value: 'two'``
+(the function's name) and accepts ``""`` as a path (which then means the current folder). These types
+raise :class:`argparse.ArgumentTypeError` with the expected kind and the value given, which argparse prints
+after the option's name.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from hf_unified_embed.errors import shown
+
+
+def _expected(kind: str, text: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"expected {kind}, got {shown(text)}")
+
+
+def integer(text: str) -> int:
+    """Any whole number."""
+    try:
+        return int(text)
+    except ValueError:
+        raise _expected("an integer", text) from None
+
+
+def positive_int(text: str) -> int:
+    """A whole number ≥ 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise _expected("a positive integer", text) from None
+    if value < 1:
+        raise _expected("a positive integer", text)
+    return value
+
+
+def number(text: str) -> float:
+    """Any real number (``1e-5`` included)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise _expected("a number", text) from None
+
+
+def path(text: str) -> Path:
+    """A non-empty path: ``""`` (an unset shell variable) would otherwise mean the current folder."""
+    if not text.strip():
+        raise _expected("a path (is a shell variable unset?)", text)
+    return Path(text)

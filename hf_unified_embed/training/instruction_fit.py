@@ -1,0 +1,77 @@
+"""An instruction must leave room for the text: the check every command that prepends one runs first.
+
+sentence-transformers prepends a task's instruction (a prompt) to every text and then truncates the
+whole to ``max_seq_length`` tokens. An instruction as long as that leaves nothing of the text: every
+query of the task embeds to the same vector, and training and mining go on without a word (measured:
+a 35-token query instruction at ``max_seq_length: 32`` trained with exit 0; three different queries had
+identical embeddings). :func:`check_instruction_room` refuses such an instruction with the task, the
+field, its length in tokens and ``max_seq_length``; :func:`long_instruction_warning` is the tokenizer-free
+hint ``validate`` gives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hf_unified_embed.errors import InputError
+
+#: Fewest text tokens an instruction must leave, whatever ``max_seq_length`` (and at least a quarter of it).
+MIN_TEXT_TOKENS = 8
+#: Words above which ``validate`` (which has no tokenizer) warns: about 85 tokens for English WordPiece,
+#: two thirds of the 128 tokens models of MiniLM's size are trained at.
+WARN_INSTRUCTION_WORDS = 64
+
+
+def text_room(max_seq_length: int) -> int:
+    """Tokens an instruction must leave for the text: ``max(8, max_seq_length // 4)``."""
+    return max(MIN_TEXT_TOKENS, max_seq_length // 4)
+
+
+def instruction_tokens(tokenizer: Any, instruction: str, max_seq_length: int) -> int:
+    """The tokens ``instruction`` takes in front of a text (special tokens included), counted on a prefix.
+
+    A token spans at least one character, so a prefix of ``8 × max_seq_length`` characters that already
+    holds ``max_seq_length`` tokens settles the question without tokenizing a million-word instruction.
+    """
+    prefix = instruction[: 8 * max_seq_length]
+    count = len(tokenizer(prefix)["input_ids"])
+    if count >= max_seq_length or len(prefix) == len(instruction):
+        return count
+    return len(tokenizer(instruction)["input_ids"])
+
+
+def check_instruction_room(tokenizer: Any, instruction: str, max_seq_length: int | None, where: str) -> None:
+    """Refuse ``instruction`` when it leaves fewer than :func:`text_room` tokens of ``max_seq_length`` for the text.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        instruction: the prompt put in front of every text (empty: nothing to check).
+        max_seq_length: the model's; ``None`` (no limit known) checks nothing.
+        where: names the task and the field in the error, e.g. ``"task 'wikiqa', field 'query_instruction'"``.
+
+    Raises:
+        InputError: naming ``where``, the instruction's tokens and ``max_seq_length``.
+    """
+    if not instruction.strip() or not max_seq_length:
+        return
+    tokens = instruction_tokens(tokenizer, instruction, max_seq_length)
+    needed = text_room(max_seq_length)
+    if max_seq_length - tokens < needed:
+        size = f"{tokens}" if tokens < max_seq_length else f"at least {tokens}"
+        raise InputError(
+            f"{where}: the instruction takes {size} tokens of max_seq_length {max_seq_length}, leaving "
+            f"{max(max_seq_length - tokens, 0)} for the text (at least {needed} needed): every text would be cut "
+            "to (nearly) nothing; shorten the instruction or raise max_seq_length"
+        )
+
+
+def long_instruction_warning(instruction: str, where: str) -> str | None:
+    """A warning for an instruction of more than :data:`WARN_INSTRUCTION_WORDS` words (no tokenizer needed)."""
+    words = len(instruction[: 64 * WARN_INSTRUCTION_WORDS].split())
+    if words <= WARN_INSTRUCTION_WORDS:
+        return None
+    count = f"{words}" if len(instruction) <= 64 * WARN_INSTRUCTION_WORDS else f"more than {words}"
+    return (
+        f"{where}: the instruction has {count} words; with the model's max_seq_length it may leave little or no "
+        "room for the text (train and mine-negatives check it in tokens)"
+    )
