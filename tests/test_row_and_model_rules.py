@@ -112,7 +112,9 @@ def _reading_command(command: str, project: Path, folder: str) -> list[str]:
         return ["mine-negatives", folder, "-o", "mined", "--model", "model", "--num-negatives", "1"]
     if command == "curriculum":
         return ["curriculum", folder, "--teacher", "model", "-o", "plan", *FAST_CURRICULUM]
-    suite = _suite(project, "rows", {"name": "ret", "kind": "retrieval", "unified": folder, "task": "ret", "split": "train"})
+    suite = _suite(
+        project, "rows", {"name": "ret", "kind": "retrieval", "unified": folder, "task": "ret", "split": "train"}
+    )
     return ["evaluate", "model", suite, "--no-diagnostics"]
 
 
@@ -153,7 +155,9 @@ REFERENCES = {
 
 def _model_command(option: str, project: Path, name: str) -> list[str]:
     if option == "evaluate MODEL":
-        suite = _suite(project, "ok", {"name": "ret", "kind": "retrieval", "unified": "clean", "task": "ret", "split": "train"})
+        suite = _suite(
+            project, "ok", {"name": "ret", "kind": "retrieval", "unified": "clean", "task": "ret", "split": "train"}
+        )
         return ["evaluate", name, suite, "--no-diagnostics"]
     if option == "evaluate --reference":
         entry = {"name": "kept", "kind": "forgetting", "unified": "clean", "task": "ret", "split": "train"}
