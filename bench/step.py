@@ -69,16 +69,15 @@ def build_sample(folder: Path) -> Path:
 
 def random_minilm(folder: Path) -> Path:
     """A randomly initialised model of all-MiniLM-L6-v2's shape (config and tokenizer of the packaged copy)."""
-    from sentence_transformers import SentenceTransformer, models
-    from transformers import AutoConfig, AutoTokenizer, BertModel
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoConfig, BertModel
 
     from hf_unified_embed.recipe import packaged_minilm_path
 
     source = packaged_minilm_path()
-    transformer = models.Transformer(source)
-    transformer.auto_model = BertModel(AutoConfig.from_pretrained(source))  # same shape, random weights
-    transformer.tokenizer = AutoTokenizer.from_pretrained(source)
-    model = SentenceTransformer(modules=[transformer, models.Pooling(384, "mean"), models.Normalize()])
+    model = SentenceTransformer(source, device="cpu")
+    # A freshly initialised BERT of the same configuration: same shapes and tokenizer, random weights.
+    model[0].auto_model.load_state_dict(BertModel(AutoConfig.from_pretrained(source)).state_dict())
     target = folder / "random-minilm"
     model.save(str(target))
     return target
@@ -158,7 +157,10 @@ def precision_check(options: argparse.Namespace, data: Path, model: str | None, 
     batch.pop("dataset_name", None)
     # The trainer's own split of a collated batch into the model inputs of each column and the labels.
     features, labels = SentenceTransformerTrainer.collect_features(None, batch)  # type: ignore[arg-type]
-    features = [{key: value.to(device) for key, value in column.items()} for column in features]
+    features = [
+        {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in column.items()}
+        for column in features
+    ]
     labels = labels.to(device) if isinstance(labels, torch.Tensor) else labels
     loss_fn = run.losses[task]
 
@@ -169,7 +171,7 @@ def precision_check(options: argparse.Namespace, data: Path, model: str | None, 
         value = sum(value.values()) if isinstance(value, dict) else value
         value.backward()
         grads = torch.cat([p.grad.flatten() for p in run.model.parameters() if p.grad is not None])
-        return float(value), grads.float().clone()
+        return value.item(), grads.double()
 
     loss32, grad32 = loss_and_grad(False)
     loss16, grad16 = loss_and_grad(True)
