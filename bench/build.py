@@ -27,6 +27,13 @@ included) and its anonymous pages (``Pss_Anon``: the heap); and whether ``build 
 the same bytes. The load average before and after each size is printed: on a shared machine the wall
 times are noisy.
 
+Inputs: ``--inputs realistic`` (the default) writes the sources of ``bench/sources.py`` — one BEIR source
+of 0.4 N queries over 0.4 N MS MARCO-like passages with graded qrels and mined negatives, an STS-B TSV of
+0.3 N pairs and a triplets JSONL of 0.3 N rows with four negatives, texts of ``../shared/data`` at their
+real lengths: the shape a user brings, where one source holds most rows. ``--inputs mixed`` writes the
+nine short synthetic sources described above. ``read-shards`` (a mode) reads every Parquet shard of the
+last build with ``pyarrow.parquet.read_table``: the baseline ``validate`` is measured against.
+
     .venv/bin/python bench/build.py                          # sizes 10k, 100k, 1M
     .venv/bin/python bench/build.py --sizes 10000            # quick run
     .venv/bin/python bench/build.py --sizes 10000000 --modes build-N   # 10M, the parallel build only
@@ -46,6 +53,9 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sources  # bench/sources.py: the realistic inputs
 
 _VOCABULARY = (
     "a man woman child dog cat plane car train city river mountain house street market school player team "
@@ -190,6 +200,11 @@ def load_raw_files(folder: Path, cache: Path) -> int:
     import datasets
 
     datasets.disable_progress_bars()
+    if (folder / "shape.json").is_file():  # bench/sources.py's realistic inputs
+        return sum(
+            len(datasets.load_dataset(kind, split="train", cache_dir=str(cache), **kwargs))  # type: ignore[arg-type]
+            for kind, kwargs in sources.raw_loads(folder)
+        )
     tab = {"delimiter": "\t", "quoting": 3}
     loads: list[tuple[str, dict[str, Any]]] = [
         ("csv", {"data_files": str(folder / "stsb.tsv"), **tab, "column_names": [f"c{i}" for i in range(9)]}),
@@ -274,6 +289,13 @@ def measure(command: list[str], env: dict[str, str] | None = None) -> dict[str, 
     }
 
 
+def read_shards(folder: Path) -> int:
+    """Every Parquet shard of a unified folder read whole with pyarrow (all columns); returns the rows."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.read_table(path).num_rows for path in sorted((folder / "data").rglob("*.parquet")))
+
+
 def digest(folder: Path) -> str:
     sha = hashlib.sha256()
     for path in sorted((folder / "data").rglob("*.parquet")):
@@ -296,15 +318,20 @@ def main() -> None:
         "--modes",
         nargs="+",
         default=["build-1", "build-N", "load_dataset"],
-        choices=["build-1", "build-N", "load_dataset", "validate"],
+        choices=["build-1", "build-N", "load_dataset", "validate", "read-shards"],
         help="validate: `hf-unified-embed validate` of the last build's folder, HF_DATASETS_CACHE an empty folder",
     )
     parser.add_argument("--scratch", type=Path, default=None, help="where to generate inputs (default: a temp folder)")
+    parser.add_argument("--inputs", choices=["realistic", "mixed"], default="realistic", help="see the docstring")
+    parser.add_argument("--read-worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--load-worker", nargs=2, metavar=("FOLDER", "CACHE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.load_worker:
         print(load_raw_files(Path(args.load_worker[0]), Path(args.load_worker[1])))
+        return
+    if args.read_worker:
+        print(read_shards(args.read_worker))
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from hf_unified_embed.data.builder import available_cpus
@@ -320,7 +347,11 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-build-", dir=args.scratch) as scratch:
             folder = Path(scratch)
             started = time.perf_counter()
-            inputs = write_inputs(folder, n)
+            inputs = (
+                {"recipe": sources.write_sources(folder, n), "rows": n}
+                if args.inputs == "realistic"
+                else write_inputs(folder, n)
+            )
             size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
             print(
                 f"# {n:,} rows: inputs {size / 1e6:,.0f} MB written in {time.perf_counter() - started:.0f} s; "
@@ -333,6 +364,10 @@ def main() -> None:
                 run_env = env
                 if mode == "load_dataset":
                     command = [sys.executable, __file__, "--load-worker", str(folder), str(folder / "cache-load")]
+                elif mode == "read-shards":
+                    if built is None:
+                        raise SystemExit("--modes read-shards needs a build mode before it")
+                    command = [sys.executable, __file__, "--read-worker", str(built)]
                 elif mode == "validate":
                     if built is None:
                         raise SystemExit("--modes validate needs a build mode before it")
@@ -368,6 +403,16 @@ def main() -> None:
                     flush=True,
                 )
                 results.append({"rows": n, "mode": label, **{k: v for k, v in result.items() if k != "stdout"}})
+            seconds = {row["mode"]: row["seconds"] for row in results if row["rows"] == n}
+            ratios = [
+                ("build 1 / load_dataset", "build 1", "load_dataset"),
+                (f"build {num_proc} / load_dataset", f"build {num_proc}", "load_dataset"),
+                (f"build 1 / build {num_proc} (speed-up)", "build 1", f"build {num_proc}"),
+                ("validate / read shards", "validate", "read shards"),
+            ]
+            for name, top, bottom in ratios:
+                if top in seconds and bottom in seconds:
+                    print(f"# {name}: {seconds[top] / seconds[bottom]:.2f}x", flush=True)
             if len(digests) == 2:
                 print(
                     f"# build 1 and build {num_proc} wrote the same Parquet bytes: {len(set(digests.values())) == 1}"

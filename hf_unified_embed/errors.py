@@ -116,7 +116,7 @@ class SourceFormatError(InputError):
             where += f":{line}" if where else f"line {line}"
         parts = [where] if where else []
         if field is not None:
-            parts.append(f"field {field!r}")
+            parts.append(f"field {shown(field)}")
         text = f"{', '.join(parts)}: {message}" if parts else message
         if expected is not None:
             text += f" (expected {expected})"
@@ -141,7 +141,7 @@ class UnifiedSchemaError(InputError):
     ) -> None:
         self.task, self.row, self.field, self.source = task, row, field, source
         where = [
-            f"{label} {value!r}" if label != "row" else f"row {value}"
+            f"{label} {shown(value)}" if label != "row" else f"row {value}"
             for label, value in (("file", source), ("task", task), ("row", row), ("field", field))
             if value is not None
         ]
@@ -156,8 +156,8 @@ class EvaluationDataError(SuiteError):
     """An evaluation set's rows cannot feed its evaluator kind; names the set, row and field."""
 
     def __init__(self, message: str, *, evaluation: str, row: int | None = None, field: str | None = None) -> None:
-        where = f"evaluation {evaluation!r}" + (f", row {row}" if row is not None else "")
-        where += f", field {field!r}" if field is not None else ""
+        where = f"evaluation {shown(evaluation)}" + (f", row {row}" if row is not None else "")
+        where += f", field {shown(field)}" if field is not None else ""
         super().__init__(f"{where}: {message}")
 
 

@@ -168,7 +168,7 @@ def task_instruction(table: pa.Table, column: str, task: str) -> str:
     values = pc.unique(table.column(column)).to_pylist()
     if len(values) > 1:
         raise UnifiedSchemaError(
-            f"differs within the task ({values[:3]!r}); instructions must be uniform per task",
+            f"differs within the task ({shown(values[:3])}); instructions must be uniform per task",
             task=task,
             field=column,
         )

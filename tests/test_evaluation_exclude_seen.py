@@ -157,7 +157,7 @@ def test_cli_yaml_with_a_shared_exclusion_list(
 
 def test_shared_suite_scores_sts12_15_also_without_the_training_pairs(shared_data: Path) -> None:
     """The counts the comment of examples/suites/shared.yaml and docs/quality.md give, on the real files."""
-    from hf_unified_embed.evaluation.suite import load_entry_rows
+    from hf_unified_embed.evaluation.suite_rows import load_entry_rows
 
     suite = load_suite(Path(__file__).parents[1] / "examples/suites/shared.yaml", data_root=shared_data)
     suite.entries = [entry for entry in suite.entries if re.fullmatch(r"sts1[2-5](-unseen)?", entry.name)]

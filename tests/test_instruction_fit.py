@@ -136,3 +136,61 @@ def test_validate_warns_on_a_long_instruction(tmp_path: Path, capsys: pytest.Cap
     assert main(["validate", str(unified)]) == 0
     err = capsys.readouterr().err
     assert "warning: task 'qa' (train), field 'query_instruction': the instruction has 100 words" in err
+
+
+def _suite(tmp_path: Path, unified: Path, evaluator: dict[str, str]) -> Path:
+    entry = {"name": "ret", "kind": "retrieval", "unified": str(unified), "task": "qa", "split": "train"}
+    (tmp_path / "suite.yaml").write_text(
+        yaml.safe_dump({"name": "s", "evaluations": [{**entry, "evaluator": evaluator}]})
+    )
+    return tmp_path / "suite.yaml"
+
+
+@pytest.mark.parametrize("option", ["query_prompt", "corpus_prompt"])
+def test_evaluate_refuses_a_suite_prompt_that_leaves_no_room(
+    tmp_path: Path, tiny_model_path: str, option: str
+) -> None:
+    """Before: a suite prompt longer than max_seq_length was scored (every text the same vector), exit 0."""
+    suite = _suite(tmp_path, _folder(tmp_path, "query: "), {option: "word " * 1_000_000})
+    code, lines = _run(["evaluate", tiny_model_path, str(suite), "--no-diagnostics", "-o", str(tmp_path / "out")])
+    assert code == 2 and len(lines) == 1, lines
+    assert f"entry 'ret', field 'evaluator.{option}': the instruction takes at least" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_check_refuses_the_suite_prompt_before_training(tmp_path: Path, tiny_model_path: str) -> None:
+    unified = _folder(tmp_path, "query: ")
+    recipe = {
+        "base_model": tiny_model_path,
+        "data": {"path": str(unified)},
+        "losses": {"retrieval": "MultiPositiveInfoNCELoss"},
+        "max_seq_length": 32,
+        "evaluation": str(_suite(tmp_path, unified, {"query_prompt": "word " * 30})),
+        "training_args": {"max_steps": 1, "per_device_train_batch_size": 4},
+        "output_dir": str(tmp_path / "model"),
+    }
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(recipe))
+    code, lines = _run(["train", str(tmp_path / "train.yaml"), "--check"])
+    assert code == 2 and len(lines) == 1, lines
+    assert (
+        "evaluation: entry 'ret', field 'evaluator.query_prompt': the instruction takes at least 32 tokens" in lines[0]
+    )
+    assert "of max_seq_length 32" in lines[0]
+
+
+def test_a_long_instruction_is_cut_in_the_dataset_and_model_cards(tmp_path: Path) -> None:
+    """Before: a 1M-word instruction (5 MB) was copied whole into the dataset card's task table (a 5 MB card)."""
+    from types import SimpleNamespace
+
+    from hf_unified_embed.data import load_unified
+    from hf_unified_embed.recipe.model_card import card_data
+
+    unified = _folder(tmp_path, "query: ", "word " * 1_000_000)
+    card = (unified / "README.md").read_text()
+    assert len(card) < 20_000
+    assert "… (5,000,000 characters; the rest is left out of the card)" in card
+    recipe = SimpleNamespace(data=SimpleNamespace(path=str(unified)), model_name=None, hub=None, base_model_id=None)
+    tasks = load_unified(unified)
+    (summary,) = card_data(recipe, tasks).unified_tasks  # type: ignore[arg-type]
+    assert summary["document_instruction"].endswith("… (5,000,000 characters; the rest is left out of the card)")
+    assert len(summary["document_instruction"]) < 600

@@ -675,3 +675,15 @@ def test_save_steps_alone_saves_checkpoints_as_in_transformers(
     raw["training_args"].update(settings)
     args = preflight(recipe_from_dict(raw)).training_args
     assert (args.save_strategy.value, args.save_steps) == (strategy, steps)
+
+
+def test_the_checks_split_by_concern_stay_importable_from_preflight() -> None:
+    """preflight.py was split into preflight_losses / _sampler / _training_args; the names the run, the
+    tests and users import from ``hf_unified_embed.recipe.preflight`` are the same objects."""
+    import importlib
+
+    preflight = importlib.import_module("hf_unified_embed.recipe.preflight")  # the package exports the function
+    for name in preflight.__all__:
+        found = getattr(preflight, name)
+        home = importlib.import_module(found.__module__) if callable(found) else preflight
+        assert getattr(home, name, found) is found, name

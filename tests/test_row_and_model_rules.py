@@ -147,7 +147,7 @@ def test_every_command_that_reads_rows_refuses_what_validate_refuses(
 
 REFERENCES = {
     "missing path": ("./nope-model", "no such folder"),
-    "unknown Hub id": ("nosuch-org/nosuch-model", "no Hub model of that name in the cache"),
+    "unknown Hub id": ("nosuch-org/nosuch-model", "the Hub model cannot be loaded: it is not in the cache"),
     "a file": ("clean/README.md", "is a file; give the model's folder"),
     "a dataset folder": ("clean", "is a unified dataset folder, not a model"),
 }

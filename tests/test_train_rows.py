@@ -358,3 +358,34 @@ def test_a_blank_text_is_what_python_strips() -> None:
     from hf_unified_embed.data.layout_check import PYTHON_WHITESPACE
 
     assert set(PYTHON_WHITESPACE) == {code for code in range(0x110000) if chr(code).isspace()}
+
+
+def test_every_blank_lead_byte_is_a_candidate() -> None:
+    """The first-byte filter of the blank check keeps every text that starts with Python whitespace."""
+    from hf_unified_embed.data.layout_check import _BLANK_LEADS, PYTHON_WHITESPACE
+
+    leads = set(_BLANK_LEADS.to_pylist())
+    assert b"" in leads
+    assert {chr(code).encode()[:1] for code in PYTHON_WHITESPACE} <= leads
+
+
+def _text_characters() -> st.SearchStrategy[str]:
+    from hf_unified_embed.data.layout_check import PYTHON_WHITESPACE
+
+    return st.sampled_from([chr(code) for code in PYTHON_WHITESPACE] + ["a", "é", "\u201c", "\u3001", "🙂"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(st.none() | st.text(_text_characters(), max_size=4), max_size=20),
+    start=st.integers(min_value=0, max_value=3),
+    large=st.booleans(),
+)
+def test_blank_texts_are_what_strip_empties(texts: list[str | None], start: int, large: bool) -> None:
+    """The vectorised blank check flags exactly the texts that are missing or that ``str.strip()`` empties,
+    for any mix of whitespace, lead-byte look-alikes (U+201C, U+3001) and text, sliced or large."""
+    from hf_unified_embed.data.layout_check import _missing_or_blank
+
+    array = pa.array(texts, pa.large_string() if large else pa.string()).slice(min(start, len(texts)))
+    expected = [text is None or not text.strip() for text in texts[min(start, len(texts)) :]]
+    assert _missing_or_blank(array).tolist() == expected

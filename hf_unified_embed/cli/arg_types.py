@@ -45,6 +45,19 @@ def number(text: str) -> float:
         raise _expected("a number", text) from None
 
 
+def file_size(text: str) -> int:
+    """A size as ``datasets`` reads one (``500MB``, ``1GB``, ``50MiB`` or a number of bytes), in bytes."""
+    from datasets.utils.py_utils import convert_file_size_to_int
+
+    try:
+        size = int(text) if text.strip().isdigit() else convert_file_size_to_int(text.strip())
+    except (ValueError, TypeError):
+        raise _expected("a size such as 500MB or 1GB", text) from None
+    if size < 1:
+        raise _expected("a size such as 500MB or 1GB", text)
+    return size
+
+
 def path(text: str) -> Path:
     """A non-empty path: ``""`` (an unset shell variable) would otherwise mean the current folder."""
     if not text.strip():

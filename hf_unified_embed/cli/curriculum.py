@@ -79,10 +79,10 @@ def run(args: argparse.Namespace) -> int:
     if (args.shard or args.merge) and args.no_difficulty:
         raise UsageError("--shard/--merge split the difficulty encoding; they make no sense with --no-difficulty")
     from hf_unified_embed.utils.locations import looks_local
-    from hf_unified_embed.utils.model_loading import check_model_reference
+    from hf_unified_embed.utils.model_loading import check_model_location
     from hf_unified_embed.utils.outputs import StagedOutput, check_location
 
-    check_model_reference(args.teacher, "--teacher")  # a mistyped local path: a missing folder, not a Hub lookup
+    check_model_location(args.teacher, "--teacher")  # a mistyped local path: a missing folder, not a Hub lookup
     # The data and a local teacher are inputs: no output may be, hold or lie inside them.
     inputs = [name for name in (args.data, args.teacher) if looks_local(name)]
     output = check_location(args.output, inputs=inputs)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hf_unified_embed.cli.arg_types import path, positive_int
+from hf_unified_embed.cli.arg_types import file_size, path, positive_int
 from hf_unified_embed.errors import shown
 
 if TYPE_CHECKING:
@@ -35,6 +35,13 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="processes reading sources and files in parallel (default: the CPUs this process may use); "
         "the output does not depend on it",
+    )
+    build.add_argument(
+        "--max-shard-size",
+        type=file_size,
+        default=None,
+        metavar="SIZE",
+        help="largest Parquet shard per task and split, as datasets writes sizes (e.g. 50MB, 1GB; default 500MB)",
     )
     build.set_defaults(func=run_build)
 
@@ -107,7 +114,15 @@ def run_build(args: argparse.Namespace) -> int:
             skipped.update(result.skipped)
             notes.update(result.notes)
         # Every row was validated while it was built.
-        write_unified(splits, stage.path, sources=sources, skipped=skipped, notes=notes, validate=False)
+        write_unified(
+            splits,
+            stage.path,
+            sources=sources,
+            skipped=skipped,
+            notes=notes,
+            validate=False,
+            **({"max_shard_bytes": args.max_shard_size} if args.max_shard_size else {}),
+        )
         rows = [
             {"task": task, "split": split, **task_summary(dataset), "skipped": skipped.get(task, {})}
             for split, tasks in splits.items()
@@ -119,17 +134,16 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from hf_unified_embed.data.hub_layout import parquet_task_summary
     from hf_unified_embed.data.layout_check import validate_unified_folder
 
-    # Layout, Parquet files and every row are checked with pyarrow, and the summary is read from the
-    # Parquet files in place: datasets never loads (or copies into its cache) anything.
+    # Layout, Parquet files and every row are checked with pyarrow in one pass that also gathers the
+    # summary: datasets never loads (or copies into its cache) anything.
     layout = validate_unified_folder(args.folder)
     rows = []
     for split in dict.fromkeys(split for splits in layout.declared.values() for split in splits):
         for task, splits in layout.declared.items():
             if split in splits:
-                rows.append({"task": task, "split": split, **parquet_task_summary(layout.shards[task, split])})
+                rows.append({"task": task, "split": split, **layout.summaries[task, split]})
     print(summary_table(rows))
     for warning in _instruction_warnings(layout):
         print(f"warning: {warning}", file=sys.stderr)

@@ -44,7 +44,8 @@ def register(subparsers: Any) -> None:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from hf_unified_embed.evaluation import load_suite, run_suite, set_reference_model
-    from hf_unified_embed.evaluation.suite import check_suite_models, load_entry_rows, suite_inputs
+    from hf_unified_embed.evaluation.suite import check_suite_models, suite_inputs
+    from hf_unified_embed.evaluation.suite_rows import load_entry_rows
     from hf_unified_embed.utils.locations import looks_local
     from hf_unified_embed.utils.model_loading import check_model_reference
     from hf_unified_embed.utils.outputs import StagedOutput

@@ -195,12 +195,12 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.config and not (args.method and args.models and args.output_dir):
         raise UsageError("give a YAML recipe, or --method, --models and --output-dir")
-    from hf_unified_embed.utils.model_loading import check_model_reference
+    from hf_unified_embed.utils.model_loading import check_model_location
 
     # As typed: a local path that does not exist is reported as such (./typo is a path, never a Hub id).
     for model in args.models or []:
-        check_model_reference(model, "--models")
-    check_model_reference(args.base, "--base")
+        check_model_location(model, "--models")
+    check_model_location(args.base, "--base")  # the whole rule follows for every input (merge's model_folder)
     config = MergeConfig.from_dict(_recipe(args), source=args.config or "command line")
     if args.config:  # the merge recipe is an input too (run_merge checks the output against the models)
         from hf_unified_embed.utils.outputs import check_location

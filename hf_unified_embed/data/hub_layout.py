@@ -38,6 +38,7 @@ from hf_unified_embed.data.layout_check import (
 )
 from hf_unified_embed.data.parquet_stream import bounded_stream
 from hf_unified_embed.data.provenance import card_license, card_notes, notes_of, task_notes, with_source_notes
+from hf_unified_embed.data.task_summary import TaskSummary
 from hf_unified_embed.errors import InputError, SourceFormatError, shown
 from hf_unified_embed.schema import UNIFIED_FEATURES, validate_unified
 from hf_unified_embed.utils.locations import looks_local
@@ -47,7 +48,12 @@ from hf_unified_embed.utils.readers import open_parquet
 from hf_unified_embed.utils.templates import render_template
 
 CARD_TEMPLATE = "dataset_card.md.j2"
+#: Shard size (Arrow bytes) above which a task's split is cut into several files: 500 MB, as ``datasets``
+#: pushes to the Hub (``max_shard_size``); ``build --max-shard-size`` sets it.
 DEFAULT_MAX_SHARD_BYTES = 500 * 1024**2
+#: Row groups of at most about this many Arrow bytes: a reader (a stream, the Hub's viewer) decodes a row group
+#: at a time, and datasets' own writer makes them up to 100 MB (40,000 rows of passages).
+MAX_ROW_GROUP_BYTES = 16 * 1024**2
 
 # Meaning of each column, shown in the card's schema section.
 COLUMN_DOCS = {
@@ -97,41 +103,20 @@ def task_summary(dataset: Dataset) -> dict[str, Any]:
 def parquet_task_summary(paths: Sequence[str | Path], batch_size: int = 8_192) -> dict[str, Any]:
     """:func:`task_summary` of one task's split read from its Parquet shards in place, column by column.
 
-    Nothing is copied or cached (no ``datasets``): what ``validate`` prints for a folder of any size.
+    Nothing is copied or cached (no ``datasets``). ``validate`` gathers the same summary during its row check.
     """
-    rows = positives = negatives = 0
-    low = high = None
-    first: dict[str, Any] = {}
+    summary = TaskSummary()
     columns = ["task_type", "query_instruction", "document_instruction", "positives", "negatives"]
     columns += ["positive_scores", "negative_scores"]
     for path in paths:
         try:
             for batch in open_parquet(path).iter_batches(batch_size=batch_size, columns=columns):
-                if not first and batch.num_rows:
-                    first = batch.slice(0, 1).select(columns[:3]).to_pylist()[0]
-                rows += batch.num_rows
-                positives += pc.sum(pc.list_value_length(batch.column("positives"))).as_py() or 0
-                negatives += pc.sum(pc.list_value_length(batch.column("negatives"))).as_py() or 0
-                for name in ("positive_scores", "negative_scores"):
-                    scores = pc.cast(pc.list_flatten(batch.column(name)), pa.float32())
-                    if len(scores) - scores.null_count:
-                        bounds = pc.min_max(scores).as_py()
-                        low = bounds["min"] if low is None else min(low, bounds["min"])
-                        high = bounds["max"] if high is None else max(high, bounds["max"])
+                summary.add(batch)
         except (pa.ArrowException, OSError) as error:
             raise SourceFormatError(
                 f"not a readable Parquet file ({error})", file=path, expected="a complete Parquet file"
             ) from error
-    return {
-        "rows": rows,
-        "task_type": first.get("task_type", ""),
-        "positives_per_row": round(positives / rows, 2) if rows else 0.0,
-        "negatives_per_row": round(negatives / rows, 2) if rows else 0.0,
-        "score_min": low,
-        "score_max": high,
-        "query_instruction": first.get("query_instruction", ""),
-        "document_instruction": first.get("document_instruction", ""),
-    }
+    return summary.result()
 
 
 def _as_splits(data: DatasetDict | Mapping[str, DatasetDict]) -> dict[str, dict[str, Dataset]]:
@@ -189,7 +174,7 @@ def render_dataset_card(
                 {
                     "task": task,
                     "split": split,
-                    **task_summary(dataset),
+                    **card_notes(task_summary(dataset)),  # an instruction is free text: bounded too
                     "source": all_notes[task]["source"],
                     "license": all_notes[task]["license"],
                     "skipped": dict((skipped or {}).get(task, {})),
@@ -269,7 +254,9 @@ def write_unified(
     """Write the Hub layout into the existing empty ``folder`` (not atomic: see :func:`save_unified`).
 
     Every task and split name is checked before anything is written; with ``validate`` every row too
-    (the builder has already validated what it built).
+    (the builder has already validated what it built). A task's split is cut into shards of at most
+    ``max_shard_bytes`` Arrow bytes (the files, compressed, are smaller), each written in row groups of about
+    :data:`MAX_ROW_GROUP_BYTES`.
     """
     folder = Path(folder)
     splits = _as_splits(data)
@@ -283,11 +270,13 @@ def write_unified(
     for split, tasks in splits.items():
         for task, dataset in tasks.items():
             num_shards = max(1, math.ceil(dataset.data.nbytes / max_shard_bytes))
+            rows_per_group = max(1, MAX_ROW_GROUP_BYTES * len(dataset) // max(dataset.data.nbytes, 1))
             task_folder = folder / "data" / task
             task_folder.mkdir(parents=True, exist_ok=True)
             for index in range(num_shards):
                 shard = dataset.shard(num_shards, index, contiguous=True)
-                shard.to_parquet(str(task_folder / f"{split}-{index:05d}-of-{num_shards:05d}.parquet"))
+                path = task_folder / f"{split}-{index:05d}-of-{num_shards:05d}.parquet"
+                shard.to_parquet(str(path), batch_size=rows_per_group)  # one row group per batch
     card = render_dataset_card(splits, sources=sources, skipped=skipped, notes=notes, pretty_name=pretty_name)
     (folder / "README.md").write_text(card, encoding="utf-8")
     return folder

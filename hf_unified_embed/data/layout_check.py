@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError, OfflineModeIsEnabled
 
+from hf_unified_embed.data.task_summary import TaskSummary
 from hf_unified_embed.errors import InputError, InputNotFoundError, SourceFormatError, UnifiedSchemaError, shown
 from hf_unified_embed.schema import (
     DIFFICULTY_COLUMN,
@@ -141,6 +142,8 @@ class FolderLayout:
     folder: Path
     declared: dict[str, list[str]]
     shards: dict[tuple[str, str], list[Path]] = field(default_factory=dict)
+    #: Per ``(task, split)``, :meth:`TaskSummary.result` of its rows, filled by :func:`validate_unified_folder`.
+    summaries: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
 
 def _stray(path: Path, why: str) -> InputError:
@@ -326,8 +329,27 @@ def _flags(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.asarray(array.fill_null(True).to_numpy(zero_copy_only=False), dtype=bool)
 
 
+#: The first UTF-8 byte of every text that may be blank: empty, or starting with a Python whitespace
+#: character (ASCII, or the lead byte of U+0085/U+00A0, U+1680, U+2000-U+205F, U+3000).
+_BLANK_LEADS = pa.array(
+    [b"", *(bytes([code]) for code in (*range(0x09, 0x0E), *range(0x1C, 0x21), 0xC2, 0xE1, 0xE2, 0xE3))],
+    pa.binary(),
+)
+
+
 def _missing_or_blank(texts: pa.Array) -> np.ndarray:
-    return _flags(pc.match_substring_regex(texts, _blank_pattern()))
+    """Texts that are missing or whitespace only.
+
+    The regular expression is the exact rule but costs a scan of every character, so it runs only on
+    the texts whose first byte could start a blank text: a first-byte lookup clears nearly all of them.
+    """
+    binary = pa.large_binary() if pa.types.is_large_string(texts.type) else pa.binary()
+    leads = pc.binary_slice(pc.cast(texts, binary), 0, 1)
+    candidates = _flags(pc.or_kleene(pc.is_in(leads, value_set=_BLANK_LEADS), pc.is_null(texts)))
+    positions = np.flatnonzero(candidates)
+    if len(positions):
+        candidates[positions] = _flags(pc.match_substring_regex(texts.take(pa.array(positions)), _blank_pattern()))
+    return candidates
 
 
 def _per_row(lists: pa.Array, element_flags: np.ndarray) -> np.ndarray:
@@ -441,12 +463,15 @@ def validate_unified_folder(repo_dir: str | Path) -> FolderLayout:
     """Check a local unified folder completely with pyarrow: layout, schema of every file, every row.
 
     Raises an :class:`~hf_unified_embed.errors.HfUnifiedEmbedError` naming the file, task, row and
-    field of the first problem. Row numbers count within a task's split across its shards.
+    field of the first problem. Row numbers count within a task's split across its shards. The files
+    are read once: the summary of each task's split (:attr:`FolderLayout.summaries`) comes from the same pass.
     """
     layout = check_layout(repo_dir)
     check_shard_schemas(layout)
-    for (task, _split), paths in layout.shards.items():
-        check_task_rows(_shard_batches(paths), task)
+    for key, paths in layout.shards.items():
+        summary = TaskSummary()
+        check_task_rows(summary.passing(_shard_batches(paths)), key[0])
+        layout.summaries[key] = summary.result()
     return layout
 
 

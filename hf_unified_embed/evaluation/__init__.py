@@ -34,12 +34,10 @@ from hf_unified_embed.evaluation.suite import (
     EvaluationSuite,
     SuiteEntry,
     SuiteError,
-    build_evaluators,
-    build_sequential_evaluator,
     load_suite,
-    run_suite,
     set_reference_model,
 )
+from hf_unified_embed.evaluation.suite_run import build_evaluators, build_sequential_evaluator, run_suite
 
 __all__ = [
     "DIAGNOSTIC_METRICS",

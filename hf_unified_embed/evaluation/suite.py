@@ -54,31 +54,21 @@ evaluators' CSV files), so they follow the task naming rule (:mod:`hf_unified_em
 from __future__ import annotations
 
 import logging
-import random
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from datasets import Dataset
-from sentence_transformers.sentence_transformer.evaluation import SequentialEvaluator
-from tqdm.auto import tqdm
-
 from hf_unified_embed.data.source_formats import source_format_names
-from hf_unified_embed.errors import HfUnifiedEmbedError, InputNotFoundError, SuiteError, shown
-from hf_unified_embed.evaluation.diagnostics import EmbeddingSpaceDiagnostics, embedding_space_diagnostics
-from hf_unified_embed.evaluation.inputs import drop_seen_pairs, entry_files, row_pairs
+from hf_unified_embed.errors import HfUnifiedEmbedError, SuiteError, shown
 from hf_unified_embed.evaluation.kinds import EvaluationKind, get_evaluation_kind
-from hf_unified_embed.evaluation.results import EntryResult, SuiteResults
 from hf_unified_embed.schema import TASK_TYPES
 from hf_unified_embed.utils.naming import split_name_problem, task_name_problem
 from hf_unified_embed.utils.typecheck import mismatched_field, type_problem
 from hf_unified_embed.utils.yaml_files import read_yaml_mapping
 
 if TYPE_CHECKING:
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -408,210 +398,3 @@ def check_suite_models(suite: EvaluationSuite) -> None:
         reference = entry.evaluator.get("reference") if entry.evaluation_kind.uses_reference_model else None
         if isinstance(reference, (str, Path)):
             check_model_reference(reference, f"entry {shown(entry.name)}, field 'evaluator.reference':")
-
-
-def load_entry_rows(suite: EvaluationSuite) -> dict[str, Dataset]:
-    """The validated unified rows of every entry, read through the data adapters (one build)."""
-    from hf_unified_embed.data import BuildRecipe, SourceSpec, build_unified_with_report
-
-    rows: dict[str, Dataset] = {}
-    specs = []
-    for entry in suite.entries:
-        if entry.source is not None:
-            # Checked per entry first so that a missing file names its entry, not only the path.
-            entry_files(entry.data_files or [], suite.data_root, evaluation=entry.name, field="data_files")
-            specs.append(
-                SourceSpec(
-                    name=entry.name,
-                    format=entry.source,
-                    data_files=entry.data_files,  # type: ignore[arg-type]
-                    task_type=entry.evaluation_kind.task_type,
-                    split=entry.split,
-                    options=entry.source_options,
-                    max_rows=suite.rows_of(entry),
-                )
-            )
-    if specs:
-        report = build_unified_with_report(BuildRecipe(specs, base_dir=suite.data_root, origin=suite.origin))
-        for name, dataset in report.dataset.items():
-            if report.skipped.get(name):
-                logger.info("%s: skipped %s", name, dict(report.skipped[name]))
-            rows[name] = dataset
-    for entry in suite.entries:
-        if entry.unified is not None:
-            dataset = _unified_rows(entry, suite.data_root)
-            limit = suite.rows_of(entry)
-            rows[entry.name] = dataset.select(range(min(limit, len(dataset)))) if limit else dataset
-    seen_by_sources: dict[str, set[frozenset[str]]] = {}  # entries often share one list: read it once
-    for entry in suite.entries:
-        if entry.exclude_seen:
-            sources = repr((entry.exclude_seen, entry.evaluation_kind.task_type))
-            if sources not in seen_by_sources:
-                seen_by_sources[sources] = _seen_pairs(entry, suite)
-            rows[entry.name], dropped = drop_seen_pairs(rows[entry.name], seen_by_sources[sources], entry.name)
-            logger.info("%s: left out %d pairs found in its exclude_seen sources", entry.name, dropped)
-    return rows
-
-
-def _seen_pairs(entry: SuiteEntry, suite: EvaluationSuite) -> set[frozenset[str]]:
-    """The (query, text) pairs of every ``exclude_seen`` source of ``entry``, read by the data adapters."""
-    from hf_unified_embed.data import BuildRecipe, SourceSpec, build_unified
-
-    specs = []
-    for index, seen in enumerate(entry.exclude_seen):
-        field_name = f"exclude_seen[{index}].data_files"
-        entry_files(seen["data_files"], suite.data_root, evaluation=entry.name, field=field_name)
-        specs.append(
-            SourceSpec(
-                name=f"seen-{index}",
-                format=seen["source"],
-                data_files=seen["data_files"],
-                # Read as the entry's own rows are unless told otherwise (a pair is a pair under either
-                # type); null keeps the type each row carries (unified files).
-                task_type=seen.get("task_type", entry.evaluation_kind.task_type),
-                options=seen.get("options", {}),
-            )
-        )
-    built = build_unified(BuildRecipe(specs, base_dir=suite.data_root, origin=f"{suite.origin}: {entry.name}"))
-    return set().union(*(row_pairs(dataset) for dataset in built.values()))
-
-
-def _unified_rows(entry: SuiteEntry, data_root: Path | None) -> Dataset:
-    """The rows of a ``unified`` entry: a folder (relative to ``data_root`` when it is there) or a Hub repo."""
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    from hf_unified_embed.data import load_unified
-    from hf_unified_embed.data.hub_layout import read_card, unified_tasks
-
-    where = f"entry {shown(entry.name)}, field 'unified'"
-    assert entry.unified is not None
-    location = Path(entry.unified).expanduser()
-    if data_root is not None and not location.is_absolute() and (data_root / location).exists():
-        location = data_root / location
-    source: str | Path = location
-    missing = f"no folder {entry.unified}" + (
-        f" (relative paths resolve in {data_root} or the working folder)" if data_root is not None else ""
-    )
-    if not location.exists():
-        try:
-            validate_repo_id(entry.unified)
-        except HFValidationError:
-            raise InputNotFoundError(f"{where}: {missing}") from None
-        source = entry.unified
-    try:
-        declared = unified_tasks(read_card(source))
-    except (OSError, HfUnifiedEmbedError) as error:
-        # A folder without a dataset card, or a Hub repo that is absent or not cached (offline).
-        problem = f"{missing}, and no Hub dataset of that name could be read" if source == entry.unified else ""
-        raise InputNotFoundError(f"{where}: {problem or 'cannot read the unified dataset'}: {error}") from None
-    task = entry.task or entry.name
-    if task not in declared:
-        raise SuiteError(
-            f"entry {shown(entry.name)}, field 'task': {entry.unified} has no task {shown(task)}; it has {sorted(declared)}"
-        )
-    if entry.split not in declared[task]:
-        raise SuiteError(
-            f"entry {shown(entry.name)}, field 'split': task {shown(task)} of {entry.unified} has no split {shown(entry.split)}; "
-            f"it has {declared[task]}"
-        )
-    return load_unified(source, [task], split=entry.split)[task]
-
-
-def build_evaluators(
-    suite: EvaluationSuite | Mapping[str, Any] | Sequence[Mapping[str, Any]] | str | Path,
-    data_root: str | Path | None = None,
-) -> dict[str, BaseEvaluator]:
-    """One evaluator per suite entry, keyed by entry name, in suite order."""
-    loaded = load_suite(suite, data_root)
-    rows = load_entry_rows(loaded)
-    return {
-        entry.name: entry.evaluation_kind.evaluator(
-            entry, rows[entry.name], batch_size=loaded.batch_size, data_root=loaded.data_root
-        )
-        for entry in loaded.entries
-    }
-
-
-def build_sequential_evaluator(
-    suite: EvaluationSuite | Mapping[str, Any] | Sequence[Mapping[str, Any]] | str | Path,
-    data_root: str | Path | None = None,
-) -> SequentialEvaluator:
-    """The whole suite as one evaluator for ``SentenceTransformerTrainer(evaluator=...)``.
-
-    Its ``sequential_score`` (the metric ``metric_for_best_model="eval_sequential_score"`` selects) is
-    the mean of the entries' primary metrics.
-    """
-    return SequentialEvaluator(build_evaluators(suite, data_root).values(), main_score_function=statistics.fmean)
-
-
-def run_suite(
-    model: SentenceTransformer,
-    suite: EvaluationSuite | Mapping[str, Any] | Sequence[Mapping[str, Any]] | str | Path,
-    *,
-    data_root: str | Path | None = None,
-    diagnostics: bool | None = None,
-    output_path: str | None = None,
-    show_progress_bar: bool = True,
-    rows: Mapping[str, Dataset] | None = None,
-) -> SuiteResults:
-    """Evaluate ``model`` on every entry of ``suite``.
-
-    Args:
-        model: the sentence-transformers model.
-        suite: an :class:`EvaluationSuite`, its dict / list form or a YAML path.
-        data_root: overrides the suite's ``data_root``.
-        diagnostics: compute the CoDiEmb §4 diagnostics; default as the suite says.
-        output_path: where the evaluators write their CSV files (none by default).
-        show_progress_bar: a tqdm bar over the suite entries.
-        rows: the entries' rows when already read (:func:`load_entry_rows`, which a command calls before it
-            loads the model, so that a bad row is reported first); read here otherwise.
-
-    Returns:
-        :class:`SuiteResults`: per-entry metrics, a flat table, the diagnostics and ``model-index``
-        entries (``huggingface_hub.EvalResult``) for the model card.
-
-    Example::
-
-        from sentence_transformers import SentenceTransformer
-        from hf_unified_embed.evaluation import run_suite
-
-        results = run_suite(SentenceTransformer("all-MiniLM-L6-v2"), "examples/suites/shared.yaml")
-        print(results.format_table())
-        card_yaml = {"model-index": results.model_index()}
-    """
-    loaded = load_suite(suite, data_root)
-    rows = load_entry_rows(loaded) if rows is None else rows
-    settings = loaded.diagnostics if diagnostics is not False else None
-    if diagnostics and settings is None:
-        settings = DiagnosticsConfig()
-    entries: list[EntryResult] = []
-    for entry in tqdm(loaded.entries, desc="Evaluating", unit="set", disable=not show_progress_bar):
-        kind = entry.evaluation_kind
-        evaluator = kind.evaluator(entry, rows[entry.name], batch_size=loaded.batch_size, data_root=loaded.data_root)
-        raw = evaluator(model, output_path=output_path)
-        assert isinstance(raw, dict), "every suite evaluator returns a metrics dict"
-        prefix = f"{entry.name}_"
-        metrics = {key.removeprefix(prefix): float(value) for key, value in raw.items()}
-        space: EmbeddingSpaceDiagnostics | None = None
-        if settings is not None and entry.diagnostics:
-            texts = kind.texts(evaluator, rows[entry.name])
-            if len(texts) > settings.max_texts:
-                texts = random.Random(settings.seed).sample(texts, settings.max_texts)
-            space = embedding_space_diagnostics(model, texts, batch_size=settings.batch_size, rtol=settings.rtol)
-        entries.append(
-            EntryResult(
-                name=entry.name,
-                kind=kind.name,
-                metrics=metrics,
-                primary_metric=str(evaluator.primary_metric).removeprefix(prefix),
-                num_examples=kind.num_examples(evaluator, rows[entry.name]),
-                split=entry.split,
-                dataset_id=entry.dataset_id,
-                task_name=evaluator.description,
-                diagnostics=space,
-                metric_patterns=kind.reported_metrics,
-            )
-        )
-    model_name = getattr(model.model_card_data, "model_name", None) or getattr(model.model_card_data, "model_id", None)
-    return SuiteResults(entries=entries, suite_name=loaded.name, model_name=model_name or "model")

@@ -270,7 +270,8 @@ class _Evaluator:
         from sentence_transformers import SentenceTransformer
 
         from hf_unified_embed.evaluation import load_suite, set_reference_model
-        from hf_unified_embed.evaluation.suite import check_suite_models, load_entry_rows
+        from hf_unified_embed.evaluation.suite import check_suite_models
+        from hf_unified_embed.evaluation.suite_rows import load_entry_rows
 
         self.config, self.search, self.opened, self.scratch = config, search, opened, scratch
         self.suite = load_suite(search.suite, search.data_root)

@@ -210,7 +210,7 @@ def card_data(
     unified_tasks = [
         {
             "task": name,
-            **task_summary(dataset),
+            **card_notes(task_summary(dataset)),  # the instructions are free text: bounded like the notes
             **({"rows": rows.get(name)} if rows is not None else {}),
             "source": notes[name].get("source", UNKNOWN),
             "license": notes[name].get("license", UNKNOWN),

@@ -208,6 +208,11 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
             raise RecipeError(f"{origin}: sampler: {error}") from None
     with _named(origin):
         model = _model(resolved, card_data(recipe, tasks, rows=stream.rows_per_task if stream else None))
+    if resolved.suite is not None:  # the suite runs after training: its prompts are checked before it
+        from hf_unified_embed.training.instruction_fit import check_suite_prompts
+
+        with _named(origin, "evaluation"):
+            check_suite_prompts(resolved.suite, model)
     try:
         losses = losses_for_tasks(model, tasks, _losses_in_use(resolved.losses, tasks))
         if recipe.keep_base is not None:
@@ -345,6 +350,13 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
             run.stream.attach(trainer)
         LossPartsLogging.attach(trainer)  # each loss part logged over the steps of its task: no 'nan' parts
         resume = recipe.training_args.get("resume_from_checkpoint")
+        if run.stream is not None and resume:
+            from transformers.trainer_utils import get_last_checkpoint
+
+            from hf_unified_embed.sampling.stream_resume import check_stream_checkpoint
+
+            checkpoint = get_last_checkpoint(args.output_dir) if resume is True else resume
+            check_stream_checkpoint(checkpoint, run.stream.task_names, trainer.accelerator.num_processes)
         finished = finished_checkpoint(resume, args)
         if finished is not None:
             # transformers would run one more step past max_steps; the finished checkpoint's model is the result.

@@ -118,7 +118,9 @@ class MultiTaskStream(IterableDataset):
     **Exact resume.** :meth:`state_at` is the state of the stream before a step; the callback that
     :meth:`attach` adds saves every process's state in each checkpoint (``trainer_state.json``) and
     restores it on ``resume_from_checkpoint``, so a resumed run sees the batches the uninterrupted one
-    would have. The trainer's own replay of the data (``ignore_data_skip=False``) must be off.
+    would have; under another number of processes, each takes its share of the rest of every task's
+    pass (:mod:`~hf_unified_embed.sampling.elastic_resume`). The trainer's own replay of the data
+    (``ignore_data_skip=False``) must be off.
 
     Args:
         tasks: ``{task name: datasets.IterableDataset}`` (e.g. ``load_unified(..., streaming=True)``).

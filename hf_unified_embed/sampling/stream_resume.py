@@ -5,15 +5,22 @@ read and collated again, which for a stream means re-reading everything trained 
 when a checkpoint is about to be saved the callback gathers each process's stream state *before the
 next step* (:meth:`MultiTaskStream.state_at`) to the main process, which writes them with the other
 callback states into ``trainer_state.json``; on resume each process loads its own before the first
-batch is read. Added by :meth:`MultiTaskStream.attach`.
+batch is read, or, under another number of processes, its share of the rest of each task's pass
+(:func:`~hf_unified_embed.sampling.elastic_resume.resplit`). Added by :meth:`MultiTaskStream.attach`.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import ExportableState
+
+from hf_unified_embed.errors import InputError
+from hf_unified_embed.sampling.elastic_resume import resplit
 
 
 @runtime_checkable
@@ -75,13 +82,8 @@ class StreamResumeCallback(TrainerCallback, ExportableState):
                 f"{attributes.get('step')}); it was not saved by a MultiTaskStream run with this callback"
             )
         processes = attributes["processes"]
-        rank, world_size = stream.rank or 0, stream.world_size or 1
-        if len(processes) != world_size:
-            raise ValueError(
-                f"the checkpoint's stream state was saved by {len(processes)} process(es); resume it with as "
-                f"many, not {world_size}"
-            )
-        stream.load_state_dict(processes[rank])
+        # Saved by another number of processes: the rest of each task's pass is split among this run's.
+        stream.load_state_dict(resplit(processes, stream.rank or 0, stream.world_size or 1))
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -95,6 +97,44 @@ class StreamResumeCallback(TrainerCallback, ExportableState):
         mine = stream.state_at(state.global_step)
         self.processes = gather_object([mine]) if (stream.world_size or 1) > 1 else [mine]
         self.step = state.global_step
+
+
+def check_stream_checkpoint(checkpoint: str | Path, task_names: Sequence[str], world_size: int) -> None:
+    """Refuse, before training, a checkpoint a streaming run cannot resume from: one line, on every process alike.
+
+    The checkpoint must hold the stream state of its step (a checkpoint of a run that did not stream has
+    none), that ``world_size`` processes can continue, for tasks this run streams (a state of another recipe names
+    others). Raises :class:`~hf_unified_embed.errors.InputError`, which the command line reports with exit
+    code 2 on the launching process only, instead of a traceback on every rank.
+    """
+    where = f"resume_from_checkpoint {checkpoint}"
+    try:
+        state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise InputError(f"{where}: cannot read its trainer_state.json ({error})") from None
+    saved = (state.get("stateful_callbacks") or {}).get(StreamResumeCallback.__name__)
+    attributes = saved.get("attributes", {}) if isinstance(saved, dict) else {}
+    step = state.get("global_step")
+    if not attributes or attributes.get("step") != step:
+        raise InputError(
+            f"{where}: holds no training stream state for its step {step}: it was not saved by a streaming run "
+            "(data.streaming: true); resume it with the recipe that wrote it, or start this run afresh"
+        )
+    processes = attributes.get("processes") or []
+    unknown = sorted({task for process in processes for task in (process.get("tasks") or {})} - set(task_names))
+    if unknown:
+        raise InputError(
+            f"{where}: its stream state names task(s) {unknown} that this run does not stream ({sorted(task_names)}); "
+            "it was saved by another recipe"
+        )
+    if len(processes) != world_size:
+        try:
+            resplit(processes, 0, world_size)
+        except (KeyError, TypeError, ValueError) as error:
+            raise InputError(
+                f"{where}: its stream state, saved by {len(processes)} process(es), cannot be split among "
+                f"{world_size}: {error}"
+            ) from None
 
 
 def _stream(kwargs: dict[str, Any]) -> ResumableStream | None:

@@ -11,7 +11,8 @@ Why windows and not ``IterableDataset.shuffle(buffer_size=...)``: datasets does 
 contents of a shuffle buffer in ``state_dict()`` (resuming refills it, so the order after a resume
 differs). A window is a pure function of where it starts, so the state is the source's
 ``state_dict()`` at the window's start, the pass and window numbers and the offset in the window;
-resuming re-reads at most one window.
+resuming re-reads at most one window. A state saved by another number of processes is continued
+with :mod:`~hf_unified_embed.sampling.elastic_resume` (the rest of the interrupted pass, split anew).
 """
 
 from __future__ import annotations
@@ -71,10 +72,17 @@ class TaskStream:
         self._rows: list[dict[str, Any]] = []
         self._source: IterableDataset | None = None
         self._batches: Iterator[dict[str, list[Any]]] | None = None
+        self._remainder: PassRemainder | None = None  # rows of a pass interrupted under another process count
 
     def next_rows(self, count: int) -> list[dict[str, Any]]:
         """The next ``count`` rows (passes chain, so there are always enough)."""
         rows: list[dict[str, Any]] = []
+        while self._remainder is not None and len(rows) < count:
+            row = self._remainder.next_row()
+            if row is None:
+                self._remainder = None
+            else:
+                rows.append(row)
         while len(rows) < count:
             if self._offset == len(self._rows):
                 self._next_window()
@@ -85,13 +93,23 @@ class TaskStream:
 
     def state_dict(self) -> dict[str, Any]:
         """Where the stream is: a JSON-serialisable mapping for :meth:`load_state_dict`."""
-        return {"pass": self._pass, "window": self._window, "window_start": self._window_start, "offset": self._offset}
+        state = {
+            "pass": self._pass,
+            "window": self._window,
+            "window_start": self._window_start,
+            "offset": self._offset,
+        }
+        if self._remainder is not None:
+            state["remainder"] = self._remainder.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (from :meth:`state_dict` of a stream with the same arguments and data)."""
         self._pass, self._window = int(state["pass"]), int(state["window"])
         self._window_start, self._offset = state["window_start"], int(state["offset"])
         self._rows, self._source, self._batches = [], None, None
+        remainder = state.get("remainder")
+        self._remainder = PassRemainder(self, remainder) if remainder is not None else None
         if self._window < 0:
             return
         self._open_pass(self._window_start)
@@ -154,3 +172,62 @@ class TaskStream:
 
 def _chain(shards: list[IterableDataset]) -> IterableDataset:
     return shards[0] if len(shards) == 1 else concatenate_datasets(shards)
+
+
+class PassRemainder:
+    """The rows the saving processes had not read of their current pass, this process's share of them.
+
+    Args:
+        stream: the new process's task stream (its name, data, rank, world size, seed and window).
+        state: the ``remainder`` entry of a state made by :func:`resplit` (or saved while reading one).
+    """
+
+    def __init__(self, stream: TaskStream, state: dict[str, Any]) -> None:
+        self._stream = stream
+        self._world_size = int(state["world_size"])
+        self._states: list[dict[str, Any]] = list(state["states"])
+        self._source = int(state["source"])
+        self._seen = int(state["seen"])
+        self._inner: TaskStream | None = None  # the old process whose remainder is being read
+        self._inner_pass = 0  # ... and the pass it was in: its remainder ends where that pass does
+        if self._source < len(self._states):
+            self._open(state["inner"] if state["inner"] is not None else self._states[self._source])
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the remainder is read to: the ``remainder`` entry of the task stream's state."""
+        return {
+            "world_size": self._world_size,
+            "states": self._states,
+            "source": self._source,
+            "seen": self._seen,
+            "inner": self._inner.state_dict() if self._inner is not None else None,
+        }
+
+    def next_row(self) -> dict[str, Any] | None:
+        """This process's next row of the remainder, or ``None`` when every remainder is read."""
+        while self._inner is not None:
+            row = self._inner.next_rows(1)[0]
+            if self._inner.state_dict()["pass"] != self._inner_pass:
+                # That row opened the old process's next pass: its remainder is over.
+                self._source += 1
+                self._inner = None
+                if self._source < len(self._states):
+                    self._open(self._states[self._source])
+                continue
+            index, self._seen = self._seen, self._seen + 1
+            if index % self._stream.world_size == self._stream.rank:
+                return row
+        return None
+
+    def _open(self, state: dict[str, Any]) -> None:
+        inner = TaskStream(
+            self._stream.name,
+            self._stream.dataset,
+            rank=self._source,
+            world_size=self._world_size,
+            seed=self._stream.seed,
+            shuffle_window=self._stream.shuffle_window,
+        )
+        inner.load_state_dict(state)
+        self._inner = inner
+        self._inner_pass = int(self._states[self._source]["pass"])

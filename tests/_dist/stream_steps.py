@@ -1,4 +1,5 @@
-"""Run under ``torchrun --nproc_per_node=2`` by tests/test_streaming.py (gloo, CPU).
+"""Run under ``torchrun --nproc_per_node=2`` by tests/test_streaming.py (gloo, CPU), and by
+tests/test_elastic_stream.py with the ``kill`` under one process count and the ``resume`` under another.
 
 Usage: ``stream_steps.py MODEL_DIR OUT_DIR MODE``. Trains a tiny model for 8 optimizer steps (2 rows per
 device, gradient accumulation 2, a checkpoint every 4 steps) from a :class:`MultiTaskStream` of two

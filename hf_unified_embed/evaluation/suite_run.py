@@ -1,0 +1,124 @@
+"""Running an evaluation suite: one evaluator per entry, a sequential evaluator, and :func:`run_suite`."""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from datasets import Dataset
+from sentence_transformers.sentence_transformer.evaluation import SequentialEvaluator
+from tqdm.auto import tqdm
+
+from hf_unified_embed.evaluation.diagnostics import EmbeddingSpaceDiagnostics, embedding_space_diagnostics
+from hf_unified_embed.evaluation.results import EntryResult, SuiteResults
+from hf_unified_embed.evaluation.suite import DiagnosticsConfig, EvaluationSuite, load_suite
+from hf_unified_embed.evaluation.suite_rows import load_entry_rows
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
+
+
+def build_evaluators(
+    suite: EvaluationSuite | Mapping[str, Any] | Sequence[Mapping[str, Any]] | str | Path,
+    data_root: str | Path | None = None,
+) -> dict[str, BaseEvaluator]:
+    """One evaluator per suite entry, keyed by entry name, in suite order."""
+    loaded = load_suite(suite, data_root)
+    rows = load_entry_rows(loaded)
+    return {
+        entry.name: entry.evaluation_kind.evaluator(
+            entry, rows[entry.name], batch_size=loaded.batch_size, data_root=loaded.data_root
+        )
+        for entry in loaded.entries
+    }
+
+
+def build_sequential_evaluator(
+    suite: EvaluationSuite | Mapping[str, Any] | Sequence[Mapping[str, Any]] | str | Path,
+    data_root: str | Path | None = None,
+) -> SequentialEvaluator:
+    """The whole suite as one evaluator for ``SentenceTransformerTrainer(evaluator=...)``.
+
+    Its ``sequential_score`` (the metric ``metric_for_best_model="eval_sequential_score"`` selects) is
+    the mean of the entries' primary metrics.
+    """
+    return SequentialEvaluator(build_evaluators(suite, data_root).values(), main_score_function=statistics.fmean)
+
+
+def run_suite(
+    model: SentenceTransformer,
+    suite: EvaluationSuite | Mapping[str, Any] | Sequence[Mapping[str, Any]] | str | Path,
+    *,
+    data_root: str | Path | None = None,
+    diagnostics: bool | None = None,
+    output_path: str | None = None,
+    show_progress_bar: bool = True,
+    rows: Mapping[str, Dataset] | None = None,
+) -> SuiteResults:
+    """Evaluate ``model`` on every entry of ``suite``.
+
+    Args:
+        model: the sentence-transformers model.
+        suite: an :class:`EvaluationSuite`, its dict / list form or a YAML path.
+        data_root: overrides the suite's ``data_root``.
+        diagnostics: compute the CoDiEmb §4 diagnostics; default as the suite says.
+        output_path: where the evaluators write their CSV files (none by default).
+        show_progress_bar: a tqdm bar over the suite entries.
+        rows: the entries' rows when already read (:func:`load_entry_rows`, which a command calls before it
+            loads the model, so that a bad row is reported first); read here otherwise.
+
+    Returns:
+        :class:`SuiteResults`: per-entry metrics, a flat table, the diagnostics and ``model-index``
+        entries (``huggingface_hub.EvalResult``) for the model card.
+
+    Example::
+
+        from sentence_transformers import SentenceTransformer
+        from hf_unified_embed.evaluation import run_suite
+
+        results = run_suite(SentenceTransformer("all-MiniLM-L6-v2"), "examples/suites/shared.yaml")
+        print(results.format_table())
+        card_yaml = {"model-index": results.model_index()}
+    """
+    loaded = load_suite(suite, data_root)
+    rows = load_entry_rows(loaded) if rows is None else rows
+    settings = loaded.diagnostics if diagnostics is not False else None
+    if diagnostics and settings is None:
+        settings = DiagnosticsConfig()
+    from hf_unified_embed.training.instruction_fit import check_suite_prompts
+
+    check_suite_prompts(loaded, model)  # a prompt that leaves no room for the text, before any entry is scored
+    entries: list[EntryResult] = []
+    for entry in tqdm(loaded.entries, desc="Evaluating", unit="set", disable=not show_progress_bar):
+        kind = entry.evaluation_kind
+        evaluator = kind.evaluator(entry, rows[entry.name], batch_size=loaded.batch_size, data_root=loaded.data_root)
+        raw = evaluator(model, output_path=output_path)
+        assert isinstance(raw, dict), "every suite evaluator returns a metrics dict"
+        prefix = f"{entry.name}_"
+        metrics = {key.removeprefix(prefix): float(value) for key, value in raw.items()}
+        space: EmbeddingSpaceDiagnostics | None = None
+        if settings is not None and entry.diagnostics:
+            texts = kind.texts(evaluator, rows[entry.name])
+            if len(texts) > settings.max_texts:
+                texts = random.Random(settings.seed).sample(texts, settings.max_texts)
+            space = embedding_space_diagnostics(model, texts, batch_size=settings.batch_size, rtol=settings.rtol)
+        entries.append(
+            EntryResult(
+                name=entry.name,
+                kind=kind.name,
+                metrics=metrics,
+                primary_metric=str(evaluator.primary_metric).removeprefix(prefix),
+                num_examples=kind.num_examples(evaluator, rows[entry.name]),
+                split=entry.split,
+                dataset_id=entry.dataset_id,
+                task_name=evaluator.description,
+                diagnostics=space,
+                metric_patterns=kind.reported_metrics,
+            )
+        )
+    model_name = getattr(model.model_card_data, "model_name", None) or getattr(model.model_card_data, "model_id", None)
+    return SuiteResults(entries=entries, suite_name=loaded.name, model_name=model_name or "model")
