@@ -85,7 +85,7 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
 def run_build(args: argparse.Namespace) -> int:
     from hf_unified_embed.data import build_unified_with_report, load_build_recipe, task_summary
     from hf_unified_embed.data.builder import available_cpus
-    from hf_unified_embed.data.hub_layout import write_unified
+    from hf_unified_embed.data.hub_layout import DEFAULT_MAX_SHARD_BYTES, write_unified
     from hf_unified_embed.data.source_formats import get_source_format
     from hf_unified_embed.errors import HfUnifiedEmbedError
     from hf_unified_embed.utils.outputs import StagedOutput
@@ -121,7 +121,7 @@ def run_build(args: argparse.Namespace) -> int:
             skipped=skipped,
             notes=notes,
             validate=False,
-            **({"max_shard_bytes": args.max_shard_size} if args.max_shard_size else {}),
+            max_shard_bytes=args.max_shard_size or DEFAULT_MAX_SHARD_BYTES,
         )
         rows = [
             {"task": task, "split": split, **task_summary(dataset), "skipped": skipped.get(task, {})}
