@@ -31,7 +31,7 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise _expected("a positive integer", text) from None
+        value = 0  # not a number is refused as one below 1 is
     if value < 1:
         raise _expected("a positive integer", text)
     return value
