@@ -334,7 +334,7 @@ def main() -> None:
         print(read_shards(args.read_worker))
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from hf_unified_embed.data.builder import available_cpus
+    from hf_unified_embed.data.build_plan import available_cpus
 
     num_proc = args.num_proc or available_cpus()
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}

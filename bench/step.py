@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import platform
 import resource
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -91,6 +91,10 @@ def recipe_for(mode: str, options: argparse.Namespace, data: Path, model: str | 
         recipe["data"]["tasks"] = options.tasks
     if options.max_rows_per_task:
         recipe["data"]["max_rows_per_task"] = options.max_rows_per_task
+    if options.batch_size:
+        # Every task at this batch size (a GPU's step at the recipe's 16 rows measures kernel launches).
+        recipe["sampler"]["batch_sizes"] = dict.fromkeys(recipe["sampler"].get("batch_sizes", {}), options.batch_size)
+        recipe["training_args"]["per_device_train_batch_size"] = options.batch_size
     recipe["base_model"] = model
     recipe["evaluation"] = None
     recipe["output_dir"] = str(output / mode)
@@ -221,6 +225,18 @@ def profile_step(options: argparse.Namespace, data: Path, model: str | None, out
     return callback.table
 
 
+def run_row(mode: str, options: argparse.Namespace, data: Path, model: str | None, work: Path) -> dict[str, Any]:
+    """``run_mode`` in a fresh interpreter, as a user's ``hf-unified-embed train`` runs: its own peak memory,
+    and dataloader workers started as the platform starts them (a ``multiprocessing`` child would make
+    them spawned, and on CUDA the defaults start workers)."""
+    result = work / f"{mode}.json"
+    row = {"mode": mode, "data": str(data), "model": model, "output": str(work / "runs"), "result": str(result)}
+    command = [sys.executable, __file__, *sys.argv[1:], "--row", json.dumps(row)]
+    if subprocess.run(command, check=False).returncode != 0:
+        raise SystemExit(f"the {mode} row failed (its output is above)")
+    return dict(json.loads(result.read_text()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, help="a unified folder (default: the bundled sample, built here)")
@@ -231,9 +247,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--tasks", nargs="+", help="the recipe's tasks (default: the recipe's)")
     parser.add_argument("--max-rows-per-task", type=int)
+    parser.add_argument("--batch-size", type=int, help="rows per step for every task (default: the recipe's)")
     parser.add_argument("--profile", action="store_true", help="torch.profiler over one step (CUDA)")
     parser.add_argument("--smoke", action="store_true", help="seconds on the CPU: 2 + 2 steps, small tasks")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--row", help=argparse.SUPPRESS)  # one row, in the process run_row starts
     options = parser.parse_args()
     if options.device is None:
         import torch
@@ -243,16 +261,17 @@ def main() -> None:
         options.steps, options.warmup = 2, 2
         options.max_rows_per_task = options.max_rows_per_task or 64
         options.random_weights = options.random_weights or options.model is None
+    if options.row:
+        row = json.loads(options.row)
+        figures = run_mode(row["mode"], options, row["data"], row["model"], row["output"])
+        Path(row["result"]).write_text(json.dumps(figures))
+        return
 
     with tempfile.TemporaryDirectory(prefix="bench-step-") as scratch:
         work = Path(scratch)
         data = options.data or build_sample(work)
         model = str(random_minilm(work)) if options.random_weights else options.model
-        context = multiprocessing.get_context("spawn")
-        results = []
-        for mode in MODES:
-            with context.Pool(1) as pool:  # a fresh process per row: its own peak memory
-                results.append(pool.apply(run_mode, (mode, options, str(data), model, str(work / "runs"))))
+        results = [run_row(mode, options, Path(data), model, work) for mode in MODES]
         check = precision_check(options, data, model, work / "precision")
         table = (
             profile_step(options, data, model, work / "profile")
@@ -263,7 +282,8 @@ def main() -> None:
     by_mode = {row["mode"]: row for row in results}
     memory = "peak GPU memory" if options.device.startswith("cuda") else "peak RSS"
     print(
-        f"device {options.device}; {options.steps} timed steps after {options.warmup}; model {model or 'all-MiniLM-L6-v2'}"
+        f"device {options.device}; {options.steps} timed steps after {options.warmup}; model {model or 'all-MiniLM-L6-v2'}; "
+        f"batch size {options.batch_size or 'as the recipe'}"
     )
     print(f"| row | steps/s | samples/s | {memory} | step time × float32 | step time × stock |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -6,46 +6,89 @@ its task. Every adapter, the builder, the curriculum and the training bridge spe
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from datasets import Dataset, DatasetDict, Features, List, Value
 
 from hf_unified_embed.errors import UnifiedSchemaError, shown
 from hf_unified_embed.utils.naming import task_name_problem
 
+if TYPE_CHECKING:
+    from datasets import Dataset, DatasetDict, Features, Value
+
 TASK_TYPES: tuple[str, ...] = ("retrieval", "sts", "pair_classification", "classification", "clustering")
 
-UNIFIED_FEATURES = Features(
-    {
-        "task": Value("string"),
-        "task_type": Value("string"),
-        "query_instruction": Value("string"),
-        "document_instruction": Value("string"),
-        "query": Value("string"),
-        "positives": List(Value("string")),
-        "negatives": List(Value("string")),
-        "positive_scores": List(Value("float32")),
-        "negative_scores": List(Value("float32")),
-    }
+#: The unified columns as Arrow types (what ``UNIFIED_FEATURES.arrow_schema`` is; a test keeps them equal).
+#: Checking a folder needs only these, so ``validate`` does not import ``datasets`` (a second of start-up).
+UNIFIED_ARROW_SCHEMA = pa.schema(
+    [
+        *((name, pa.string()) for name in ("task", "task_type", "query_instruction", "document_instruction", "query")),
+        ("positives", pa.list_(pa.string())),
+        ("negatives", pa.list_(pa.string())),
+        ("positive_scores", pa.list_(pa.float32())),
+        ("negative_scores", pa.list_(pa.float32())),
+    ]
 )
 
 #: Optional column added by the curriculum planner: φ = cos(q, d+) − cos(q, d−) (Data-CUBE Eq. 8).
 DIFFICULTY_COLUMN = "difficulty"
-DIFFICULTY_FEATURE = Value("float32")
 
-UNIFIED_COLUMNS: tuple[str, ...] = tuple(UNIFIED_FEATURES)
+UNIFIED_COLUMNS: tuple[str, ...] = tuple(UNIFIED_ARROW_SCHEMA.names)
 INSTRUCTION_COLUMNS: tuple[str, str] = ("query_instruction", "document_instruction")
+
+if TYPE_CHECKING:
+    UNIFIED_FEATURES: Features
+    DIFFICULTY_FEATURE: Value
+
+
+@functools.cache
+def _features() -> dict[str, Any]:
+    """``UNIFIED_FEATURES`` and ``DIFFICULTY_FEATURE``: ``datasets`` is imported when they are first used."""
+    from datasets import Features, List, Value
+
+    return {
+        "UNIFIED_FEATURES": Features(
+            {
+                "task": Value("string"),
+                "task_type": Value("string"),
+                "query_instruction": Value("string"),
+                "document_instruction": Value("string"),
+                "query": Value("string"),
+                "positives": List(Value("string")),
+                "negatives": List(Value("string")),
+                "positive_scores": List(Value("float32")),
+                "negative_scores": List(Value("float32")),
+            }
+        ),
+        "DIFFICULTY_FEATURE": Value("float32"),
+    }
+
+
+def __getattr__(name: str) -> Any:
+    """The ``datasets`` features of the schema, made on first use (PEP 562): see :func:`_features`."""
+    if name in ("UNIFIED_FEATURES", "DIFFICULTY_FEATURE"):
+        return _features()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def unified_arrow_schema(with_difficulty: bool = False) -> pa.Schema:
+    """:func:`unified_features` as Arrow types, without importing ``datasets``."""
+    if with_difficulty:
+        return UNIFIED_ARROW_SCHEMA.append(pa.field(DIFFICULTY_COLUMN, pa.float32()))
+    return UNIFIED_ARROW_SCHEMA
 
 
 def unified_features(with_difficulty: bool = False) -> Features:
     """The declared features, optionally with the curriculum's ``difficulty`` column."""
-    features = Features(dict(UNIFIED_FEATURES))
+    from datasets import Features
+
+    features = Features(dict(_features()["UNIFIED_FEATURES"]))
     if with_difficulty:
-        features[DIFFICULTY_COLUMN] = DIFFICULTY_FEATURE
+        features[DIFFICULTY_COLUMN] = _features()["DIFFICULTY_FEATURE"]
     return features
 
 
@@ -195,6 +238,8 @@ def validate_unified(
     Row indices count within each dataset of a ``DatasetDict``, whose keys must be the rows' tasks;
     ``task`` asks the same of a single dataset.
     """
+    from datasets import Dataset, DatasetDict
+
     if isinstance(dataset, DatasetDict):
         for name, split in dataset.items():
             validate_unified(split, source=source or name, task=name)

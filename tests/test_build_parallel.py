@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from hf_unified_embed.cli.main import main
-from hf_unified_embed.data import build_unified_with_report, load_build_recipe
-from hf_unified_embed.data import builder as builder_module
-from hf_unified_embed.data.builder import available_cpus, build_source
+from hf_unified_embed.data import build_plan, build_tables, build_unified_with_report, load_build_recipe
+from hf_unified_embed.data.build_plan import available_cpus
+from hf_unified_embed.data.source_rows import build_source
 from hf_unified_embed.errors import HfUnifiedEmbedError
-from hf_unified_embed.utils import readers
+from hf_unified_embed.utils import table_blocks
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_RECIPE = REPO / "examples" / "recipes" / "sample.yaml"
@@ -251,7 +251,7 @@ def test_synthetic_recipe_matches_the_row_by_row_build(synthetic: Path, num_proc
 def test_blocks_of_a_few_lines_give_the_same_rows(synthetic: Path, monkeypatch: pytest.MonkeyPatch):
     # Blocks of ~100 bytes: many blocks per file, each converted (or read line by line) on its own.
     expected = reference(synthetic)[0]
-    monkeypatch.setattr(readers, "CHUNK_BYTES", 100)
+    monkeypatch.setattr(table_blocks, "CHUNK_BYTES", 100)
     assert built(synthetic, 2)[0] == expected
 
 
@@ -261,14 +261,14 @@ def test_plain_blocks_take_the_vectorised_path(tmp_path: Path, monkeypatch: pyte
         pa.table({"anchor": ["a", "b"], "positive": ["c", "d"], "negative": ["e", "f"]}), tmp_path / "t.parquet"
     )
     row_by_row: Counter[str] = Counter()
-    original = builder_module._row_tables
+    original = build_tables.row_tables
 
     def counting(rows, spec, *args):
         for table in original(rows, spec, *args):
             row_by_row[spec.name] += table.num_rows
             yield table
 
-    monkeypatch.setattr(builder_module, "_row_tables", counting)
+    monkeypatch.setattr(build_tables, "row_tables", counting)
     recipe = {
         "sources": [
             {"name": "stsb", "format": "stsb", "data_files": str(tmp_path / "stsb.tsv"), "task_type": "sts"},
@@ -409,7 +409,7 @@ def test_errors_are_those_of_the_row_by_row_build(tmp_path: Path, case: str):
 
 
 def test_python_whitespace_is_what_str_strip_removes():
-    assert "".join(c for c in map(chr, range(0x110000)) if c.isspace()) == readers.PY_WHITESPACE
+    assert "".join(c for c in map(chr, range(0x110000)) if c.isspace()) == table_blocks.PY_WHITESPACE
 
 
 def test_num_proc_default_and_refusals(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys):
@@ -474,3 +474,41 @@ def test_answer_selection_remembers_finished_questions_on_disk_past_a_limit(tmp_
     write_tsv(tmp_path / "wikiqa.tsv", [*lines, "Q5\tquestion 5?\tS9\tagain\t1"])  # question 5 comes back at the end
     with pytest.raises(HfUnifiedEmbedError, match=r"wikiqa.tsv:92, field 'Question': question appears again"):
         build_unified_with_report(recipe, num_proc=1)
+
+
+@pytest.mark.parametrize("num_proc", [2, 3])
+def test_one_large_folder_is_read_in_parts_with_the_same_rows(tmp_path: Path, num_proc: int):
+    # One BEIR folder holding most of the input (the shape of MS MARCO) and a small tab file: the folder
+    # is cut into num_proc parts of its query order, and the rows come back whole and in order.
+    folder = tmp_path / "big"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": f"d{i}", "text": f"passage {i} " + "word " * (i % 40)}) + "\n" for i in range(400))
+    )
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": f"q{i}", "text": f"query {i}"}) + "\n" for i in range(200))
+    )
+    (folder / "qrels" / "train.tsv").write_text(
+        "".join(f"q{(7 * i) % 200}\td{(3 * i) % 400}\t{i % 3}\n" for i in range(600))
+    )
+    (folder / "negatives.jsonl").write_text(
+        "".join(json.dumps({"query-id": f"q{i}", "corpus-ids": [f"d{i}", f"d{i + 1}"]}) + "\n" for i in range(200))
+    )
+    write_tsv(tmp_path / "small.tsv", [f"main-captions\tMSRvid\t2012\t{i}\t{i % 5}.0\ta {i}\tb {i}" for i in range(5)])
+    recipe = {
+        "sources": [
+            {"name": "small", "format": "stsb", "data_files": str(tmp_path / "small.tsv"), "task_type": "sts"},
+            {
+                "name": "big",
+                "format": "beir",
+                "data_files": str(folder),
+                "task_type": "retrieval",
+                "options": {"negatives_file": "negatives.jsonl", "zero_grade_as_negatives": True},
+            },
+        ]
+    }
+    plan = load_build_recipe(recipe)
+    planned = build_plan.plan_sources(plan.sources, plan.base_dir, num_proc)
+    assert [piece.part for piece in planned[1].pieces] == [(index, num_proc) for index in range(num_proc)]
+    rows, skipped, _ = built(recipe, num_proc)
+    assert (rows, skipped) == built(recipe, 1)[:2] == reference(recipe)[:2]

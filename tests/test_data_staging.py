@@ -35,7 +35,7 @@ def write_pairs(path: Path, rows: int) -> None:
 
 def test_kill_minus_9_mid_build_then_rerun_succeeds_and_cleans_up(tmp_path: Path):
     data = tmp_path / "pairs.jsonl"
-    write_pairs(data, 200_000)
+    write_pairs(data, 1_000_000)  # a build of these takes seconds (it took minutes row by row)
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(
         yaml.safe_dump(
@@ -47,7 +47,8 @@ def test_kill_minus_9_mid_build_then_rerun_succeeds_and_cleans_up(tmp_path: Path
     private_tmp.mkdir()
     env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(private_tmp)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "hf_unified_embed.cli.main", "build", str(recipe), "-o", str(out)],
+        # One process: with several, multiprocessing's own socket folder (pymp-*) outlives a SIGKILL in TMPDIR.
+        [sys.executable, "-m", "hf_unified_embed.cli.main", "build", str(recipe), "-o", str(out), "--num-proc", "1"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -60,7 +61,7 @@ def test_kill_minus_9_mid_build_then_rerun_succeeds_and_cleans_up(tmp_path: Path
         ):
             assert process.poll() is None, "the build ended before it could be killed; make the input larger"
             assert time.monotonic() < deadline, "no staging folder appeared"
-            time.sleep(0.05)
+            time.sleep(0.01)
         process.send_signal(signal.SIGKILL)
     finally:
         process.wait()

@@ -84,7 +84,7 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
 
 def run_build(args: argparse.Namespace) -> int:
     from hf_unified_embed.data import build_unified_with_report, load_build_recipe, task_summary
-    from hf_unified_embed.data.builder import available_cpus
+    from hf_unified_embed.data.build_plan import available_cpus
     from hf_unified_embed.data.hub_layout import DEFAULT_MAX_SHARD_BYTES, write_unified
     from hf_unified_embed.data.source_formats import get_source_format
     from hf_unified_embed.errors import HfUnifiedEmbedError
@@ -122,6 +122,7 @@ def run_build(args: argparse.Namespace) -> int:
             notes=notes,
             validate=False,
             max_shard_bytes=args.max_shard_size or DEFAULT_MAX_SHARD_BYTES,
+            num_proc=args.num_proc or available_cpus(),  # each process writes its own shards
         )
         rows = [
             {"task": task, "split": split, **task_summary(dataset), "skipped": skipped.get(task, {})}
@@ -152,18 +153,15 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def _instruction_warnings(layout: FolderLayout) -> Iterator[str]:
-    """Warnings for long instructions, read from each task's first shard (validate has no tokenizer: ``train`` and
-    ``mine-negatives`` check every instruction in tokens)."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
+    """Warnings for long instructions (validate has no tokenizer: ``train`` and ``mine-negatives`` check every
+    instruction in tokens). The row check has made each task's instructions uniform, so its summary's are all."""
     from hf_unified_embed.schema import INSTRUCTION_COLUMNS
     from hf_unified_embed.training.instruction_fit import long_instruction_warning
 
-    for (task, split), shards in layout.shards.items():
+    for (task, split), summary in layout.summaries.items():
         for column in INSTRUCTION_COLUMNS:
-            values = pc.unique(pq.read_table(shards[0], columns=[column]).column(column)).to_pylist()
-            for value in values:
-                warning = long_instruction_warning(value or "", f"task {shown(task)} ({split}), field {shown(column)}")
-                if warning:
-                    yield warning
+            warning = long_instruction_warning(
+                summary[column] or "", f"task {shown(task)} ({split}), field {shown(column)}"
+            )
+            if warning:
+                yield warning

@@ -33,32 +33,71 @@ instructions. Scores must be normalised to [0, 1] (document the mapping in the d
 Other packages can register formats through the ``hf_unified_embed.source_formats`` entry-point group.
 """
 
-from hf_unified_embed.data.build_recipe import BuildRecipe, SourceSpec, load_build_recipe
-from hf_unified_embed.data.builder import (
-    BuildResult,
-    UnifiedEmbedBuilder,
-    UnifiedSourceConfig,
-    build_unified,
-    build_unified_with_report,
-)
-from hf_unified_embed.data.hub_layout import (
-    load_unified,
-    render_dataset_card,
-    save_unified,
-    stream_unified,
-    task_summary,
-    write_unified,
-)
-from hf_unified_embed.data.layout_check import validate_unified_folder
-from hf_unified_embed.data.source_formats import (
-    AdapterContext,
-    SourceFormat,
-    SourceRow,
-    get_source_format,
-    register_source_format,
-    source_format_names,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from hf_unified_embed.errors import SourceFormatError
+from hf_unified_embed.utils.lazy_exports import lazy_attribute
+
+#: The names below, imported on first use: ``validate`` reads a folder with pyarrow alone and never pays for
+#: importing ``datasets`` (a second of start-up).
+_EXPORTS = {
+    "BuildRecipe": "hf_unified_embed.data.build_recipe",
+    "SourceSpec": "hf_unified_embed.data.build_recipe",
+    "load_build_recipe": "hf_unified_embed.data.build_recipe",
+    "BuildResult": "hf_unified_embed.data.builder",
+    "build_unified": "hf_unified_embed.data.builder",
+    "build_unified_with_report": "hf_unified_embed.data.builder",
+    "load_unified": "hf_unified_embed.data.hub_layout",
+    "render_dataset_card": "hf_unified_embed.data.hub_layout",
+    "save_unified": "hf_unified_embed.data.hub_layout",
+    "stream_unified": "hf_unified_embed.data.hub_layout",
+    "task_summary": "hf_unified_embed.data.hub_layout",
+    "write_unified": "hf_unified_embed.data.hub_layout",
+    "validate_unified_folder": "hf_unified_embed.data.layout_check",
+    "AdapterContext": "hf_unified_embed.data.source_formats",
+    "SourceFormat": "hf_unified_embed.data.source_formats",
+    "SourceRow": "hf_unified_embed.data.source_formats",
+    "get_source_format": "hf_unified_embed.data.source_formats",
+    "register_source_format": "hf_unified_embed.data.source_formats",
+    "source_format_names": "hf_unified_embed.data.source_formats",
+    "UnifiedEmbedBuilder": "hf_unified_embed.data.source_rows",
+    "UnifiedSourceConfig": "hf_unified_embed.data.source_rows",
+}
+
+if TYPE_CHECKING:
+    from hf_unified_embed.data.build_recipe import (
+        BuildRecipe,
+        SourceSpec,
+        load_build_recipe,
+    )
+    from hf_unified_embed.data.builder import (
+        BuildResult,
+        build_unified,
+        build_unified_with_report,
+    )
+    from hf_unified_embed.data.hub_layout import (
+        load_unified,
+        render_dataset_card,
+        save_unified,
+        stream_unified,
+        task_summary,
+        write_unified,
+    )
+    from hf_unified_embed.data.layout_check import validate_unified_folder
+    from hf_unified_embed.data.source_formats import (
+        AdapterContext,
+        SourceFormat,
+        SourceRow,
+        get_source_format,
+        register_source_format,
+        source_format_names,
+    )
+    from hf_unified_embed.data.source_rows import (
+        UnifiedEmbedBuilder,
+        UnifiedSourceConfig,
+    )
 
 __all__ = [
     "AdapterContext",
@@ -84,3 +123,7 @@ __all__ = [
     "validate_unified_folder",
     "write_unified",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    return lazy_attribute(globals(), _EXPORTS, name)

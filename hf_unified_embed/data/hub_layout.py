@@ -6,14 +6,12 @@ The card's YAML front matter declares one ``configs`` entry per task and an ``al
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from datasets import (
     Dataset,
     DatasetDict,
@@ -29,18 +27,31 @@ from huggingface_hub import DatasetCard, DatasetCardData
 
 from hf_unified_embed.data.build_recipe import SourceSpec
 from hf_unified_embed.data.layout_check import (
+    FolderLayout,
+    arrow_types_fit,
     check_dataset_rows,
     check_layout,
     check_shard_schemas,
+    check_task_rows,
     check_unified_rows,
     read_card,
     unified_tasks,
 )
 from hf_unified_embed.data.parquet_stream import bounded_stream
 from hf_unified_embed.data.provenance import card_license, card_notes, notes_of, task_notes, with_source_notes
-from hf_unified_embed.data.task_summary import TaskSummary
+from hf_unified_embed.data.shard_writer import (
+    DEFAULT_MAX_SHARD_BYTES,
+    arrow_nbytes,
+    dataset_batches,
+    plan_shards,
+    write_shards,
+)
+from hf_unified_embed.data.shard_writer import (  # the shard limits, where they were defined before
+    MAX_ROW_GROUP_BYTES as MAX_ROW_GROUP_BYTES,
+)
+from hf_unified_embed.data.task_totals import TaskSummary
 from hf_unified_embed.errors import InputError, SourceFormatError, shown
-from hf_unified_embed.schema import UNIFIED_FEATURES, validate_unified
+from hf_unified_embed.schema import UNIFIED_FEATURES, check_columns, validate_unified
 from hf_unified_embed.utils.locations import looks_local
 from hf_unified_embed.utils.naming import ALL_CONFIG, check_distinct_names, check_split_name, check_task_name
 from hf_unified_embed.utils.outputs import StagedOutput
@@ -48,12 +59,6 @@ from hf_unified_embed.utils.readers import open_parquet
 from hf_unified_embed.utils.templates import render_template
 
 CARD_TEMPLATE = "dataset_card.md.j2"
-#: Shard size (Arrow bytes) above which a task's split is cut into several files: 500 MB, as ``datasets``
-#: pushes to the Hub (``max_shard_size``); ``build --max-shard-size`` sets it.
-DEFAULT_MAX_SHARD_BYTES = 500 * 1024**2
-#: Row groups of at most about this many Arrow bytes: a reader (a stream, the Hub's viewer) decodes a row group
-#: at a time, and datasets' own writer makes them up to 100 MB (40,000 rows of passages).
-MAX_ROW_GROUP_BYTES = 16 * 1024**2
 
 # Meaning of each column, shown in the card's schema section.
 COLUMN_DOCS = {
@@ -70,34 +75,16 @@ COLUMN_DOCS = {
 }
 
 
-def _mean_length(column: pa.ChunkedArray) -> float:
-    if len(column) == 0:
-        return 0.0
-    return float(pc.mean(pc.list_value_length(column)).as_py() or 0.0)
-
-
 def task_summary(dataset: Dataset) -> dict[str, Any]:
-    """Row count, list sizes, score range and instructions of one task (read from Arrow, no Python rows)."""
-    table = dataset.with_format("arrow")[:]  # zero-copy slices of the memory-mapped Arrow data
-    scores = pa.chunked_array(
-        [
-            *pc.list_flatten(table.column("positive_scores")).chunks,
-            *pc.list_flatten(table.column("negative_scores")).chunks,
-        ],
-        type=pa.float32(),
-    )
-    score_range = pc.min_max(scores).as_py() if len(scores) else {"min": None, "max": None}
-    first = dataset[0] if len(dataset) else {}
-    return {
-        "rows": len(dataset),
-        "task_type": first.get("task_type", ""),
-        "positives_per_row": round(_mean_length(table.column("positives")), 2),
-        "negatives_per_row": round(_mean_length(table.column("negatives")), 2),
-        "score_min": score_range["min"],
-        "score_max": score_range["max"],
-        "query_instruction": first.get("query_instruction", ""),
-        "document_instruction": first.get("document_instruction", ""),
-    }
+    """Row count, list sizes, score range and instructions of one task (read from Arrow, no Python rows).
+
+    Read a shard at a time through a memory map of its own (:func:`~hf_unified_embed.data.shard_writer.dataset_batches`):
+    the pages read are released as it goes, so the caller's memory does not grow with the task.
+    """
+    summary = TaskSummary()
+    for batch in dataset_batches(dataset):
+        summary.add(batch)
+    return summary.result()
 
 
 def parquet_task_summary(paths: Sequence[str | Path], batch_size: int = 8_192) -> dict[str, Any]:
@@ -169,7 +156,7 @@ def render_dataset_card(
                 continue
             dataset = datasets_by_task[task]
             features = dataset.features
-            split_dict.add(SplitInfo(name=split, num_examples=len(dataset), num_bytes=dataset.data.nbytes))
+            split_dict.add(SplitInfo(name=split, num_examples=len(dataset), num_bytes=arrow_nbytes(dataset)))
             rows_table.append(
                 {
                     "task": task,
@@ -240,6 +227,22 @@ def _check_names(splits: Mapping[str, Mapping[str, Dataset]]) -> None:
     check_distinct_names(dict.fromkeys(task for tasks in splits.values() for task in tasks), "task")
 
 
+def check_rows(splits: Mapping[str, Mapping[str, Dataset]], max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> None:
+    """Check every row of every task, as :func:`~hf_unified_embed.schema.validate_unified` does.
+
+    The same first problem and message (source: the task), found by ``validate``'s vectorised row check
+    (:func:`~hf_unified_embed.data.layout_check.check_task_rows`) a shard at a time through its own memory
+    map, so memory does not grow with the dataset; columns of types that check cannot scan go row by row.
+    """
+    for tasks in splits.values():
+        for task, dataset in tasks.items():
+            check_columns(dataset.column_names, source=task)
+            if arrow_types_fit(dataset.data.schema):
+                check_task_rows(((task, batch) for batch in dataset_batches(dataset, max_shard_bytes)), task)
+            else:
+                validate_unified(dataset, source=task, task=task)
+
+
 def write_unified(
     data: DatasetDict | Mapping[str, DatasetDict],
     folder: str | Path,
@@ -250,13 +253,15 @@ def write_unified(
     pretty_name: str = "Unified embedding training data",
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     validate: bool = True,
+    num_proc: int | None = None,
 ) -> Path:
     """Write the Hub layout into the existing empty ``folder`` (not atomic: see :func:`save_unified`).
 
     Every task and split name is checked before anything is written; with ``validate`` every row too
-    (the builder has already validated what it built). A task's split is cut into shards of at most
-    ``max_shard_bytes`` Arrow bytes (the files, compressed, are smaller), each written in row groups of about
-    :data:`MAX_ROW_GROUP_BYTES`.
+    (:func:`check_rows`; the builder has already validated what it built). A task's split is cut into
+    shards of at most ``max_shard_bytes`` Arrow bytes (the files, compressed, are smaller), each written in
+    row groups of about :data:`~hf_unified_embed.data.shard_writer.MAX_ROW_GROUP_BYTES`, by up to
+    ``num_proc`` processes (default one, this one): the files are the same whatever ``num_proc``.
     """
     folder = Path(folder)
     splits = _as_splits(data)
@@ -264,19 +269,8 @@ def write_unified(
         raise InputError("nothing to save: the dataset has no tasks")
     _check_names(splits)
     if validate:
-        for tasks in splits.values():
-            for task, dataset in tasks.items():
-                validate_unified(dataset, source=task, task=task)
-    for split, tasks in splits.items():
-        for task, dataset in tasks.items():
-            num_shards = max(1, math.ceil(dataset.data.nbytes / max_shard_bytes))
-            rows_per_group = max(1, MAX_ROW_GROUP_BYTES * len(dataset) // max(dataset.data.nbytes, 1))
-            task_folder = folder / "data" / task
-            task_folder.mkdir(parents=True, exist_ok=True)
-            for index in range(num_shards):
-                shard = dataset.shard(num_shards, index, contiguous=True)
-                path = task_folder / f"{split}-{index:05d}-of-{num_shards:05d}.parquet"
-                shard.to_parquet(str(path), batch_size=rows_per_group)  # one row group per batch
+        check_rows(splits, max_shard_bytes)
+    write_shards(plan_shards(splits, folder, max_shard_bytes), num_proc)
     card = render_dataset_card(splits, sources=sources, skipped=skipped, notes=notes, pretty_name=pretty_name)
     (folder / "README.md").write_text(card, encoding="utf-8")
     return folder
@@ -292,6 +286,7 @@ def save_unified(
     notes: Mapping[str, Mapping[str, Any]] | None = None,
     pretty_name: str = "Unified embedding training data",
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    num_proc: int | None = None,
 ) -> Path:
     """Write the Hub layout: ``data/<task>/<split>-NNNNN-of-NNNNN.parquet`` and ``README.md``.
 
@@ -300,14 +295,13 @@ def save_unified(
     ``source_notes`` (:func:`task_notes`). Names and rows are checked first; the folder is assembled
     by :class:`~hf_unified_embed.utils.outputs.StagedOutput` and appears whole or not at all; a non-empty
     ``out_dir`` is refused (:class:`~hf_unified_embed.errors.OutputExistsError`) unless ``overwrite``.
+    ``num_proc`` processes write the shards (:func:`write_unified`).
     """
     splits = _as_splits(data)
     if not any(splits.values()):
         raise InputError("nothing to save: the dataset has no tasks")
     _check_names(splits)
-    for tasks in splits.values():
-        for task, dataset in tasks.items():
-            validate_unified(dataset, source=task, task=task)
+    check_rows(splits, max_shard_bytes)  # before the output location is touched
     with StagedOutput(out_dir, overwrite=overwrite) as stage:
         write_unified(
             splits,
@@ -318,6 +312,7 @@ def save_unified(
             pretty_name=pretty_name,
             max_shard_bytes=max_shard_bytes,
             validate=False,
+            num_proc=num_proc,
         )
     return stage.target
 
@@ -344,10 +339,10 @@ def load_unified(
     """
     card = read_card(repo_id_or_dir, token=token)
     notes = source_notes(card)
-    names = _tasks_to_load(repo_id_or_dir, tasks, split, card)
-    local = looks_local(repo_id_or_dir)
-    if local:
-        check_unified_rows(repo_id_or_dir, names, split, limit=checked_rows)
+    names, layout = _tasks_to_load(repo_id_or_dir, tasks, split, card)
+    local = layout is not None
+    if layout is not None:
+        check_unified_rows(repo_id_or_dir, names, split, limit=checked_rows, layout=layout)
     result = DatasetDict()
     for task in names:
         dataset = load_dataset(
@@ -379,9 +374,9 @@ def stream_unified(
     not grow with the shards' row groups and a process that stops reading early exits.
     """
     card = read_card(repo_id_or_dir, token=token)
-    names = _tasks_to_load(repo_id_or_dir, tasks, split, card)
-    if looks_local(repo_id_or_dir):  # a Hub dataset's rows are checked as they stream in (the collator)
-        check_unified_rows(repo_id_or_dir, names, split)
+    names, layout = _tasks_to_load(repo_id_or_dir, tasks, split, card)
+    if layout is not None:  # a Hub dataset's rows are checked as they stream in (the collator)
+        check_unified_rows(repo_id_or_dir, names, split, layout=layout)
     result = IterableDatasetDict()
     for task in names:
         dataset = load_dataset(
@@ -397,8 +392,14 @@ def _dataset_path(repo_id_or_dir: str | Path) -> str:
     return str(Path(repo_id_or_dir).expanduser()) if looks_local(repo_id_or_dir) else str(repo_id_or_dir)
 
 
-def _tasks_to_load(repo_id_or_dir: str | Path, tasks: list[str] | None, split: str, card: Any) -> list[str]:
-    """``tasks`` (default: every task with ``split``), checked against the card; a local folder's files checked too."""
+def _tasks_to_load(
+    repo_id_or_dir: str | Path, tasks: list[str] | None, split: str, card: Any
+) -> tuple[list[str], FolderLayout | None]:
+    """``tasks`` (default: every task with ``split``), checked against the card, and a local folder's layout.
+
+    A local folder's layout and shard schemas are checked here, once: the row check reuses the layout.
+    """
+    layout = None
     if looks_local(repo_id_or_dir):
         layout = check_layout(repo_id_or_dir, strict_root=False)
         check_shard_schemas(layout)
@@ -416,4 +417,4 @@ def _tasks_to_load(repo_id_or_dir: str | Path, tasks: list[str] | None, split: s
             f"{repo_id_or_dir}: task(s) {missing} have no split {shown(split)} "
             f"(they have {sorted({s for t in missing for s in declared[t]})})"
         )
-    return list(tasks)
+    return list(tasks), layout

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,8 @@ import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError, OfflineModeIsEnabled
 
-from hf_unified_embed.data.task_summary import TaskSummary
+from hf_unified_embed.data.row_group_reader import row_group_batches as _shard_batches  # decoded ahead, in order
+from hf_unified_embed.data.task_totals import TaskSummary
 from hf_unified_embed.errors import InputError, InputNotFoundError, SourceFormatError, UnifiedSchemaError, shown
 from hf_unified_embed.schema import (
     DIFFICULTY_COLUMN,
@@ -49,7 +50,7 @@ from hf_unified_embed.schema import (
     TASK_TYPES,
     InstructionTracker,
     check_columns,
-    unified_features,
+    unified_arrow_schema,
     validate_row,
 )
 from hf_unified_embed.utils.locations import looks_local
@@ -248,7 +249,7 @@ def check_parquet_schema(path: Path, task: str) -> bool:
 def check_arrow_schema(schema: pa.Schema, task: str, source: str) -> bool:
     """Check Arrow columns and types against the unified features; return whether they include ``difficulty``."""
     with_difficulty = DIFFICULTY_COLUMN in schema.names
-    expected = unified_features(with_difficulty=with_difficulty).arrow_schema
+    expected = unified_arrow_schema(with_difficulty=with_difficulty)
     check_columns(schema.names, task=task, source=source)
     for name in expected.names:
         actual, wanted = schema.field(name).type, expected.field(name).type
@@ -260,6 +261,16 @@ def check_arrow_schema(schema: pa.Schema, task: str, source: str) -> bool:
                 source=source,
             )
     return with_difficulty
+
+
+def arrow_types_fit(schema: pa.Schema) -> bool:
+    """Whether every unified column of ``schema`` has a type :func:`check_task_rows` can scan (those ``validate``
+    accepts in a Parquet file); a table with other types is checked row by row."""
+    expected = unified_arrow_schema(with_difficulty=DIFFICULTY_COLUMN in schema.names)
+    return all(
+        name in schema.names and _compatible(schema.field(name).type, expected.field(name).type)
+        for name in expected.names
+    )
 
 
 def check_shard_schemas(layout: FolderLayout) -> None:
@@ -441,24 +452,6 @@ def check_task_rows(batches: Iterable[tuple[str, pa.RecordBatch]], task: str) ->
     return index
 
 
-def _shard_batches(paths: Sequence[Path], limit: int | None = None) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """The record batches of a task's shards in order, the first ``limit`` rows only when given."""
-    remaining = limit
-    for path in paths:
-        try:
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=ROW_BATCH):
-                if remaining is not None:
-                    if remaining <= 0:
-                        return
-                    batch = batch.slice(0, remaining)
-                    remaining -= batch.num_rows
-                yield str(path), batch
-        except (pa.ArrowException, OSError) as error:
-            raise SourceFormatError(
-                f"not a readable Parquet file ({error})", file=path, expected="a complete Parquet file"
-            ) from error
-
-
 def validate_unified_folder(repo_dir: str | Path) -> FolderLayout:
     """Check a local unified folder completely with pyarrow: layout, schema of every file, every row.
 
@@ -476,17 +469,24 @@ def validate_unified_folder(repo_dir: str | Path) -> FolderLayout:
 
 
 def check_unified_rows(
-    repo_dir: str | Path, tasks: Sequence[str] | None = None, split: str = "train", *, limit: int | None = None
+    repo_dir: str | Path,
+    tasks: Sequence[str] | None = None,
+    split: str = "train",
+    *,
+    limit: int | None = None,
+    layout: FolderLayout | None = None,
 ) -> FolderLayout:
     """Check the rows a training run reads from a local unified folder, as ``validate`` checks them.
 
-    The card, the layout and every shard's schema, then the first ``limit`` rows (all by default) of
-    each of ``tasks`` (default: every task with ``split``) in ``split``, with :func:`check_task_rows`.
+    The card, the layout and every shard's schema (unless ``layout`` is given: :func:`check_layout`'s
+    result after :func:`check_shard_schemas`), then the first ``limit`` rows (all by default) of each of
+    ``tasks`` (default: every task with ``split``) in ``split``, with :func:`check_task_rows`.
     Only pyarrow reads the files: nothing is written, ``datasets``' cache included. A task or split the
     folder does not declare is left to :func:`~hf_unified_embed.data.hub_layout.load_unified` to report.
     """
-    layout = check_layout(repo_dir, strict_root=False)
-    check_shard_schemas(layout)
+    if layout is None:
+        layout = check_layout(repo_dir, strict_root=False)
+        check_shard_schemas(layout)
     names = list(tasks) if tasks is not None else [task for task, splits in layout.declared.items() if split in splits]
     for task in names:
         paths = layout.shards.get((task, split))

@@ -17,16 +17,8 @@ from typing import Any, Literal
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
 from hf_unified_embed.errors import shown
-from hf_unified_embed.utils.readers import (
-    Quoting,
-    TableBatch,
-    batched_rows,
-    column_positions,
-    iter_delimited,
-    read_header,
-    require_text,
-    table_reader,
-)
+from hf_unified_embed.utils.readers import Quoting, column_positions, iter_delimited, read_header, require_text
+from hf_unified_embed.utils.table_blocks import TableBatch, batched_rows, table_reader
 
 _QUOTING: dict[str, Quoting] = {"minimal": csv.QUOTE_MINIMAL, "none": csv.QUOTE_NONE}
 

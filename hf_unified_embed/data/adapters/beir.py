@@ -7,44 +7,52 @@ optional mined-negatives JSON-lines file (``{"query-id": ..., "corpus-ids": [...
 ``zero_grade_as_negatives``, from grade-0 judgements; a mined negative that is also a positive of
 the query is dropped.
 
-Corpus, queries and judgements are joined in a temporary SQLite database on disk rather than in
-Python dicts, so memory stays flat however large the corpus is. The JSON-lines files are read a block at
-a time with pyarrow (a block it cannot read exactly as the per-record code would is read record by
-record, which raises the located error), and the builder takes the rows as Arrow batches.
+Two readings give the same rows. The builder's (``read_batches``) joins the folder column by column
+with pyarrow (:mod:`~hf_unified_embed.data.adapters.beir_join`), in parts of the query order when
+several processes share one large folder. The row path (:func:`read_beir`: ``max_rows``, and the check
+that names file, line and field when the column path finds a problem) joins corpus, queries and
+judgements in a temporary SQLite database on disk, so its memory stays flat however large the corpus is.
 """
 
 from __future__ import annotations
 
-import csv
 import itertools
-import math
 import sqlite3
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hf_unified_embed.data.adapters.beir_join import beir_tables
+from hf_unified_embed.data.adapters.beir_records import (
+    DOCUMENT_SCHEMA,
+    NEGATIVE,
+    NEGATIVES_SCHEMA,
+    POSITIVE,
+    Link,
+    document_columns,
+    document_rows,
+    mined_negative_rows,
+    qrels_links,
+)
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
 from hf_unified_embed.errors import shown
-from hf_unified_embed.utils.readers import (
+from hf_unified_embed.utils.readers import is_json_array, iter_json_records
+from hf_unified_embed.utils.table_blocks import (
     TableBatch,
     TextChunk,
-    batched_rows,
-    is_json_array,
-    iter_delimited,
-    iter_json_records,
+    check_part,
     iter_text_chunks,
     json_line_numbers,
     json_lines_table,
-    strip_texts,
     table_reader,
 )
 
 _BATCH = 20_000
-_POSITIVE, _NEGATIVE = 1, 0
 
 _SCHEMA = """
 CREATE TABLE corpus (id TEXT PRIMARY KEY, text TEXT NOT NULL) WITHOUT ROWID;
@@ -60,102 +68,24 @@ def _batched(rows: Iterable[Any]) -> Iterator[list[Any]]:
         yield batch
 
 
-def _document_rows(path: Path, records: Iterable[tuple[int, Any]], include_title: bool) -> Iterator[tuple[str, str]]:
-    for line, record in records:
-        if not isinstance(record, dict) or "_id" not in record or not isinstance(record.get("text"), str):
-            raise SourceFormatError(
-                "bad record", file=path, line=line, field="_id/text", expected='{"_id": ..., "text": "..."}'
-            )
-        text = record["text"].strip()
-        title = record.get("title") or ""
-        if include_title and isinstance(title, str) and title.strip():
-            text = f"{title.strip()} {text}".strip()
-        if not text:
-            raise SourceFormatError("empty text", file=path, line=line, field="text", expected="a non-empty string")
-        yield str(record["_id"]), text
-
-
-_DOCUMENT_SCHEMA = pa.schema([("_id", pa.string()), ("text", pa.string()), ("title", pa.string())])
-
-
-def _document_table(chunk: TextChunk, include_title: bool) -> list[tuple[str, str]] | None:
-    """A JSON-lines block's ``(id, text)`` pairs read with pyarrow; ``None`` where that might differ from
-    :func:`_document_rows` (an id that is no string, a missing text, an empty one: read record by record)."""
-    table = json_lines_table(chunk, _DOCUMENT_SCHEMA, optional=("title",))
-    if table is None:
-        return None
-    text = strip_texts(table.column("text"))
-    if include_title:
-        title = strip_texts(pc.fill_null(table.column("title"), ""))
-        joined = strip_texts(pc.binary_join_element_wise(title, text, " "))
-        text = pc.if_else(pc.greater(pc.binary_length(title), 0), joined, text)
-    if len(text) and pc.min(pc.binary_length(text)).as_py() == 0:
-        return None
-    return list(zip(table.column("_id").to_pylist(), text.to_pylist()))
-
-
 def _documents(path: Path, include_title: bool) -> Iterator[list[tuple[str, str]]]:
     """``(id, text)`` pairs of a corpus or queries file, a block at a time."""
     if is_json_array(path):
-        yield from _batched(_document_rows(path, iter_json_records(path), include_title))
+        yield from _batched(document_rows(path, iter_json_records(path), include_title))
         return
     for chunk in iter_text_chunks(path):
-        pairs = _document_table(chunk, include_title)
-        yield pairs if pairs is not None else list(_document_rows(path, chunk.json_lines(), include_title))
+        table = json_lines_table(chunk, DOCUMENT_SCHEMA, optional=("title",))
+        columns = None if table is None else document_columns(table, include_title)
+        if columns is None:
+            yield list(document_rows(path, chunk.json_lines(), include_title))
+        else:
+            yield list(zip(columns[0].to_pylist(), columns[1].to_pylist()))
 
 
-def _qrels(
-    path: Path, file_index: int, zero_grade_as_negatives: bool
-) -> Iterator[tuple[str, str, int, float, int, int]]:
-    for line, fields in iter_delimited(path, delimiter="\t", quoting=csv.QUOTE_NONE):
-        if len(fields) == 4:  # TREC style: query-id, iteration, corpus-id, grade
-            fields = [fields[0], fields[2], fields[3]]
-        if len(fields) != 3:
-            raise SourceFormatError(
-                f"found {len(fields)} fields", file=path, line=line, expected="query-id, corpus-id, score"
-            )
-        try:
-            grade = float(fields[2])
-        except ValueError:
-            if line == 1:  # the usual "query-id corpus-id score" header
-                continue
-            raise SourceFormatError(
-                f"got {shown(fields[2])}", file=path, line=line, field="score", expected="a number"
-            ) from None
-        if not math.isfinite(grade):
-            raise SourceFormatError(
-                f"got {shown(fields[2])}", file=path, line=line, field="score", expected="a finite number"
-            )
-        if grade > 0:
-            yield fields[0], fields[1], _POSITIVE, grade, file_index, line
-        elif zero_grade_as_negatives:
-            yield fields[0], fields[1], _NEGATIVE, 0.0, file_index, line
-
-
-def _mined_negative_rows(
-    path: Path, records: Iterable[tuple[int, Any]], file_index: int
-) -> Iterator[tuple[str, str, int, None, int, int]]:
-    for line, record in records:
-        ids = record.get("corpus-ids") if isinstance(record, dict) else None
-        if not isinstance(ids, list) or "query-id" not in record:
-            raise SourceFormatError(
-                "bad record",
-                file=path,
-                line=line,
-                field="corpus-ids",
-                expected='{"query-id": ..., "corpus-ids": [...]}',
-            )
-        for corpus_id in ids:
-            yield str(record["query-id"]), str(corpus_id), _NEGATIVE, None, file_index, line
-
-
-_NEGATIVES_SCHEMA = pa.schema([("query-id", pa.string()), ("corpus-ids", pa.list_(pa.string()))])
-
-
-def _negative_links(chunk: TextChunk, file_index: int) -> list[tuple[str, str, int, None, int, int]] | None:
-    """A JSON-lines block's mined negatives read with pyarrow; ``None`` where :func:`_mined_negative_rows`
+def _negative_links(chunk: TextChunk, file_index: int) -> list[Link] | None:
+    """A JSON-lines block's mined negatives read with pyarrow; ``None`` where :func:`mined_negative_rows`
     might read it otherwise (ids that are no strings, a missing field)."""
-    table = json_lines_table(chunk, _NEGATIVES_SCHEMA)
+    table = json_lines_table(chunk, NEGATIVES_SCHEMA)
     if table is None:
         return None
     lists = table.column("corpus-ids").combine_chunks()
@@ -166,18 +96,18 @@ def _negative_links(chunk: TextChunk, file_index: int) -> list[tuple[str, str, i
     query_ids = table.column("query-id").to_pylist()
     parents = pc.list_parent_indices(lists).to_pylist()
     return [
-        (query_ids[row], corpus_id, _NEGATIVE, None, file_index, lines[row])
+        (query_ids[row], corpus_id, NEGATIVE, None, file_index, lines[row])
         for row, corpus_id in zip(parents, corpus_ids.to_pylist())
     ]
 
 
-def _mined_negatives(path: Path, file_index: int) -> Iterator[tuple[str, str, int, None, int, int]]:
+def _mined_negatives(path: Path, file_index: int) -> Iterator[Link]:
     if is_json_array(path):
-        yield from _mined_negative_rows(path, iter_json_records(path), file_index)
+        yield from mined_negative_rows(path, iter_json_records(path), file_index)
         return
     for chunk in iter_text_chunks(path):
         links = _negative_links(chunk, file_index)
-        yield from links if links is not None else _mined_negative_rows(path, chunk.json_lines(), file_index)
+        yield from links if links is not None else mined_negative_rows(path, chunk.json_lines(), file_index)
 
 
 class _BeirJoin:
@@ -210,7 +140,7 @@ class _BeirJoin:
             self.connection.executemany("INSERT INTO links VALUES (?, ?, ?, ?, ?, ?)", batch)
 
     def max_grade(self) -> float | None:
-        return self.connection.execute("SELECT MAX(grade) FROM links WHERE kind = ?", (_POSITIVE,)).fetchone()[0]
+        return self.connection.execute("SELECT MAX(grade) FROM links WHERE kind = ?", (POSITIVE,)).fetchone()[0]
 
     def grouped(self) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
         self.connection.execute("CREATE INDEX links_by_query ON links (qid)")
@@ -232,13 +162,51 @@ class _BeirJoin:
         self.connection.close()
 
 
-def _beir_batches(files: Sequence[Path], context: AdapterContext, **options: Any) -> Iterator[TableBatch]:
-    """The rows of :func:`read_beir` as Arrow batches (completed and checked column by column by the builder)."""
-    return batched_rows(read_beir(files, context, **options))
+def _folder_paths(folder: Path, qrels_split: str, negatives_file: str | None) -> dict[str, Path]:
+    """The files of a BEIR folder, each checked to exist."""
+    paths = {
+        "corpus": folder / "corpus.jsonl",
+        "queries": folder / "queries.jsonl",
+        "qrels": folder / "qrels" / f"{qrels_split}.tsv",
+    }
+    if negatives_file is not None:
+        paths["negatives"] = folder / negatives_file
+    for name, path in paths.items():
+        if not path.is_file():
+            raise SourceFormatError(
+                f"{name} file not found",
+                file=path,
+                expected="a BEIR folder with corpus.jsonl, queries.jsonl and qrels/<split>.tsv",
+            )
+    return paths
+
+
+def _beir_batches(
+    files: Sequence[Path],
+    context: AdapterContext,
+    *,
+    qrels_split: str = "train",
+    negatives_file: str | None = None,
+    part: tuple[int, int] | None = None,
+    **options: Any,
+) -> Iterator[TableBatch]:
+    """The rows of :func:`read_beir` joined column by column (:mod:`.beir_join`); ``part`` with one folder."""
+    check_part(files, part)
+    for folder in files:
+        paths = _folder_paths(folder, qrels_split, negatives_file)
+        for table in beir_tables(paths, context, part=part, **options):
+            # The rows again for the builder's row-by-row check, should a rule refuse the table.
+            yield TableBatch(table, partial(_replayed, str(paths["qrels"]), table), recount=False)
+
+
+def _replayed(location: str, table: pa.Table) -> Iterator[SourceRow]:
+    return ((location, row) for row in table.to_pylist())
 
 
 @register_source_format("beir")
-@table_reader(_beir_batches, per_file=True, cost=4.0)  # each folder on its own; the join costs ~4x a tsv per byte
+# Each folder on its own, or a large one in parts; reading and joining costs ~4x a tab file per byte, and
+# each part reads the whole folder (it joins only its share).
+@table_reader(_beir_batches, per_file=True, splittable=True, cost=4.0)
 def read_beir(
     files: Sequence[Path],
     context: AdapterContext,
@@ -256,20 +224,7 @@ def read_beir(
     ``max_grade`` is not given).
     """
     for folder in files:
-        paths = {
-            "corpus": folder / "corpus.jsonl",
-            "queries": folder / "queries.jsonl",
-            "qrels": folder / "qrels" / f"{qrels_split}.tsv",
-        }
-        if negatives_file is not None:
-            paths["negatives"] = folder / negatives_file
-        for name, path in paths.items():
-            if not path.is_file():
-                raise SourceFormatError(
-                    f"{name} file not found",
-                    file=path,
-                    expected="a BEIR folder with corpus.jsonl, queries.jsonl and qrels/<split>.tsv",
-                )
+        paths = _folder_paths(folder, qrels_split, negatives_file)
         with tempfile.TemporaryDirectory(prefix="beir-join-", dir=context.scratch) as scratch:
             join = _BeirJoin(Path(scratch) / "join.sqlite")
             try:
@@ -291,7 +246,7 @@ def _rows(
 ) -> Iterator[SourceRow]:
     join.load_texts("corpus", paths["corpus"], include_title)
     join.load_texts("queries", paths["queries"], include_title=False)
-    join.load_links(paths["qrels"], _qrels(paths["qrels"], 0, zero_grade_as_negatives))
+    join.load_links(paths["qrels"], qrels_links(paths["qrels"], 0, zero_grade_as_negatives))
     if "negatives" in paths:
         join.load_links(paths["negatives"], _mined_negatives(paths["negatives"], 1))
     top = max_grade if max_grade is not None else join.max_grade()
@@ -317,7 +272,7 @@ def _rows(
                     field="corpus-id",
                     expected="an id present in corpus.jsonl",
                 )
-            if kind == _POSITIVE:
+            if kind == POSITIVE:
                 if grade > top:
                     raise SourceFormatError(
                         f"grade {grade:g} exceeds max_grade {top:g}",

@@ -16,7 +16,8 @@ from typing import Any
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
 from hf_unified_embed.errors import shown
-from hf_unified_embed.utils.readers import iter_json_records, require_text, table_reader
+from hf_unified_embed.utils.readers import iter_json_records, require_text
+from hf_unified_embed.utils.table_blocks import table_reader
 
 _TASK_TYPES = {"ir": "retrieval", "sts": "sts"}
 

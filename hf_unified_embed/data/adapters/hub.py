@@ -24,14 +24,8 @@ from datasets.exceptions import DatasetGenerationError, DatasetNotFoundError
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
 from hf_unified_embed.errors import InputError, InputNotFoundError, one_line, shown
-from hf_unified_embed.utils.readers import (
-    parse_score,
-    record_field,
-    record_text,
-    record_texts,
-    score_bounds,
-    table_reader,
-)
+from hf_unified_embed.utils.readers import parse_score, record_field, record_text, record_texts, score_bounds
+from hf_unified_embed.utils.table_blocks import table_reader
 
 
 def _columns(value: str | Sequence[str] | None) -> list[str]:

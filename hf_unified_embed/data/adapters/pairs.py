@@ -7,10 +7,12 @@ JSON-lines and Parquet files are also read a block at a time with pyarrow (``rea
 the builder); a block pyarrow cannot convert exactly as the per-record code would (a missing or null
 value, a number where a text belongs, a line that is not one object) is read record by record, which
 raises the located error if there is one. CSV / TSV files and JSON arrays are read record by record.
+A JSON-lines file may be read in parts by several processes (``splittable``, byte ranges of lines).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
@@ -22,26 +24,31 @@ import pyarrow.compute as pc
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceRow, register_source_format
 from hf_unified_embed.utils.readers import (
-    JSON_SUFFIXES,
     PARQUET_SUFFIXES,
-    TableBatch,
-    batch_records,
-    is_json_array,
-    iter_parquet_batches,
+    is_json_lines,
     iter_table_records,
-    iter_text_chunks,
-    json_lines_table,
     json_objects,
-    mapped_scores,
-    nonblank_texts,
-    parquet_columns,
     parse_score,
     record_field,
     record_text,
     record_texts,
     score_bounds,
+)
+from hf_unified_embed.utils.table_blocks import (
+    Part,
+    TableBatch,
+    TextChunk,
+    batch_records,
+    check_part,
+    iter_parquet_batches,
+    iter_text_chunks,
+    json_lines_table,
+    mapped_scores,
+    nonblank_texts,
+    parquet_columns,
     singleton_lists,
     table_reader,
+    whole_part,
 )
 
 Records = Iterable[tuple[int, dict[str, Any]]]
@@ -73,26 +80,57 @@ def _repeat_per_text(scores: pa.Array, texts: pa.ListArray) -> pa.Array:
     return pa.ListArray.from_arrays(texts.offsets, pc.take(scores, pc.list_parent_indices(texts)))
 
 
-def _json_columns(chunk: Any, wanted: dict[str, str]) -> dict[str, pa.Array] | None:
-    """The wanted columns of a JSON-lines block: texts read as texts or else as lists of texts."""
-    for list_type in (pa.string(), pa.list_(pa.string())):
-        kinds = {TEXT: pa.string(), TEXTS: list_type, SCORE: pa.float64()}
-        schema = pa.schema([(name, kinds[kind]) for name, kind in wanted.items()])
-        table = json_lines_table(chunk, schema)
-        if table is not None:
-            return {name: table.column(name).combine_chunks() for name in wanted}
-    return None
+def _first_object(data: bytes) -> dict[str, Any]:
+    """The first non-blank line of a block parsed as JSON (``{}`` if it is not an object)."""
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        if data[start:end].strip():
+            try:
+                value = json.loads(data[start:end])
+            except ValueError:  # also a byte that is not UTF-8: the block goes line by line anyway
+                return {}
+            return value if isinstance(value, dict) else {}
+        start = end + 1
+    return {}
 
 
-def _record_batches(path: Path, wanted: dict[str, str]) -> Iterator[tuple[dict[str, pa.Array] | None, Records]]:
-    """``(columns, records)`` per block of ``path``: the wanted columns read by pyarrow (``None`` where it
-    cannot) and the block's records as :func:`iter_table_records` reads them (lazily: read only if asked)."""
-    suffix = path.suffix.lower()
-    if suffix in JSON_SUFFIXES and not is_json_array(path):
-        for chunk in iter_text_chunks(path):
+def _arrow_type(kind: str, value: Any) -> pa.DataType:
+    """The Arrow type to read a column of ``kind`` with, whose first value is ``value``."""
+    if kind == TEXTS and isinstance(value, list):
+        return pa.list_(pa.string())
+    if kind == SCORE and not isinstance(value, str):
+        return pa.float64()
+    return pa.string()
+
+
+def _json_columns(chunk: TextChunk, wanted: dict[str, str]) -> dict[str, pa.Array] | None:
+    """The wanted columns of a JSON-lines block, each read with the JSON type of its first record's value.
+
+    A texts column holds one text or a list of texts, a score a number or a text: one column may hold a
+    text and another a list (an anchor, its positive and a list of negatives), so the Arrow type is
+    chosen per column. A block whose rows do not all agree with its first is read line by line.
+    """
+    first = _first_object(chunk.data)
+    types = {name: _arrow_type(kind, first.get(name)) for name, kind in wanted.items()}
+    table = json_lines_table(chunk, pa.schema(list(types.items())))
+    return None if table is None else {name: table.column(name).combine_chunks() for name in wanted}
+
+
+def _record_batches(
+    path: Path, wanted: dict[str, str], part: Part | None = None
+) -> Iterator[tuple[dict[str, pa.Array] | None, Records]]:
+    """``(columns, records)`` per block of ``path`` (of part ``part`` of it): the wanted columns read by
+    pyarrow (``None`` where it cannot) and the block's records as :func:`iter_table_records` reads them
+    (lazily: read only if asked). Only JSON lines are read in parts; of another file part 0 is all of it."""
+    if is_json_lines(path):
+        for chunk in iter_text_chunks(path, part=part):
             yield _json_columns(chunk, wanted), json_objects(path, chunk.json_lines())
         return
-    names = parquet_columns(path) if suffix in PARQUET_SUFFIXES else None
+    if not whole_part(part):
+        return
+    names = parquet_columns(path) if path.suffix.lower() in PARQUET_SUFFIXES else None
     if names is None or not set(wanted) <= set(names):
         yield None, iter_table_records(path)
         return
@@ -157,20 +195,22 @@ def _pair_batches(
     positive_column: str = "positive",
     score_column: str | None = None,
     score_range: tuple[float, float] = (0.0, 1.0),
+    part: Part | None = None,
 ) -> Iterator[TableBatch]:
+    check_part(files, part)
     low, high = score_bounds(score_range)
     wanted = {positive_column: TEXTS, anchor_column: TEXT}
     if score_column is not None:
         wanted.setdefault(score_column, SCORE)
     options = (anchor_column, positive_column, score_column, low, high)
     for path in files:
-        for columns, records in _record_batches(path, wanted):
+        for columns, records in _record_batches(path, wanted, part):
             table = None if columns is None else _pair_table(columns, *options)
             yield TableBatch(table, partial(_pair_rows, path, records, *options))
 
 
 @register_source_format("pairs")
-@table_reader(_pair_batches, per_file=True)
+@table_reader(_pair_batches, per_file=True, splittable=is_json_lines)
 def read_pairs(
     files: Sequence[Path],
     context: AdapterContext,
@@ -217,17 +257,19 @@ def _triplet_batches(
     anchor_column: str = "anchor",
     positive_column: str = "positive",
     negative_column: str = "negative",
+    part: Part | None = None,
 ) -> Iterator[TableBatch]:
+    check_part(files, part)
     wanted = {positive_column: TEXTS, negative_column: TEXTS, anchor_column: TEXT}
     options = (anchor_column, positive_column, negative_column)
     for path in files:
-        for columns, records in _record_batches(path, wanted):
+        for columns, records in _record_batches(path, wanted, part):
             table = None if columns is None else _triplet_table(columns, *options)
             yield TableBatch(table, partial(_triplet_rows, path, records, *options))
 
 
 @register_source_format("triplets")
-@table_reader(_triplet_batches, per_file=True)
+@table_reader(_triplet_batches, per_file=True, splittable=is_json_lines)
 def read_triplets(
     files: Sequence[Path],
     context: AdapterContext,

@@ -6,7 +6,8 @@ With ``positives_only`` the non-paraphrase pairs are skipped instead, which turn
 plain (anchor, positive) pairs for contrastive training.
 
 The builder reads the file a block at a time with pyarrow (``read_batches``); a block it cannot
-convert exactly is read line by line, which raises the located error if there is one.
+convert exactly is read line by line, which raises the located error if there is one. The file may
+also be read in parts by several processes (``splittable``: byte ranges of its unquoted lines).
 """
 
 from __future__ import annotations
@@ -21,14 +22,13 @@ import pyarrow.compute as pc
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
 from hf_unified_embed.errors import shown
-from hf_unified_embed.utils.readers import (
+from hf_unified_embed.utils.readers import column_positions, iter_delimited, read_header, require_text
+from hf_unified_embed.utils.table_blocks import (
+    Part,
     TableBatch,
-    column_positions,
-    iter_delimited,
+    check_part,
     iter_text_chunks,
     nonblank_texts,
-    read_header,
-    require_text,
     singleton_lists,
     strip_texts,
     tab_fields,
@@ -100,11 +100,13 @@ def _batches(
     sentence1_column: str = "#1 String",
     sentence2_column: str = "#2 String",
     positives_only: bool = False,
+    part: Part | None = None,
 ) -> Iterator[TableBatch]:
+    check_part(files, part)
     columns = (label_column, sentence1_column, sentence2_column)
     for path in files:
-        header, positions = _header(path, columns)
-        for chunk in iter_text_chunks(path, header=True):
+        header, positions = _header(path, columns)  # every part maps its columns by the header
+        for chunk in iter_text_chunks(path, header=True, part=part):
             table, skipped = None, 0
             fields = tab_fields(chunk, len(header), len(header))
             if fields is not None and not len(fields):
@@ -122,7 +124,7 @@ def _batches(
 
 
 @register_source_format("msrp")
-@table_reader(_batches, per_file=True)
+@table_reader(_batches, per_file=True, splittable=True)
 def read_msrp(
     files: Sequence[Path],
     context: AdapterContext,

@@ -8,6 +8,8 @@ Each format also reads its files a block at a time with pyarrow (``read_batches`
 builder): lines split and scores parsed and mapped column by column. A block that pyarrow cannot
 convert exactly as the per-line code would (a short line, a score Python reads and Arrow does not, a
 blank sentence) is read line by line instead, which raises the located error if there is one.
+The files are unquoted tab-separated lines, so one file may also be read in parts by several
+processes (``splittable``: byte ranges of whole lines).
 """
 
 from __future__ import annotations
@@ -21,16 +23,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
-from hf_unified_embed.utils.readers import (
+from hf_unified_embed.utils.readers import column_positions, iter_delimited, parse_score, read_header, require_text
+from hf_unified_embed.utils.table_blocks import (
+    Part,
     TableBatch,
-    column_positions,
-    iter_delimited,
+    check_part,
     iter_text_chunks,
     mapped_scores,
     nonblank_texts,
-    parse_score,
-    read_header,
-    require_text,
     singleton_lists,
     strip_texts,
     tab_fields,
@@ -73,9 +73,10 @@ def _stsb_rows(path: Path, records: Records) -> Iterator[SourceRow]:
         yield _pair(path, line, fields[5], fields[6], score)
 
 
-def _stsb_batches(files: Sequence[Path], context: AdapterContext) -> Iterator[TableBatch]:
+def _stsb_batches(files: Sequence[Path], context: AdapterContext, *, part: Part | None = None) -> Iterator[TableBatch]:
+    check_part(files, part)
     for path in files:
-        for chunk in iter_text_chunks(path):
+        for chunk in iter_text_chunks(path, part=part):
             fields = tab_fields(chunk, 7)
             table = None
             if fields is not None:
@@ -85,7 +86,7 @@ def _stsb_batches(files: Sequence[Path], context: AdapterContext) -> Iterator[Ta
 
 
 @register_source_format("stsb")
-@table_reader(_stsb_batches, per_file=True)
+@table_reader(_stsb_batches, per_file=True, splittable=True)
 def read_stsb(files: Sequence[Path], context: AdapterContext) -> Iterator[SourceRow]:
     """STS Benchmark tab file: genre, file, year, id, score (0–5), sentence1, sentence2[, sources].
 
@@ -128,11 +129,13 @@ def _sick_batches(
     sentence1_column: str = "sentence_A",
     sentence2_column: str = "sentence_B",
     score_column: str = "relatedness_score",
+    part: Part | None = None,
 ) -> Iterator[TableBatch]:
+    check_part(files, part)
     columns = (sentence1_column, sentence2_column, score_column)
     for path in files:
-        header, positions = _sick_header(path, *columns)
-        for chunk in iter_text_chunks(path, header=True):
+        header, positions = _sick_header(path, *columns)  # every part maps its columns by the header
+        for chunk in iter_text_chunks(path, header=True, part=part):
             fields = tab_fields(chunk, len(header))
             table = None
             if fields is not None:
@@ -146,7 +149,7 @@ def _sick_batches(
 
 
 @register_source_format("sick")
-@table_reader(_sick_batches, per_file=True)
+@table_reader(_sick_batches, per_file=True, splittable=True)
 def read_sick(
     files: Sequence[Path],
     context: AdapterContext,
@@ -181,10 +184,11 @@ def _semeval_rows(path: Path, records: Records, context: AdapterContext, max_sco
 
 
 def _semeval_batches(
-    files: Sequence[Path], context: AdapterContext, *, max_score: float = 5.0
+    files: Sequence[Path], context: AdapterContext, *, max_score: float = 5.0, part: Part | None = None
 ) -> Iterator[TableBatch]:
+    check_part(files, part)
     for path in files:
-        for chunk in iter_text_chunks(path):
+        for chunk in iter_text_chunks(path, part=part):
             fields = tab_fields(chunk, 3)
             table, unlabeled = None, 0
             if fields is not None:
@@ -201,7 +205,7 @@ def _semeval_batches(
 
 
 @register_source_format("semeval-sts")
-@table_reader(_semeval_batches, per_file=True)
+@table_reader(_semeval_batches, per_file=True, splittable=True)
 def read_semeval_sts(files: Sequence[Path], context: AdapterContext, *, max_score: float = 5.0) -> Iterator[SourceRow]:
     """SemEval STS tsv: gold score (0–5), sentence1, sentence2.
 

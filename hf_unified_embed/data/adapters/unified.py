@@ -11,7 +11,8 @@ from pathlib import Path
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
 from hf_unified_embed.schema import DIFFICULTY_COLUMN, UNIFIED_COLUMNS
-from hf_unified_embed.utils.readers import iter_table_records, table_reader
+from hf_unified_embed.utils.readers import iter_table_records
+from hf_unified_embed.utils.table_blocks import table_reader
 
 
 @register_source_format("unified", with_difficulty_option=True)

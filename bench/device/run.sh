@@ -1,0 +1,35 @@
+#!/bin/bash
+# On the lent GPU machine (see prepare.sh): install the carried wheels, draw MiniLM-shaped random weights,
+# then bench/step.py (the recipe's batch sizes with a profile, and batch 128) and bench/large_batch.py.
+# Each benchmark runs under its own time limit; logs and JSON go to $OUT (the device tool brings them back).
+# LARGE_ARGS adds arguments to large_batch.py (e.g. --configs ...).
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
+export PYTHONPATH=$PWD/.devcarry/shim:/tmp/site:$PWD MINILM_PATH=/tmp/minilm
+[ -e ../shared/data ] || ln -s "$PWD/.devcarry/shared" ../shared
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 - <<'PY' || exit 4
+import accelerate, datasets, peft, pyarrow, sentence_transformers, torch, transformers
+print("torch", torch.__version__, torch.cuda.get_device_name(0))
+for module in (transformers, sentence_transformers, datasets, pyarrow, peft, accelerate):
+    print(module.__name__, module.__version__)
+PY
+python3 - <<'PY' || exit 5
+import shutil
+import torch
+from transformers import AutoConfig, BertModel
+shutil.copytree(".devcarry/minilm-shape", "/tmp/minilm", dirs_exist_ok=True)
+torch.manual_seed(0)
+BertModel(AutoConfig.from_pretrained("/tmp/minilm")).save_pretrained("/tmp/minilm")
+PY
+quiet() { grep -v -e Warning -e "it/s]" -e "Generating" -e "Creating parquet"; }
+echo "=== step.py, the recipe's batch sizes"
+timeout ${STEP_SECONDS:-170} python3 bench/step.py --device cuda --random-weights --profile --steps 40 --warmup 5 \
+  --json "$OUT/step.json" 2>&1 | quiet | tee "$OUT/step.log"
+echo "=== step.py, batch 128"
+timeout ${STEP_SECONDS:-170} python3 bench/step.py --device cuda --random-weights --batch-size 128 --steps 30 \
+  --warmup 5 --json "$OUT/step128.json" 2>&1 | quiet | tee "$OUT/step128.log"
+echo "=== large_batch.py"
+timeout ${LARGE_SECONDS:-200} python3 bench/large_batch.py --device cuda --rows 32 128 --tokens 8192 32768 \
+  --sts-tokens 16384 ${LARGE_ARGS:-} --output "$OUT/large_batch.json" 2>&1 | quiet | tee "$OUT/large_batch.log"

@@ -1,0 +1,150 @@
+"""The plan of a parallel build: a recipe's sources cut into *pieces* (a source, one of its files, or a part
+of one large file) weighed by their expected reading time, and shared out over processes in groups."""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hf_unified_embed.data.build_recipe import SourceSpec
+from hf_unified_embed.data.source_formats import get_source_format
+from hf_unified_embed.errors import HfUnifiedEmbedError
+from hf_unified_embed.utils.readers import resolve_inputs
+from hf_unified_embed.utils.table_blocks import can_split
+
+#: A file is read in parts when it would take more than this many times one process's fair share.
+_SPLIT_MARGIN = 1.25
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on: ``os.process_cpu_count()`` (Python 3.13), else its affinity mask."""
+    counter = getattr(os, "process_cpu_count", None)
+    if counter is not None:
+        count = counter()
+    else:
+        try:
+            count = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            count = os.cpu_count()
+    return max(1, count or 1)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A unit of work: the ``files`` of recipe source ``source`` (all of them, or one of a ``per_file`` format)."""
+
+    number: int
+    source: int
+    files: tuple[Path | str, ...]
+    weight: float
+    #: ``(index, count)``: only this part of the one file (a ``splittable`` format's large input).
+    part: tuple[int, int] | None = None
+
+
+def input_size(entry: Path | str) -> float:
+    if isinstance(entry, str) or not entry.exists():
+        return 1.0
+    if entry.is_dir():
+        return float(sum(path.stat().st_size for path in entry.rglob("*") if path.is_file()))
+    return float(entry.stat().st_size)
+
+
+def balanced_groups(pieces: Sequence[Piece], count: int) -> list[list[Piece]]:
+    """``count`` groups of about equal weight (largest first onto the lightest group), each in piece order."""
+    if count <= 1:
+        return [list(pieces)]
+    heap = [(0.0, group) for group in range(count)]
+    members: list[list[Piece]] = [[] for _ in range(count)]
+    for piece in sorted(pieces, key=lambda piece: (-piece.weight, piece.number)):
+        load, group = heapq.heappop(heap)
+        members[group].append(piece)
+        heapq.heappush(heap, (load + piece.weight, group))
+    return [sorted(group, key=lambda piece: piece.number) for group in members if group]
+
+
+@dataclass
+class Planned:
+    """A recipe source as planned: its resolved inputs and pieces, or the error resolving them raised."""
+
+    spec: SourceSpec
+    index: int
+    files: list[Path | str] = field(default_factory=list)
+    pieces: list[Piece] = field(default_factory=list)
+    error: HfUnifiedEmbedError | None = None
+
+
+def plan_sources(specs: Sequence[SourceSpec], base_dir: Path | None, num_proc: int) -> list[Planned]:
+    """The sources' inputs resolved (or the error resolving them raised) and cut into pieces for ``num_proc``
+    processes; piece numbers follow the recipe's order."""
+    planned = []
+    for index, spec in enumerate(specs):
+        source_format = get_source_format(spec.format)
+        try:
+            files = resolve_inputs(spec.data_files, base_dir, dataset_ids=source_format.dataset_ids)
+        except HfUnifiedEmbedError as error:  # raised in its turn, after the sources before it
+            planned.append(Planned(spec, index, error=error))
+            continue
+        planned.append(Planned(spec, index, files))
+    _cut_into_pieces(planned, num_proc)
+    return planned
+
+
+@dataclass
+class _Share:
+    """Some files of a planned source read together, and the time that is expected to take."""
+
+    item: Planned
+    files: tuple[Path | str, ...]
+    weight: float
+
+
+def _cut_into_pieces(planned: Sequence[Planned], num_proc: int) -> None:
+    """Each source's pieces: its files together, or one piece per file (``per_file``), and a file
+    much larger than one process's share of the whole build in parts (``splittable``) — so that one
+    big source does not leave the other processes idle. Parts join back into the same rows in order."""
+    shares: list[_Share] = []
+    for item in planned:
+        if item.error is not None:
+            continue
+        read = get_source_format(item.spec.format).read
+        # Time per input byte, to share the pieces out evenly (an unmarked adapter: a row-by-row reader's).
+        cost = getattr(read, "read_cost", 1.5)
+        one_by_one = getattr(read, "per_file", False) and item.spec.max_rows is None and len(item.files) > 1
+        groups = [[entry] for entry in item.files] if one_by_one else [item.files]
+        shares += [_Share(item, tuple(files), cost * sum(input_size(entry) for entry in files)) for files in groups]
+    fair = sum(share.weight for share in shares) / max(num_proc, 1)
+    number = 0
+    for share in shares:
+        count = _parts(share, num_proc, fair)
+        for part in range(count):
+            where = (part, count) if count > 1 else None
+            share.item.pieces.append(Piece(number, share.item.index, share.files, share.weight / count, where))
+            number += 1
+
+
+def _parts(share: _Share, num_proc: int, fair: float) -> int:
+    """Into how many parts to cut a share: one, unless it is a single file of a ``splittable`` format
+    (read by its vectorised reader) that would take well over one process's ``fair`` share."""
+    spec, entry = share.item.spec, share.files[0]
+    if (
+        num_proc < 2
+        or len(share.files) != 1
+        or share.weight <= _SPLIT_MARGIN * fair
+        or spec.max_rows is not None
+        or spec.task_type is None  # the row-by-row reader, which reads no parts (build_tables.piece_tables)
+        # Not isinstance(entry, Path): datasets swaps the Path of the modules it runs builders from.
+        or not isinstance(entry, os.PathLike)
+        or not can_split(get_source_format(spec.format).read, Path(entry))
+    ):
+        return 1
+    return min(num_proc, math.ceil(share.weight / fair))
+
+
+def in_main_process(spec: SourceSpec) -> bool:
+    # An adapter that starts processes of its own (raw-text with num_proc) cannot run in a daemonic worker.
+    processes = spec.options.get("num_proc")
+    return isinstance(processes, int) and processes > 1

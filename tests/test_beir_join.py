@@ -1,0 +1,166 @@
+"""The BEIR column path (``beir_join``, what the builder reads) against the row path (``read_beir``, SQLite):
+the same rows in the same order and the same skips for any folder, whole or in parts; where the row path
+refuses a folder, the column path refuses it too (the builder then names the place with the row path)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hf_unified_embed.data.adapters.beir import _beir_batches, read_beir
+from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError
+from hf_unified_embed.utils.table_blocks import can_split
+
+COLUMNS = ("query", "positives", "positive_scores", "negatives")
+
+ids = st.sampled_from([f"d{i}" for i in range(8)])
+#: Now and then an id the folder does not hold: both paths refuse the folder.
+some_ids = st.one_of(ids, ids, ids, ids, ids, ids, ids, ids, ids, st.just("d-unknown"))
+texts = st.sampled_from(["alpha", "beta", " beta ", "gamma delta", "epsilon", "zeta"])  # repeats on purpose
+grades = st.sampled_from(["0", "1", "2", "3", "1.5", "-1", "2e0", ".5"])
+
+
+@st.composite
+def folders(draw: Any) -> dict[str, Any]:
+    corpus = {f"d{i}": (draw(texts), draw(st.sampled_from(["", "Title", None]))) for i in range(8)}
+    queries = {f"q{i}": draw(texts) for i in range(6)}
+    judgements = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from([*queries, "q-unknown"] if draw(st.integers(0, 9)) == 0 else list(queries)),
+                some_ids,
+                grades,
+            ),
+            min_size=0,
+            max_size=25,
+        )
+    )
+    negatives = draw(
+        st.lists(st.tuples(st.sampled_from(list(queries)), st.lists(ids, max_size=4)), min_size=0, max_size=6)
+    )
+    return {
+        "corpus": corpus,
+        "queries": queries,
+        "judgements": judgements,
+        "negatives": negatives,
+        "header": draw(st.booleans()),
+        "trec": draw(st.booleans()),
+        "crlf": draw(st.booleans()),
+    }
+
+
+def write_folder(root: Path, spec: dict[str, Any]) -> Path:
+    folder = root / "beir"
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    with open(folder / "corpus.jsonl", "w") as handle:
+        for key, (text, title) in spec["corpus"].items():
+            record = {"_id": key, "text": text} | ({} if title is None else {"title": title})
+            handle.write(json.dumps(record) + "\n")
+    with open(folder / "queries.jsonl", "w") as handle:
+        for key, text in spec["queries"].items():
+            handle.write(json.dumps({"_id": key, "text": text}) + "\n")
+    end = "\r\n" if spec["crlf"] else "\n"
+    lines = ["query-id\tcorpus-id\tscore"] if spec["header"] else []
+    for query, document, grade in spec["judgements"]:
+        lines.append(f"{query}\t0\t{document}\t{grade}" if spec["trec"] else f"{query}\t{document}\t{grade}")
+    (folder / "qrels" / "train.tsv").write_bytes("".join(line + end for line in lines).encode())
+    with open(folder / "negatives.jsonl", "w") as handle:
+        for query, documents in spec["negatives"]:
+            handle.write(json.dumps({"query-id": query, "corpus-ids": documents}) + "\n")
+    return folder
+
+
+def row_path(folder: Path, **options: Any) -> tuple[list[dict[str, Any]], Counter[str]]:
+    context = AdapterContext("beir", Counter())
+    return [row for _, row in read_beir([folder], context, **options)], context.skipped
+
+
+def column_path(folder: Path, part: tuple[int, int] | None = None, **options: Any) -> tuple[list[dict], Counter[str]]:
+    context = AdapterContext("beir", Counter())
+    tables = [batch.table for batch in _beir_batches([folder], context, part=part, **options)]
+    rows = pa.concat_tables(tables).to_pylist() if tables else []
+    return [{column: row[column] for column in COLUMNS} for row in rows], context.skipped
+
+
+def normal(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{column: row.get(column, []) for column in COLUMNS} for row in rows]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    spec=folders(),
+    mined=st.booleans(),
+    zero=st.booleans(),
+    title=st.booleans(),
+    max_negatives=st.sampled_from([None, 0, 1, 3]),
+    max_grade=st.sampled_from([None, 3.0, 10.0]),
+    count=st.integers(1, 4),
+)
+def test_the_column_path_reads_what_the_row_path_reads(
+    tmp_path_factory: pytest.TempPathFactory,
+    spec: dict[str, Any],
+    mined: bool,
+    zero: bool,
+    title: bool,
+    max_negatives: int | None,
+    max_grade: float | None,
+    count: int,
+) -> None:
+    folder = write_folder(tmp_path_factory.mktemp("beir"), spec)
+    options = {
+        "negatives_file": "negatives.jsonl" if mined else None,
+        "zero_grade_as_negatives": zero,
+        "include_title": title,
+        "max_negatives": max_negatives,
+        "max_grade": max_grade,
+    }
+    try:
+        expected, expected_skips = row_path(folder, **options)
+    except SourceFormatError:
+        with pytest.raises(SourceFormatError):
+            column_path(folder, **options)
+        return
+    rows, skips = column_path(folder, **options)
+    assert rows == normal(expected)
+    assert skips == expected_skips
+    parts: list[dict[str, Any]] = []
+    part_skips: Counter[str] = Counter()
+    for index in range(count):
+        part_rows, skipped = column_path(folder, part=(index, count), **options)
+        parts += part_rows
+        part_skips.update(skipped)
+    assert parts == rows and part_skips == skips
+
+
+@pytest.mark.parametrize("grade", ["1_0", " 2", "inf", "nan", "two"])
+def test_grades_pyarrow_would_read_otherwise_go_the_row_way(tmp_path: Path, grade: str) -> None:
+    spec = {
+        "corpus": {"d0": ("alpha", None), "d1": ("beta", None)},
+        "queries": {"q0": "question"},
+        "judgements": [("q0", "d0", "1"), ("q0", "d1", grade)],
+        "negatives": [],
+        "header": False,
+        "trec": False,
+        "crlf": False,
+    }
+    folder = write_folder(tmp_path, spec)
+    try:
+        expected, _ = row_path(folder)
+    except SourceFormatError:
+        with pytest.raises(SourceFormatError):
+            column_path(folder)
+        return
+    assert column_path(folder)[0] == normal(expected)
+
+
+def test_a_folder_is_read_in_parts(tmp_path: Path) -> None:
+    from hf_unified_embed.data.source_formats import get_source_format
+
+    assert can_split(get_source_format("beir").read, tmp_path)
