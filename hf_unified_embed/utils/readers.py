@@ -284,22 +284,32 @@ def open_parquet(path: str | Path) -> pq.ParquetFile:
     return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
 
 
-def iter_parquet_records(path: Path, *, batch_size: int = 4_096) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Dict records of a Parquet file with 1-based row numbers; a truncated or corrupt file names itself."""
+#: Rows per Parquet batch, the same as :func:`iter_parquet_records` reads.
+PARQUET_BATCH = 4_096
+
+
+def iter_parquet_batches(
+    path: Path, *, columns: Sequence[str] | None = None, batch_size: int = PARQUET_BATCH
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """``(rows before it, batch)`` for the batches of a Parquet file, read as :func:`iter_parquet_records` reads
+    it; a truncated or corrupt file is the same error, naming the rows read before it."""
     number = 0
     try:
-        batches = open_parquet(path).iter_batches(batch_size=batch_size)
-        for batch in batches:
-            records = batch.to_pylist()
-            for record in records:
-                number += 1
-                yield number, record
+        for batch in open_parquet(path).iter_batches(batch_size=batch_size, columns=columns):
+            yield number, batch
+            number += batch.num_rows
     except (pa.ArrowException, OSError) as error:
         raise SourceFormatError(
             f"cannot be read as Parquet after {number} rows ({error})",
             file=path,
             expected="a complete Parquet file",
         ) from error
+
+
+def iter_parquet_records(path: Path, *, batch_size: int = PARQUET_BATCH) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Dict records of a Parquet file with 1-based row numbers; a truncated or corrupt file names itself."""
+    for rows_before, batch in iter_parquet_batches(path, batch_size=batch_size):
+        yield from enumerate(batch.to_pylist(), start=rows_before + 1)
 
 
 def record_field(record: dict[str, Any], column: str, *, file: str | Path, line: int) -> Any:

@@ -1,7 +1,7 @@
 """Input files read a block at a time with pyarrow, for the adapters' vectorised paths and the parallel build.
 
 :func:`iter_text_chunks` / :class:`TextChunk` (blocks of whole lines, or a byte range's share of them),
-:func:`json_lines_table`, :func:`tab_fields`, :func:`iter_parquet_batches`, the column rules that match
+:func:`json_lines_table`, :func:`tab_fields`, the column rules that match
 the per-record readers' (:func:`strip_texts`: Python's ``str.strip()``; :func:`mapped_scores`: Python's
 ``float()``), and what an adapter declares to the builder (:func:`table_reader`, :class:`TableBatch`,
 ``part``). Each block keeps what :mod:`~hf_unified_embed.utils.readers` needs to read it again record by
@@ -28,13 +28,11 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from hf_unified_embed.errors import SourceFormatError
 from hf_unified_embed.utils.readers import (
     Quoting,
     decoding_error,
     delimited_rows,
     json_line_records,
-    open_parquet,
 )
 
 #: The characters ``str.strip()`` removes (``str.isspace()``): Arrow's ``utf8_trim`` with this set strips a
@@ -45,8 +43,6 @@ PY_WHITESPACE = (
 )
 #: Bytes read per block of a text file; a block ends at a line end (a longer line makes a longer block).
 CHUNK_BYTES = 4 * 1024**2
-#: Rows per Parquet batch, the same as :func:`iter_parquet_records` reads.
-PARQUET_BATCH = 4_096
 
 
 @dataclass
@@ -399,24 +395,6 @@ def json_line_numbers(chunk: TextChunk) -> list[int]:
     assert lines is not None, "only for a block json_lines_table has read"
     blank = pc.equal(pc.binary_length(strip_texts(lines)), 0).to_numpy(zero_copy_only=False)
     return [chunk.first_line + index for index in np.flatnonzero(~blank).tolist()]
-
-
-def iter_parquet_batches(
-    path: Path, *, columns: Sequence[str] | None = None, batch_size: int = PARQUET_BATCH
-) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """``(rows before it, batch)`` for the batches of a Parquet file, read as :func:`iter_parquet_records` reads
-    it; a truncated or corrupt file is the same error, naming the rows read before it."""
-    number = 0
-    try:
-        for batch in open_parquet(path).iter_batches(batch_size=batch_size, columns=columns):
-            yield number, batch
-            number += batch.num_rows
-    except (pa.ArrowException, OSError) as error:
-        raise SourceFormatError(
-            f"cannot be read as Parquet after {number} rows ({error})",
-            file=path,
-            expected="a complete Parquet file",
-        ) from error
 
 
 def batch_records(batch: pa.RecordBatch, rows_before: int) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -26,6 +26,7 @@ from hf_unified_embed.data.source_formats import AdapterContext, SourceRow, regi
 from hf_unified_embed.utils.readers import (
     PARQUET_SUFFIXES,
     is_json_lines,
+    iter_parquet_batches,
     iter_table_records,
     json_objects,
     parse_score,
@@ -40,7 +41,6 @@ from hf_unified_embed.utils.table_blocks import (
     TextChunk,
     batch_records,
     check_part,
-    iter_parquet_batches,
     iter_text_chunks,
     json_lines_table,
     mapped_scores,
