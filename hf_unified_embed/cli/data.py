@@ -102,12 +102,13 @@ def run_build(args: argparse.Namespace) -> int:
             raise error.within(f"{recipe.origin}: sources[{index}] ({spec.name})") from None
         inputs += local_files(files)
     splits, sources, skipped, notes = {}, {}, {}, {}
+    processes = args.num_proc or available_cpus()  # read the sources, then write the shards
     # The staging folder exists before the first row is read: an unwritable output fails at once, and
     # datasets' Arrow cache and every temporary file live inside it, so nothing outlives a killed build.
     with StagedOutput(args.output, overwrite=args.overwrite, inputs=inputs) as stage:
         for split in recipe.splits:
             result = build_unified_with_report(
-                recipe, split=split, cache_dir=stage.scratch / "cache", num_proc=args.num_proc or available_cpus()
+                recipe, split=split, cache_dir=stage.scratch / "cache", num_proc=processes
             )
             splits[split] = result.dataset
             sources.update(result.sources)
@@ -122,7 +123,7 @@ def run_build(args: argparse.Namespace) -> int:
             notes=notes,
             validate=False,
             max_shard_bytes=args.max_shard_size or DEFAULT_MAX_SHARD_BYTES,
-            num_proc=args.num_proc or available_cpus(),  # each process writes its own shards
+            num_proc=processes,  # each process writes its own shards
         )
         rows = [
             {"task": task, "split": split, **task_summary(dataset), "skipped": skipped.get(task, {})}
