@@ -11,15 +11,20 @@ from typing import Any
 
 def step_timer(device: str) -> Any:
     """A trainer callback that stamps the end of every optimizer step (after a CUDA synchronize, so the
-    GPU's work is in it) and keeps the run's optimizer steps and ``train_runtime``."""
+    GPU's work is in it) and its beginning (the time between a step's end and the next one's beginning is
+    the wait for the next batch from the dataloader), and keeps the run's optimizer steps and ``train_runtime``."""
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
         def __init__(self) -> None:
             self.cuda = device.startswith("cuda")
             self.stamps: list[float] = []
+            self.begins: list[float] = []
             self.steps = 0
             self.runtime = 0.0
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.begins.append(time.perf_counter())
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if self.cuda:

@@ -50,6 +50,10 @@ from _timing import every_trainer_calls, step_timer  # noqa: E402
 RECIPE = REPO / "examples" / "recipes" / "train.yaml"
 SAMPLE = REPO / "examples" / "recipes" / "sample.yaml"
 MODES = ("float32", "defaults", "stock")
+RANDOM_SHAPES: dict[str, dict[str, int]] = {
+    "minilm": {},
+    "bert-base": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072},
+}
 STOCK_LOSSES = {
     "retrieval": {"name": "MultipleNegativesRankingLoss"},
     "sts": {"name": "CoSENTLoss"},
@@ -67,18 +71,22 @@ def build_sample(folder: Path) -> Path:
     return target
 
 
-def random_minilm(folder: Path) -> Path:
-    """A randomly initialised model of all-MiniLM-L6-v2's shape (config and tokenizer of the packaged copy)."""
-    from sentence_transformers import SentenceTransformer
+def random_model(folder: Path, shape: str) -> Path:
+    """A randomly initialised copy of the packaged all-MiniLM-L6-v2 (tokenizer, pooling, normalisation): of its
+    shape (``minilm``) or of BERT-base's (``bert-base``: 768 wide, 12 layers, 110M parameters, where a GPU
+    step is bound by the GPU's arithmetic rather than by the host launching kernels)."""
+    from sentence_transformers import SentenceTransformer, models
     from transformers import AutoConfig, BertModel
 
     from hf_unified_embed.recipe import packaged_minilm_path
 
     source = packaged_minilm_path()
     model = SentenceTransformer(source, device="cpu")
-    # A freshly initialised BERT of the same configuration: same shapes and tokenizer, random weights.
-    model[0].auto_model.load_state_dict(BertModel(AutoConfig.from_pretrained(source)).state_dict())
-    target = folder / "random-minilm"
+    config = AutoConfig.from_pretrained(source, **RANDOM_SHAPES[shape])
+    # A freshly initialised BERT of that configuration: random weights, the packaged tokenizer.
+    model[0].model = BertModel(config)
+    model[1] = models.Pooling(config.hidden_size, "mean")
+    target = folder / f"random-{shape}"
     model.save(str(target))
     return target
 
@@ -110,6 +118,12 @@ def recipe_for(mode: str, options: argparse.Namespace, data: Path, model: str | 
             "report_to": "none",
         }
     )
+    for setting in options.set:
+        key, _, value = setting.partition("=")
+        training[key] = yaml.safe_load(value)
+    if options.workers is not None:
+        # A machine whose /dev/shm cannot hold the workers' batches trains with them in the main process.
+        training["dataloader_num_workers"] = options.workers
     if mode == "float32":
         training.update({"bf16": False, "tf32": False})
     if mode == "stock":
@@ -133,13 +147,21 @@ def run_mode(mode: str, options: argparse.Namespace, data: str, model: str | Non
     timed = timer.stamps[options.warmup :]
     seconds = timed[-1] - timed[0] if len(timed) > 1 else float("nan")
     steps = max(len(timed) - 1, 0)
+    # Each timed step's wait for its batch: from the previous step's end to its own beginning.
+    waits = [begin - end for end, begin in zip(timer.stamps[options.warmup : -1], timer.begins[options.warmup + 1 :])]
     rows = recipe["training_args"]["per_device_train_batch_size"]
     peak = (
         torch.cuda.max_memory_allocated() / 2**20
         if options.device.startswith("cuda")
         else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     )
-    return {"mode": mode, "steps_per_s": steps / seconds, "samples_per_s": steps * rows / seconds, "peak_mb": peak}
+    return {
+        "mode": mode,
+        "steps_per_s": steps / seconds,
+        "samples_per_s": steps * rows / seconds,
+        "peak_mb": peak,
+        "data_wait_ms": 1e3 * sum(waits) / max(len(waits), 1),
+    }
 
 
 def precision_check(options: argparse.Namespace, data: Path, model: str | None, output: Path) -> dict[str, float]:
@@ -242,12 +264,23 @@ def main() -> None:
     parser.add_argument("--data", type=Path, help="a unified folder (default: the bundled sample, built here)")
     parser.add_argument("--model", help="a model folder or Hub id (default: the packaged all-MiniLM-L6-v2)")
     parser.add_argument("--random-weights", action="store_true", help="all-MiniLM-L6-v2's shape, random weights")
+    parser.add_argument(
+        "--random-shape", choices=RANDOM_SHAPES, default="minilm", help="with --random-weights: minilm or bert-base"
+    )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--steps", type=int, default=20, help="timed optimizer steps per row")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--tasks", nargs="+", help="the recipe's tasks (default: the recipe's)")
     parser.add_argument("--max-rows-per-task", type=int)
     parser.add_argument("--batch-size", type=int, help="rows per step for every task (default: the recipe's)")
+    parser.add_argument("--workers", type=int, help="dataloader workers for every row (default: the device defaults)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a training argument for every row (YAML value), e.g. logging_nan_inf_filter=false",
+    )
     parser.add_argument("--profile", action="store_true", help="torch.profiler over one step (CUDA)")
     parser.add_argument("--smoke", action="store_true", help="seconds on the CPU: 2 + 2 steps, small tasks")
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -270,7 +303,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-step-") as scratch:
         work = Path(scratch)
         data = options.data or build_sample(work)
-        model = str(random_minilm(work)) if options.random_weights else options.model
+        model = str(random_model(work, options.random_shape)) if options.random_weights else options.model
         results = [run_row(mode, options, Path(data), model, work) for mode in MODES]
         check = precision_check(options, data, model, work / "precision")
         table = (
@@ -285,14 +318,14 @@ def main() -> None:
         f"device {options.device}; {options.steps} timed steps after {options.warmup}; model {model or 'all-MiniLM-L6-v2'}; "
         f"batch size {options.batch_size or 'as the recipe'}"
     )
-    print(f"| row | steps/s | samples/s | {memory} | step time × float32 | step time × stock |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(f"| row | steps/s | samples/s | {memory} | waiting for data | step time × float32 | step time × stock |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for row in results:
         versus32 = by_mode["float32"]["steps_per_s"] / row["steps_per_s"]
         versus_stock = by_mode["stock"]["steps_per_s"] / row["steps_per_s"]
         print(
             f"| {row['mode']} | {row['steps_per_s']:.2f} | {row['samples_per_s']:.1f} | {row['peak_mb']:,.0f} MB | "
-            f"{versus32:.2f} | {versus_stock:.2f} |"
+            f"{row['data_wait_ms']:.1f} ms/step | {versus32:.2f} | {versus_stock:.2f} |"
         )
     print(
         f"bf16 vs float32 on one {check['task']} batch: loss {check['loss_fp32']:.5f} vs {check['loss_bf16']:.5f} "

@@ -2,7 +2,7 @@
 # On the lent GPU machine (see prepare.sh): install the carried wheels, draw MiniLM-shaped random weights,
 # then bench/step.py (the recipe's batch sizes with a profile, and batch 128) and bench/large_batch.py.
 # Each benchmark runs under its own time limit; logs and JSON go to $OUT (the device tool brings them back).
-# LARGE_ARGS adds arguments to large_batch.py (e.g. --configs ...).
+# STAGES picks among step, step128, bert-base and large (default: all four; nosync: the recipe's step without the trainer's per-step NaN check; PROFILE= leaves out the profile); LARGE_ARGS adds arguments to large_batch.py (e.g. --configs ...).
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
@@ -24,12 +24,28 @@ torch.manual_seed(0)
 BertModel(AutoConfig.from_pretrained("/tmp/minilm")).save_pretrained("/tmp/minilm")
 PY
 quiet() { grep -v -e Warning -e "it/s]" -e "Generating" -e "Creating parquet"; }
-echo "=== step.py, the recipe's batch sizes"
-timeout ${STEP_SECONDS:-170} python3 bench/step.py --device cuda --random-weights --profile --steps 40 --warmup 5 \
-  --json "$OUT/step.json" 2>&1 | quiet | tee "$OUT/step.log"
-echo "=== step.py, batch 128"
-timeout ${STEP_SECONDS:-170} python3 bench/step.py --device cuda --random-weights --batch-size 128 --steps 30 \
-  --warmup 5 --json "$OUT/step128.json" 2>&1 | quiet | tee "$OUT/step128.log"
+df -h /dev/shm | tail -1
+# step NAME ARGS...: bench/step.py with the device defaults; should its dataloader workers fail (a small
+# /dev/shm), once more with them in the main process, said in the log.
+step() {
+  local name=$1; shift
+  echo "=== step.py $name"
+  timeout ${STEP_SECONDS:-200} python3 bench/step.py --device cuda --random-weights --json "$OUT/$name.json" "$@" \
+    2>&1 | quiet | tee "$OUT/$name.log"
+  local status=${PIPESTATUS[0]}
+  if [ "$status" != 0 ] && [ "$status" != 124 ] && [ ! -s "$OUT/$name.json" ]; then
+    echo "=== step.py $name again, --workers 0"
+    timeout ${STEP_SECONDS:-200} python3 bench/step.py --device cuda --random-weights --workers 0 \
+      --json "$OUT/$name-workers0.json" "$@" 2>&1 | quiet | tee "$OUT/$name-workers0.log"
+  fi
+}
+case " ${STAGES:-step step128 bert-base large} " in *" step "*) step step ${PROFILE---profile} --steps 40 --warmup 5 ;; esac
+case " ${STAGES:-step step128 bert-base large} " in *" step128 "*) step step128 --batch-size 128 --steps 30 --warmup 5 ;; esac
+case " ${STAGES:-step step128 bert-base large} " in *" bert-base "*)
+  step step-bert-base --random-shape bert-base --batch-size 64 --steps 20 --warmup 5 ;; esac
+case " ${STAGES:-step step128 bert-base large} " in *" nosync "*)
+  step step-nosync --set logging_nan_inf_filter=false --steps 40 --warmup 5 ;; esac
+case " ${STAGES:-step step128 bert-base large} " in *" large "*) ;; *) exit 0 ;; esac
 echo "=== large_batch.py"
 timeout ${LARGE_SECONDS:-200} python3 bench/large_batch.py --device cuda --rows 32 128 --tokens 8192 32768 \
   --sts-tokens 16384 ${LARGE_ARGS:-} --output "$OUT/large_batch.json" 2>&1 | quiet | tee "$OUT/large_batch.log"
