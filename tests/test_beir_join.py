@@ -8,14 +8,17 @@ import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hf_unified_embed.data.adapters import beir_join
 from hf_unified_embed.data.adapters.beir import _beir_batches, read_beir
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError
+from hf_unified_embed.utils import table_blocks
 from hf_unified_embed.utils.table_blocks import can_split
 
 COLUMNS = ("query", "positives", "positive_scores", "negatives")
@@ -102,8 +105,29 @@ def normal(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     max_negatives=st.sampled_from([None, 0, 1, 3]),
     max_grade=st.sampled_from([None, 3.0, 10.0]),
     count=st.integers(1, 4),
+    slice_rows=st.sampled_from([1, 2, 3, 50_000]),
+    block_bytes=st.sampled_from([1, 40, table_blocks.CHUNK_BYTES]),
 )
 def test_the_column_path_reads_what_the_row_path_reads(
+    tmp_path_factory: pytest.TempPathFactory,
+    spec: dict[str, Any],
+    mined: bool,
+    zero: bool,
+    title: bool,
+    max_negatives: int | None,
+    max_grade: float | None,
+    count: int,
+    slice_rows: int,
+    block_bytes: int,
+) -> None:
+    """Any folder, whole or in 1-4 parts, read in blocks of one line, about 40 bytes or the default 4 MB
+    (each file is read a block at a time) and joined in tables of 1, 2, 3 or 50,000 rows (the join works
+    a table at a time)."""
+    with patch.object(beir_join, "_SLICE", slice_rows), patch.object(table_blocks, "CHUNK_BYTES", block_bytes):
+        _column_path_is_the_row_path(tmp_path_factory, spec, mined, zero, title, max_negatives, max_grade, count)
+
+
+def _column_path_is_the_row_path(
     tmp_path_factory: pytest.TempPathFactory,
     spec: dict[str, Any],
     mined: bool,
