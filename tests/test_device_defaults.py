@@ -70,14 +70,15 @@ def _recipe(tmp_path: Path, training_args: dict[str, Any] | None = None, **extra
 @pytest.mark.parametrize(
     ("gpu", "expected"),
     [
-        # H100 / A100 (Ampere and newer): bf16 autocast, TF32 matmuls, workers = cores - 1 (at most 4).
-        ({"capability": (9, 0)}, {"bf16": True, "tf32": True, "dataloader_num_workers": 4}),
+        # H100 / A100 (Ampere and newer): bf16 autocast, TF32 matmuls, workers = cores - 1 (at most 8).
+        ({"capability": (9, 0)}, {"bf16": True, "tf32": True, "dataloader_num_workers": 8}),
+        ({"capability": (9, 0), "cores": 6}, {"bf16": True, "tf32": True, "dataloader_num_workers": 5}),
         ({"capability": (8, 0), "cores": 3}, {"bf16": True, "tf32": True, "dataloader_num_workers": 2}),
         # V100 / T4: bfloat16 only emulated and no TF32 cores: float32, as before.
-        ({"capability": (7, 0)}, {"dataloader_num_workers": 4}),
-        ({"capability": (7, 5)}, {"dataloader_num_workers": 4}),
+        ({"capability": (7, 0)}, {"dataloader_num_workers": 8}),
+        ({"capability": (7, 5)}, {"dataloader_num_workers": 8}),
         # ROCm: bfloat16, but transformers' tf32 needs CUDA.
-        ({"capability": (9, 4), "cuda_version": None, "hip": True}, {"bf16": True, "dataloader_num_workers": 4}),
+        ({"capability": (9, 4), "cuda_version": None, "hip": True}, {"bf16": True, "dataloader_num_workers": 8}),
         # One core: no worker would pay.
         ({"capability": (9, 0), "cores": 1}, {"bf16": True, "tf32": True}),
     ],
@@ -127,7 +128,7 @@ def test_cpu_changes_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("training_args", "expected", "absent"),
     [
-        ({}, {"bf16": True, "tf32": True, "dataloader_num_workers": 4, "dataloader_pin_memory": True}, ()),
+        ({}, {"bf16": True, "tf32": True, "dataloader_num_workers": 8, "dataloader_pin_memory": True}, ()),
         ({"bf16": False}, {"bf16": False, "tf32": True}, ()),
         ({"fp16": True}, {"fp16": True, "tf32": True}, ("bf16",)),
         ({"fp16": False}, {"fp16": False, "bf16": True}, ()),
