@@ -22,6 +22,7 @@ the parts' rows in order are the folder's rows (each part reads the whole folder
 
 from __future__ import annotations
 
+import mmap
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,6 +66,7 @@ class _TextFile:
         self.handle = open(path, "wb")  # noqa: SIM115 - closed in mapped()
         self.offsets = [np.zeros(1, dtype=np.int64)]
         self.size = 0
+        self.mapping: mmap.mmap | None = None
 
     def add(self, texts: pa.Array) -> None:
         texts = texts.cast(pa.string())
@@ -78,12 +80,24 @@ class _TextFile:
     def mapped(self) -> pa.Array:
         self.handle.close()
         offsets = np.concatenate(self.offsets)
-        data = pa.memory_map(str(self.path)).read_buffer() if self.size else pa.py_buffer(b"")
+        data = pa.py_buffer(b"")
+        if self.size:
+            with open(self.path, "rb") as handle:
+                self.mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            data = pa.py_buffer(self.mapping)
         return pa.LargeStringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets), data)
 
+    def drop_pages(self) -> None:
+        """Take the pages read so far out of this process's resident memory (they stay in the page cache and
+        come back on the next read). The texts a table takes are copies, so without this a part joining
+        its queries' passages from all over a corpus would hold most of the corpus file resident."""
+        if self.mapping is not None and hasattr(self.mapping, "madvise"):  # not on Windows
+            self.mapping.madvise(mmap.MADV_DONTNEED)
 
-def _documents(path: Path, include_title: bool, scratch: Path) -> tuple[pa.Array, pa.Array]:
-    """All ids (in memory: ids are short) and texts (memory-mapped) of a corpus or queries file."""
+
+def _documents(path: Path, include_title: bool, scratch: Path) -> tuple[pa.Array, pa.Array, _TextFile]:
+    """All ids (in memory: ids are short) and texts (memory-mapped: the array and its file) of a corpus or
+    queries file."""
     ids: list[pa.Array] = []
     texts = _TextFile(scratch / f"{path.stem}.texts")
 
@@ -110,7 +124,7 @@ def _documents(path: Path, include_title: bool, scratch: Path) -> tuple[pa.Array
     if _has_duplicates(id_array):
         raise SourceFormatError("duplicate _id", file=path, field="_id", expected="unique ids")
     _release_unused()
-    return id_array, texts.mapped()
+    return id_array, texts.mapped(), texts
 
 
 def _has_duplicates(ids: pa.Array) -> bool:
@@ -347,8 +361,8 @@ def _joined(
     max_negatives: int | None,
     part: tuple[int, int] | None,
 ) -> Iterator[pa.Table]:
-    corpus_ids, corpus_texts = _documents(paths["corpus"], include_title, scratch)
-    query_ids, query_texts = _documents(paths["queries"], False, scratch)
+    corpus_ids, corpus_texts, corpus_file = _documents(paths["corpus"], include_title, scratch)
+    query_ids, query_texts, query_file = _documents(paths["queries"], False, scratch)
     links = _Links(query_ids, corpus_ids)
     _add_qrels(links, paths["qrels"], zero_grade_as_negatives)
     if "negatives" in paths:
@@ -384,6 +398,8 @@ def _joined(
     for start in range(0, len(row_ranks), _SLICE):
         ranks = row_ranks[start : start + _SLICE]
         yield join.table(ranks, query_texts.take(pa.array(query_rows[ranks])).cast(pa.string()))
+        corpus_file.drop_pages()
+        query_file.drop_pages()
 
 
 def _release_unused() -> None:
