@@ -28,6 +28,12 @@ time; its process is ended from outside, as it can hang at exit)::
     .venv/bin/python bench/sources.py /tmp/scale/raw-1m --rows 1000000
     .venv/bin/hf-unified-embed build /tmp/scale/raw-1m/recipe.yaml -o /tmp/scale/built-1m
     .venv/bin/python bench/streaming.py --folders /tmp/scale/built-1m /tmp/scale/built-5m
+
+``--train-steps N`` with ``--folders`` measures training too: for each folder, in a fresh process each, the
+shipped recipe (``examples/recipes/train.yaml``: all-MiniLM-L6-v2, its losses and batch size, the folder's
+tasks weighed by ``sqrt``, on the CPU) trains N optimizer steps from the stream (``data.streaming: true``)
+and from the loaded folder (its Arrow copy in a scratch datasets cache); the peak ``RssAnon`` of each
+process (model and optimizer included, the same in both) and its seconds.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ from hf_unified_embed.data import load_unified, save_unified, stream_unified
 from hf_unified_embed.sampling import MultiTaskStream
 from hf_unified_embed.schema import unified_features
 
+REPO = Path(__file__).resolve().parent.parent
+RECIPE = REPO / "examples" / "recipes" / "train.yaml"
 STEP_ROWS = 64
 TASKS = {"sts": ("sts", 0.3), "faq": ("retrieval", 0.4), "triplets": ("retrieval", 0.3)}
 
@@ -152,15 +160,91 @@ def folders_memory(folders: list[Path], read: int) -> None:
         )
 
 
+def training_heap(folder: str, streaming: bool, steps: int, output: str) -> dict[str, float]:
+    """In a fresh process: the peak RssAnon (MB) while the shipped recipe trains ``steps`` optimizer steps on
+    ``folder`` from the stream or from the loaded folder, and the seconds ``train_from_recipe`` took."""
+    import threading
+
+    import yaml
+
+    from hf_unified_embed.recipe import recipe_from_dict, train_from_recipe
+
+    recipe = yaml.safe_load(RECIPE.read_text(encoding="utf-8"))
+    recipe.update(
+        {
+            "data": {"path": folder, "streaming": streaming},  # every task of the folder
+            "sampler": {"balance": "sqrt"},  # what a stream supports, the same for both runs
+            "evaluation": None,
+            "output_dir": output,
+        }
+    )
+    recipe["training_args"] = {
+        "per_device_train_batch_size": recipe["training_args"]["per_device_train_batch_size"],
+        "learning_rate": recipe["training_args"]["learning_rate"],
+        "max_steps": steps,
+        "save_strategy": "no",
+        "logging_steps": 10**6,
+        "report_to": "none",
+        "use_cpu": True,
+        "seed": 42,
+    }
+    peak = [rss_anon_mb()]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], rss_anon_mb())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    start = time.perf_counter()
+    train_from_recipe(recipe_from_dict(recipe, origin="bench/streaming.py"), overwrite=True)
+    seconds = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    return {"peak_mb": max(peak[0], rss_anon_mb()), "seconds": seconds}
+
+
+def folders_training(folders: list[Path], steps: int) -> None:
+    print(f"| folder | training data | peak heap of the process over {steps} steps | seconds |")
+    print("|---|---|---:|---:|")
+    ratios = []
+    for folder in folders:
+        peaks = {}
+        for streaming in (True, False):
+            with tempfile.TemporaryDirectory(prefix="bench-streaming-train-") as scratch:
+                # The loaded run's Arrow copy goes to a scratch cache, which the child reads from its environment.
+                previous = os.environ.get("HF_DATASETS_CACHE")
+                os.environ["HF_DATASETS_CACHE"] = str(Path(scratch) / "cache")
+                try:
+                    with multiprocessing.get_context("spawn").Pool(1) as pool:
+                        result = pool.apply(training_heap, (str(folder), streaming, steps, str(Path(scratch) / "run")))
+                finally:
+                    if previous is None:
+                        os.environ.pop("HF_DATASETS_CACHE")
+                    else:
+                        os.environ["HF_DATASETS_CACHE"] = previous
+            peaks[streaming] = result["peak_mb"]
+            print(
+                f"| {folder.name} | {'stream' if streaming else 'loaded folder'} | {result['peak_mb']:,.0f} MB | "
+                f"{result['seconds']:.1f} |"
+            )
+        ratios.append(f"{folder.name}: stream / loaded peak heap {peaks[True] / peaks[False]:.2f}x")
+    print("\n".join(ratios))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--read", type=int, default=200_000, help="rows read in each measurement")
     parser.add_argument("--resume-step", type=int, default=2000)
     parser.add_argument("--folders", type=Path, nargs="+", help="measure the heap on these built folders only")
+    parser.add_argument("--train-steps", type=int, help="with --folders: also the heap of training N steps")
     options = parser.parse_args()
     if options.folders:
         folders_memory(options.folders, options.read)
+        if options.train_steps:
+            folders_training(options.folders, options.train_steps)
         return
 
     work = Path(tempfile.mkdtemp(prefix="bench-streaming-"))
