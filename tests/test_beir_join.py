@@ -124,43 +124,30 @@ def test_the_column_path_reads_what_the_row_path_reads(
     (each file is read a block at a time) and joined in tables of 1, 2, 3 or 50,000 rows (the join works
     a table at a time)."""
     with patch.object(beir_join, "_SLICE", slice_rows), patch.object(table_blocks, "CHUNK_BYTES", block_bytes):
-        _column_path_is_the_row_path(tmp_path_factory, spec, mined, zero, title, max_negatives, max_grade, count)
-
-
-def _column_path_is_the_row_path(
-    tmp_path_factory: pytest.TempPathFactory,
-    spec: dict[str, Any],
-    mined: bool,
-    zero: bool,
-    title: bool,
-    max_negatives: int | None,
-    max_grade: float | None,
-    count: int,
-) -> None:
-    folder = write_folder(tmp_path_factory.mktemp("beir"), spec)
-    options = {
-        "negatives_file": "negatives.jsonl" if mined else None,
-        "zero_grade_as_negatives": zero,
-        "include_title": title,
-        "max_negatives": max_negatives,
-        "max_grade": max_grade,
-    }
-    try:
-        expected, expected_skips = row_path(folder, **options)
-    except SourceFormatError:
-        with pytest.raises(SourceFormatError):
-            column_path(folder, **options)
-        return
-    rows, skips = column_path(folder, **options)
-    assert rows == normal(expected)
-    assert skips == expected_skips
-    parts: list[dict[str, Any]] = []
-    part_skips: Counter[str] = Counter()
-    for index in range(count):
-        part_rows, skipped = column_path(folder, part=(index, count), **options)
-        parts += part_rows
-        part_skips.update(skipped)
-    assert parts == rows and part_skips == skips
+        folder = write_folder(tmp_path_factory.mktemp("beir"), spec)
+        options = {
+            "negatives_file": "negatives.jsonl" if mined else None,
+            "zero_grade_as_negatives": zero,
+            "include_title": title,
+            "max_negatives": max_negatives,
+            "max_grade": max_grade,
+        }
+        try:
+            expected, expected_skips = row_path(folder, **options)
+        except SourceFormatError:
+            with pytest.raises(SourceFormatError):
+                column_path(folder, **options)
+            return
+        rows, skips = column_path(folder, **options)
+        assert rows == normal(expected)
+        assert skips == expected_skips
+        parts: list[dict[str, Any]] = []
+        part_skips: Counter[str] = Counter()
+        for index in range(count):
+            part_rows, skipped = column_path(folder, part=(index, count), **options)
+            parts += part_rows
+            part_skips.update(skipped)
+        assert parts == rows and part_skips == skips
 
 
 @pytest.mark.parametrize("grade", ["1_0", " 2", "inf", "nan", "two"])
