@@ -26,7 +26,7 @@ import mmap
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -392,14 +392,36 @@ def _joined(
         context.skip("query without a positive judgement")
     # The part's rows: its queries that have a positive, by rank; the others' links are dropped.
     row_ranks = (first + np.flatnonzero(has_positive[first:last])).astype(np.int32)
+    slices = _links_by_slice(rank, row_ranks, len(query_rows))
     join = _Join(rank, documents, positive, grades, top, corpus_texts, max_negatives)
     # A slice of rows at a time: the links grouped, compared and taken from the mapped texts are those
     # of one table, so the join's working memory does not grow with the folder.
-    for start in range(0, len(row_ranks), _SLICE):
+    for number, start in enumerate(range(0, len(row_ranks), _SLICE)):
         ranks = row_ranks[start : start + _SLICE]
-        yield join.table(ranks, query_texts.take(pa.array(query_rows[ranks])).cast(pa.string()))
+        links = slices.order[slices.bounds[number] : slices.bounds[number + 1]]
+        yield join.table(ranks, links, query_texts.take(pa.array(query_rows[ranks])).cast(pa.string()))
         corpus_file.drop_pages()
         query_file.drop_pages()
+
+
+class _Slices(NamedTuple):
+    order: np.ndarray  # the links of the part's rows, a table's after another's, each in file order
+    bounds: np.ndarray  # table k's links: order[bounds[k] : bounds[k + 1]]
+
+
+def _links_by_slice(rank: np.ndarray, row_ranks: np.ndarray, queries: int) -> _Slices:
+    """The links of the rows ``row_ranks`` bucketed by output table (:data:`_SLICE` rows each) with one
+    stable sort, so each table's links are found without a pass over every link."""
+    table_of_rank = np.full(queries, -1, dtype=np.int32)
+    table_of_rank[row_ranks] = np.arange(len(row_ranks), dtype=np.int32) // _SLICE
+    link_tables = table_of_rank[rank]
+    del table_of_rank
+    selected = np.flatnonzero(link_tables >= 0).astype(np.int32)
+    tables = link_tables[selected]
+    del link_tables
+    by_table = np.argsort(tables, kind="stable")
+    counts = np.bincount(tables, minlength=-(-len(row_ranks) // _SLICE))
+    return _Slices(selected[by_table], np.concatenate([[0], np.cumsum(counts)]))
 
 
 def _release_unused() -> None:
@@ -425,14 +447,12 @@ class _Join:
         self.rank, self.documents, self.positive, self.grades = rank, documents, positive, grades
         self.top, self.corpus_texts, self.max_negatives = top, corpus_texts, max_negatives
 
-    def table(self, ranks: np.ndarray, queries: pa.Array) -> pa.Table:
-        """The rows of ``ranks`` (ascending, each with a positive), whose query texts are ``queries``."""
+    def table(self, ranks: np.ndarray, links: np.ndarray, queries: pa.Array) -> pa.Table:
+        """The rows of ``ranks`` (ascending, each with a positive) from their ``links`` (in file order), whose
+        query texts are ``queries``."""
         rows = len(ranks)
-        links = np.flatnonzero((self.rank >= ranks[0]) & (self.rank <= ranks[-1]))
         order = links[np.argsort(self.rank[links], kind="stable")]  # by query, each query's links in order
-        row = np.searchsorted(ranks, self.rank[order])
-        kept = ranks[np.minimum(row, rows - 1)] == self.rank[order]  # queries of the range without a positive
-        order, groups = order[kept], row[kept]
+        groups = np.searchsorted(ranks, self.rank[order])
         is_positive = self.positive[order]
         positives = order[is_positive]
         scores = self.grades[positives] / self.top if self.top else self.grades[positives]
