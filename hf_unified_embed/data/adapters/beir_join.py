@@ -398,8 +398,8 @@ def _joined(
     # of one table, so the join's working memory does not grow with the folder.
     for number, start in enumerate(range(0, len(row_ranks), _SLICE)):
         ranks = row_ranks[start : start + _SLICE]
-        links = slices.order[slices.bounds[number] : slices.bounds[number + 1]]
-        yield join.table(ranks, links, query_texts.take(pa.array(query_rows[ranks])).cast(pa.string()))
+        its_links = slices.order[slices.bounds[number] : slices.bounds[number + 1]]
+        yield join.table(ranks, its_links, query_texts.take(pa.array(query_rows[ranks])).cast(pa.string()))
         corpus_file.drop_pages()
         query_file.drop_pages()
 
