@@ -430,3 +430,96 @@ def test_every_trained_row_trains_through_train_from_recipe(quality, monkeypatch
     # The merge's runs split the tasks by type and the steps by their share of an epoch.
     assert recipe["ir-leaning"].data.tasks == ["wikiqa"] and recipe["sts-leaning"].data.tasks == ["stsb"]
     assert [recipe[run].training_args["max_steps"] for run in ("ir-leaning", "sts-leaning")] == [1, 3]
+
+
+def test_the_recipe_row_is_train_yaml_on_the_reports_data_with_nothing_else_changed(quality, tmp_path: Path) -> None:
+    """Issue 39: the default row is examples/recipes/train.yaml pointed at the report's data, loaded as it is."""
+    from hf_unified_embed.recipe import load_train_recipe, recipe_from_dict
+
+    options = quality.parse_options(["--seeds", "43", "--device", "cpu", "--output-dir", str(tmp_path)])
+    options.seed = 43
+    data = tmp_path / "recipe-data"
+    run = quality.recipe_training_args(options)
+    row = flat(recipe_from_dict(quality.recipe_row_recipe("recipe", options, data, "run", run)).to_dict())
+    shipped = flat(load_train_recipe(quality.SHIPPED_RECIPE).to_dict())
+    changed = {key for key in row.keys() | shipped.keys() if row.get(key, "missing") != shipped.get(key, "missing")}
+    # Only what a run needs and a model does not depend on: the bench's --batch-size, --learning-rate,
+    # --negatives and steps do not reach it; the recipe's epochs decide the steps.
+    assert changed == {
+        "model_name",
+        "data.path",
+        "training_args.max_steps",  # -1: the recipe's num_train_epochs decides
+        "training_args.seed",
+        "training_args.save_strategy",
+        "training_args.report_to",
+        "training_args.dataloader_pin_memory",
+        "training_args.use_cpu",
+        "evaluation",
+        "output_dir",
+        "seed",
+    }
+    assert row["training_args.max_steps"] == -1 and row["seed"] == 43 and row["instructions"] is True
+    assert row["data.tasks"] == list(quality.RECIPE_TASKS)
+
+
+def test_recipe_levers_change_what_they_name(quality, tmp_path: Path) -> None:
+    options = quality.parse_options(["--device", "cpu", "--output-dir", str(tmp_path)])
+    run = quality.recipe_training_args(options)
+
+    def recipe(row: str) -> dict:
+        return quality.recipe_row_recipe(row, options, tmp_path / "data", row, run)
+
+    plain = recipe("recipe")
+    assert plain.get("keep_base") is None
+    combined = recipe("recipe+batch128+keep-base+semeval12+2ep+no-instructions")
+    assert combined["losses"]["retrieval"] == {**plain["losses"]["retrieval"], "mini_batch_size": 32}
+    assert combined["sampler"]["batch_sizes"] == {"wikiqa": 128, "wikiqa-passages": 128, "trecqa": 16}
+    assert combined["keep_base"] == {"weight": 1.0}
+    assert combined["data"]["tasks"] == [*plain["data"]["tasks"], "semeval12"]
+    assert combined["training_args"]["num_train_epochs"] == 2 and combined["instructions"] is False
+    assert recipe("recipe+2ep")["losses"] == plain["losses"]  # a lever leaves the rest as it was
+    assert plain == recipe("recipe")  # the shipped mapping is copied, never changed in place
+    for wrong in ("recipe+keep-base+batch128", "recipe+2ep+2ep", "recipe+fast"):
+        with pytest.raises(ValueError, match="recipe"):
+            quality.recipe_levers(wrong)
+    assert quality.parse_options(["--rows", "recipe+keep-base", "base"]).rows == ["recipe+keep-base", "base"]
+    with pytest.raises(SystemExit):
+        quality.parse_options(["--rows", "recipe+fast"])
+
+
+def test_the_recipe_setting_is_built_with_the_build_recipes_instructions(quality, shared_data: Path) -> None:
+    from hf_unified_embed.data import build_unified
+
+    instructions = quality.build_instructions()
+    sources = quality.training_sources(shared_data, 8, quality.recipe_tasks(), instructions=True)["sources"]
+    tasks = build_unified({"sources": sources})
+    assert list(tasks) == [*quality.RECIPE_TASKS, "semeval12"]
+    for name, dataset in tasks.items():
+        given = instructions[quality.INSTRUCTIONS_LIKE.get(name, name)]
+        assert dataset[0]["query_instruction"] == given["query_instruction"], name
+    # The main setting (the earlier tables) stays without instructions.
+    plain = quality.training_sources(shared_data, 8)["sources"]
+    assert not any("query_instruction" in source for source in plain)
+
+
+def test_recipe_table_gives_absolute_costs_and_a_peak_memory(quality) -> None:
+    training = {"steps": 10, "timed_steps": 9, "seconds": 9.0, "train_runtime": 120.0, "peak_memory_mib": 2048.0}
+    results = {
+        "base": {"results": suite_metrics(quality, sts=0.5)},
+        "recipe@1": {"results": suite_metrics(quality, sts=0.6), "training": training},
+        "recipe@2": {"results": suite_metrics(quality, sts=0.7), "training": {**training, "seconds": 18.0}},
+    }
+    costs = quality.cost_columns(results)
+    assert {column: costs[column]["recipe"] for column in costs} == {
+        "steps": "10",
+        "s / step": "1.50",
+        "train min": "2.0",
+        "peak memory (MiB)": "2,048",
+    }
+    rows = {"base": quality.aggregate([quality.summarize(results["base"])])}
+    rows["recipe"] = quality.aggregate([quality.summarize(results[key]) for key in ("recipe@1", "recipe@2")])
+    lines = quality.markdown_table(rows, {}, costs).splitlines()
+    assert lines[0].endswith("| mean (6) | steps | s / step | train min | peak memory (MiB) |")
+    assert lines[2].endswith("| — | — | — | — |") and lines[3].endswith("| 10 | 1.50 | 2.0 | 2,048 |")
+    peak = quality.PeakMemory("cpu").peak_mib()
+    assert peak is not None and peak > 0

@@ -1,0 +1,139 @@
+"""The quality report's rows of the shipped recipe: ``examples/recipes/train.yaml`` as users run it.
+
+The ``recipe`` row is the recipe file loaded as it is, pointed at the report's data — the shared train
+files built with the build recipe's instructions (``examples/recipes/sample.yaml``, the recipe ``make
+demo`` builds) — with nothing else changed: its tasks, losses, negatives, sampler and per-task batch
+sizes, learning rate and one epoch. What the bench sets is what a run needs and a model does not
+depend on: the data folder, the output folder, the seed, the device, no checkpoints, no evaluation inside
+the run (every model is scored alike afterwards), and ``--max-steps`` for a smoke run only.
+
+A lever row is ``recipe`` followed by ``+levers`` (``RECIPE_LEVERS``, in that order), each a change of
+the recipe that issue 39 asked to measure: ``recipe+batch128`` (a larger in-batch pool on bounded
+memory: gradient-cached retrieval loss), ``recipe+keep-base`` (self-distillation from the base),
+``recipe+semeval12`` (more STS pairs: the SemEval 2012 train files), ``recipe+2ep`` (two epochs),
+``recipe+no-instructions`` (the same data, the collator adds no instructions: what instructions do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+#: The recipe a user runs (``hf-unified-embed train examples/recipes/train.yaml``; ``make demo`` trains the same).
+SHIPPED_RECIPE = REPO / "examples" / "recipes" / "train.yaml"
+#: The build recipe of the data the shipped recipe trains on (``make demo``): its instructions per source.
+BUILD_RECIPE = REPO / "examples" / "recipes" / "sample.yaml"
+#: In-batch pool of the ``+batch128`` lever for the WikiQA tasks (872 questions each: 7 steps an epoch) and
+#: the mini-batch that bounds its memory (GradCache: activations of 32 rows at a time). TrecQA (83 usable
+#: questions) keeps the recipe's 16: one padded batch would repeat its rows as in-batch negatives.
+LARGE_BATCH = 128
+LARGE_BATCH_TASKS = ("wikiqa", "wikiqa-passages")
+MINI_BATCH = 32
+#: Extra STS data of the ``+semeval12`` lever: the task name in the report's data (``MAIN_SOURCES``).
+EXTRA_STS_TASK = "semeval12"
+
+
+def shipped_recipe() -> dict[str, Any]:
+    """``examples/recipes/train.yaml`` as a mapping."""
+    recipe: dict[str, Any] = yaml.safe_load(SHIPPED_RECIPE.read_text(encoding="utf-8"))
+    return recipe
+
+
+def build_instructions() -> dict[str, dict[str, str]]:
+    """``{source name: {query_instruction, document_instruction}}`` of the shipped build recipe."""
+    recipe = yaml.safe_load(BUILD_RECIPE.read_text(encoding="utf-8"))
+    keys = ("query_instruction", "document_instruction")
+    return {source["name"]: {key: source[key] for key in keys if key in source} for source in recipe["sources"]}
+
+
+def _large_batch(recipe: dict[str, Any]) -> None:
+    retrieval = recipe["losses"]["retrieval"]
+    recipe["losses"]["retrieval"] = {**retrieval, "mini_batch_size": MINI_BATCH}
+    sizes = dict(recipe["sampler"].get("batch_sizes") or {})
+    recipe["sampler"]["batch_sizes"] = {**sizes, **dict.fromkeys(LARGE_BATCH_TASKS, LARGE_BATCH)}
+
+
+def _keep_base(recipe: dict[str, Any]) -> None:
+    recipe["keep_base"] = {"weight": 1.0}
+
+
+def _extra_sts(recipe: dict[str, Any]) -> None:
+    recipe["data"]["tasks"] = [*recipe["data"]["tasks"], EXTRA_STS_TASK]
+
+
+def _two_epochs(recipe: dict[str, Any]) -> None:
+    recipe["training_args"]["num_train_epochs"] = 2
+
+
+def _no_instructions(recipe: dict[str, Any]) -> None:
+    recipe["instructions"] = False
+
+
+#: The changes a lever row makes to the shipped recipe, in the order a row's name lists them.
+RECIPE_LEVERS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "batch128": _large_batch,
+    "keep-base": _keep_base,
+    "semeval12": _extra_sts,
+    "2ep": _two_epochs,
+    "no-instructions": _no_instructions,
+}
+#: The rows of the recipe setting the report runs by default (every combination is accepted by name).
+RECIPE_ROWS = ("recipe", *(f"recipe+{lever}" for lever in RECIPE_LEVERS))
+
+
+def recipe_levers(row: str) -> list[str]:
+    """The levers of a recipe row: ``recipe+batch128+keep-base`` → ``["batch128", "keep-base"]``."""
+    head, *levers = row.split("+")
+    if head != "recipe" or any(lever not in RECIPE_LEVERS for lever in levers):
+        raise ValueError(f"{row!r}: expected recipe followed by +levers from {list(RECIPE_LEVERS)}")
+    if levers != sorted(levers, key=list(RECIPE_LEVERS).index) or len(set(levers)) != len(levers):
+        raise ValueError(f"{row!r}: levers must appear once each, in the order {list(RECIPE_LEVERS)}")
+    return levers
+
+
+def is_recipe_row(row: str) -> bool:
+    return row.split("+", 1)[0] == "recipe"
+
+
+def recipe_tasks() -> list[str]:
+    """Every task a recipe row may train: the shipped recipe's and the levers' (built once for all rows)."""
+    return [*shipped_recipe()["data"]["tasks"], EXTRA_STS_TASK]
+
+
+def recipe_row_recipe(
+    row: str, options: argparse.Namespace, data: Path, name: str, run_settings: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The recipe mapping of a recipe row: train.yaml pointed at ``data``, then the row's levers.
+
+    Args:
+        row: ``recipe`` or ``recipe+levers``.
+        options: the report's command line (``--base-model``, ``--output-dir``, ``--seed``, ``--max-steps``).
+        data: the unified folder built from ``--data-root`` with the build recipe's instructions.
+        name: the run's folder under ``--output-dir``.
+        run_settings: training arguments of the run, not of the model (seed, device, no checkpoints).
+
+    Returns:
+        The mapping for ``recipe_from_dict``.
+    """
+    from hf_unified_embed.recipe import packaged_minilm_path
+
+    recipe = copy.deepcopy(shipped_recipe())
+    base = str(options.base_model)
+    recipe.update(
+        base_model=None if base == str(packaged_minilm_path()) else base,
+        model_name=f"all-MiniLM-L6-v2 {name} (bench/quality.py)",
+        data={**recipe["data"], "path": str(data)},
+        training_args={**recipe["training_args"], **run_settings},
+        evaluation=None,
+        output_dir=str(options.output_dir / name),
+        seed=options.seed,
+    )
+    for lever in recipe_levers(row):
+        RECIPE_LEVERS[lever](recipe)
+    return recipe
