@@ -4,7 +4,7 @@ A strong base model tends to lose some retrieval quality when fine-tuned on smal
 data; interpolating back toward it is the cheap cure. This script
 
 1. takes the ``codiemb`` run of ``bench/quality.py`` (``--run``; by default
-   ``outputs/quality/codiemb``, trained here with ``bench/quality.py``'s own recipe if missing);
+   ``outputs/quality/codiemb``, trained by ``bench/quality.py --rows codiemb`` if missing);
 2. searches λ in θ = θ_base + λ (θ_run − θ_base) (``task_arithmetic`` with one model: λ = 0 is
    the base, λ = 1 the run) over ``--steps`` evenly spaced values on ``examples/suites/dev.yaml``
    (STS-B dev, SICK trial, TrecQA dev, MSRP validation) with the objective
@@ -27,6 +27,7 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,32 +46,22 @@ RETRIEVAL = {"MS MARCO nDCG@10": ("msmarco-dl", r"(cosine_)?ndcg@10"), "TrecQA M
 
 
 def codiemb_run(options: argparse.Namespace) -> Path:
-    """The quality report's ``codiemb`` row: reused if present, else trained by ``bench/quality.py``'s code."""
+    """The quality report's ``codiemb`` row: reused if present, else trained by ``bench/quality.py`` itself
+    (``--rows codiemb`` into ``--run``'s parent folder, which names the run after its row)."""
     if (options.run / "modules.json").is_file():
         print(f"reusing the CoDiEmb run in {options.run}", flush=True)
         return options.run
-    sys.path.insert(0, str(REPO / "bench"))
-    import quality
-
-    from hf_unified_embed.data import build_unified
-    from hf_unified_embed.losses import CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
-    from hf_unified_embed.sampling import CurriculumBatchSampler
-
-    settings = argparse.Namespace(
-        base_model=options.base_model,
-        device=options.device,
-        output_dir=options.run.parent,
-        max_steps=options.max_steps,
-        batch_size=32,
-        max_seq_length=128,
-        learning_rate=2e-5,
-        negatives=1,
-        seed=42,
-    )
-    tasks = build_unified(quality.training_sources(options.data_root, None))
-    losses = {"retrieval": MultiPositiveInfoNCELoss, "sts": CoDiEmbSTSLoss}
-    sampler = CurriculumBatchSampler.configure(interleave="shuffled")
-    return quality.train(options.run.name, tasks, losses, sampler, options.max_steps, settings).path
+    if options.run.name != "codiemb":
+        raise SystemExit(f"--run {options.run}: no model there; bench/quality.py trains its row into a folder codiemb")
+    command = [sys.executable, str(REPO / "bench" / "quality.py"), "--rows", "codiemb"]
+    command += ["--max-steps", str(options.max_steps), "--output-dir", str(options.run.parent)]
+    command += ["--data-root", str(options.data_root)]
+    if options.base_model:
+        command += ["--base-model", options.base_model]
+    if options.device:
+        command += ["--device", options.device]
+    subprocess.run(command, check=True)
+    return options.run
 
 
 def summary(results: Any) -> dict[str, float]:
