@@ -14,6 +14,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hf_unified_embed.cli.main import main
 from hf_unified_embed.data import build_plan, build_tables, build_unified_with_report, load_build_recipe
@@ -512,3 +514,20 @@ def test_one_large_folder_is_read_in_parts_with_the_same_rows(tmp_path: Path, nu
     assert [piece.part for piece in planned[1].pieces] == [(index, num_proc) for index in range(num_proc)]
     rows, skipped, _ = built(recipe, num_proc)
     assert (rows, skipped) == built(recipe, 1)[:2] == reference(recipe)[:2]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    texts=st.lists(
+        st.text(alphabet=st.sampled_from([*table_blocks.PY_WHITESPACE, "a", "é", "\u200b", "y"]), max_size=6),
+        max_size=8,
+    ),
+    cut=st.integers(0, 8),
+)
+def test_a_blank_text_is_found_as_str_strip_finds_it(texts: list[str], cut: int) -> None:
+    """The row check's blank test (first characters, then only the suspects stripped) against ``str.strip``,
+    on one array and on the same texts in two chunks."""
+    expected = any(not text.strip() for text in texts)
+    assert table_blocks.has_blank_text(pa.array(texts, pa.string())) == expected
+    chunks = [pa.array(texts[:cut], pa.string()), pa.array(texts[cut:], pa.string())]
+    assert table_blocks.has_blank_text(pa.chunked_array(chunks, pa.string())) == expected

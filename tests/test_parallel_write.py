@@ -7,6 +7,7 @@ message, while reading the rows a shard at a time.
 
 from __future__ import annotations
 
+import itertools
 import json
 import pickle
 import subprocess
@@ -76,6 +77,28 @@ def test_files_are_byte_identical_for_one_and_two_processes(tmp_path: Path, mapp
         assert all(
             metadata.row_group(i).total_byte_size <= MAX_ROW_GROUP_BYTES for i in range(metadata.num_row_groups)
         )
+
+
+@pytest.mark.parametrize("cuts", [(), (1,), (137, 138, 2500), (999, 1000, 1001)])
+def test_a_shard_is_the_same_bytes_however_its_rows_are_chunked(tmp_path: Path, cuts: tuple[int, ...]) -> None:
+    """The rows of a source read in parts arrive as Arrow chunks cut where the parts meet; the file must not
+    depend on that (``build --num-proc``), and is what ``datasets`` writes from one chunk."""
+    import pyarrow as pa
+    from datasets.table import InMemoryTable
+
+    from hf_unified_embed.data.shard_writer import ShardJob, write_shard
+
+    table = Dataset.from_list(_rows("qa", 3000), features=UNIFIED_FEATURES).data.table.combine_chunks()
+    bounds = [0, *cuts, len(table)]
+    chunked = pa.concat_tables([table.slice(start, end - start) for start, end in itertools.pairwise(bounds)])
+    assert chunked.column("query").num_chunks == len(cuts) + 1
+    whole, parts = Dataset(InMemoryTable(table)), Dataset(InMemoryTable(chunked))
+    whole.to_parquet(str(tmp_path / "datasets.parquet"), batch_size=700)
+    write_shard(ShardJob(whole, tmp_path / "whole.parquet", 700))
+    write_shard(ShardJob(parts, tmp_path / "parts.parquet", 700))
+    expected = (tmp_path / "datasets.parquet").read_bytes()
+    assert (tmp_path / "whole.parquet").read_bytes() == expected
+    assert (tmp_path / "parts.parquet").read_bytes() == expected
 
 
 def test_datasets_loads_a_parallel_write_back_in_a_fresh_process(tmp_path: Path, mapped: DatasetDict) -> None:

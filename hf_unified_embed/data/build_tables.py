@@ -26,7 +26,7 @@ from hf_unified_embed.schema import (
     unified_features,
     validate_row,
 )
-from hf_unified_embed.utils.table_blocks import TableBatch, strip_texts
+from hf_unified_embed.utils.table_blocks import TableBatch, has_blank_text
 
 _TASK_COLUMNS = ("task", "task_type", "query_instruction", "document_instruction")
 
@@ -170,7 +170,7 @@ def _rows_valid(table: pa.Table, given: pa.Table, task_type: str) -> bool:
         return False
 
     def texts_fine(texts: pa.ChunkedArray) -> bool:
-        return not texts.null_count and (not len(texts) or pc.min(pc.binary_length(strip_texts(texts))).as_py() > 0)
+        return not texts.null_count and not has_blank_text(texts)
 
     if not texts_fine(table.column("query")):
         return False

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -134,6 +135,9 @@ def _execute(run: _Run, number: int, specs: Sequence[SourceSpec], cache_dir: Pat
     processes = 1 if run.main_process else max(1, min(num_proc, len(run.pieces)))
     groups = balanced_groups(run.pieces, processes)
     report_dir = Path(tempfile.mkdtemp(prefix="pieces-", dir=cache_dir))
+    # This run's scratch, seen by all its processes (the parts of one BEIR folder share its parsed corpus
+    # there) and by no other build, whatever the cache folder.
+    scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=cache_dir))
     builder = UnifiedTableBuilder(
         cache_dir=str(cache_dir),
         config_name=f"build-{number}",
@@ -141,7 +145,7 @@ def _execute(run: _Run, number: int, specs: Sequence[SourceSpec], cache_dir: Pat
         groups=groups,
         split=run.split,
         with_difficulty=run.with_difficulty,
-        scratch_dir=str(cache_dir),
+        scratch_dir=str(scratch),
         report_dir=str(report_dir),
     )
     try:
@@ -149,6 +153,7 @@ def _execute(run: _Run, number: int, specs: Sequence[SourceSpec], cache_dir: Pat
             download_mode=DownloadMode.FORCE_REDOWNLOAD, num_proc=len(groups) if len(groups) > 1 else None
         )
     finally:
+        shutil.rmtree(scratch, ignore_errors=True)
         for piece in run.pieces:
             path = report_dir / f"{piece.number}.pkl"
             if path.is_file():

@@ -14,6 +14,7 @@ whatever the dataset's size.
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing
 import pickle
@@ -21,9 +22,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
+import pyarrow.parquet as pq
+from datasets.arrow_writer import get_parquet_column_options
+from datasets.io.parquet import ParquetDatasetWriter
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -104,10 +108,44 @@ def own_mapping(dataset: Dataset) -> Dataset:
     return restored
 
 
+class _RowGroupWriter(ParquetDatasetWriter):
+    """``datasets``' Parquet writer (its schema and features metadata, per-column options, content-defined
+    chunking, page index), each row group handed to pyarrow as one chunk.
+
+    Parquet's pages follow the Arrow chunks a row group is written from, and those chunks follow how the
+    rows were built (a source read in two parts is two Arrow files joined): written as ``datasets`` writes
+    them, the same rows built with one or two processes gave files that differ in their bytes.
+    """
+
+    def _write(self, file_obj: BinaryIO, batch_size: int, **parquet_writer_kwargs: Any) -> int:
+        parquet_writer_kwargs.pop("path_or_buf", None)
+        features = self.dataset.features
+        schema = features.arrow_schema
+        rows = self.dataset.with_format("arrow")
+        written = 0
+        with pq.ParquetWriter(
+            file_obj,
+            schema=schema,
+            use_content_defined_chunking=self.use_content_defined_chunking,
+            write_page_index=self.write_page_index,
+            **get_parquet_column_options(features, schema),
+            **parquet_writer_kwargs,
+        ) as writer:
+            for start in range(0, len(self.dataset), batch_size):
+                batch: pa.Table = rows[start : start + batch_size]
+                writer.write_table(batch.combine_chunks())
+                written += batch.nbytes
+            if self.use_content_defined_chunking is not False:
+                writer.add_key_value_metadata(
+                    {"content_defined_chunking": json.dumps(self.use_content_defined_chunking)}
+                )
+        return written
+
+
 def write_shard(job: ShardJob) -> None:
-    """Write one shard with ``datasets``' writer (its features metadata), one row group per ``rows_per_group`` rows."""
+    """Write one shard with ``datasets``' writer (:class:`_RowGroupWriter`), a row group per ``rows_per_group`` rows."""
     job.path.parent.mkdir(parents=True, exist_ok=True)
-    job.dataset.to_parquet(str(job.path), batch_size=job.rows_per_group)
+    _RowGroupWriter(job.dataset, str(job.path), batch_size=job.rows_per_group).write()
 
 
 def write_shards(jobs: Sequence[ShardJob], num_proc: int | None = None) -> None:

@@ -41,6 +41,7 @@ PY_WHITESPACE = (
     "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
     "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
+_WHITESPACE = pa.array(list(PY_WHITESPACE), pa.string())
 #: Bytes read per block of a text file; a block ends at a line end (a longer line makes a longer block).
 CHUNK_BYTES = 4 * 1024**2
 
@@ -155,6 +156,15 @@ def whole_part(part: Part | None) -> bool:
 def strip_texts(texts: pa.Array) -> pa.Array:
     """``str.strip()`` of every text of an Arrow string array."""
     return pc.utf8_trim(texts, characters=PY_WHITESPACE)
+
+
+def has_blank_text(texts: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether a text (none null) is empty or whitespace only, as ``not text.strip()`` finds: only the texts
+    that begin with whitespace are stripped (stripping them all copied every text: 0.55 s for 280 MB of
+    passages, against 0.05 s for their first characters)."""
+    first = pc.utf8_slice_codeunits(texts, 0, 1)
+    suspects = pc.filter(texts, pc.or_(pc.equal(pc.binary_length(first), 0), pc.is_in(first, value_set=_WHITESPACE)))
+    return bool(len(suspects)) and pc.min(pc.binary_length(strip_texts(suspects))).as_py() == 0
 
 
 def nonblank_texts(texts: pa.Array) -> pa.Array | None:

@@ -1,0 +1,274 @@
+"""A BEIR folder's links: its judgements (qrels) and mined negatives, each id as its position in the corpus
+or queries, read block by block with pyarrow — once for all the parts of a build that join the folder.
+
+Every part of a BEIR join needs every link (queries are ordered by their first link), so, as the corpus is
+(:mod:`.beir_documents`), the qrels and negatives files are read in ranges, each range's links looked up
+and saved once into the build's scratch (:mod:`.shared_ranges`), and every part loads all of them. A block
+pyarrow might read otherwise than the row path sends the whole qrels file the row way, in each part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+
+from hf_unified_embed.data.adapters.beir_documents import release_unused
+from hf_unified_embed.data.adapters.beir_records import NEGATIVES_SCHEMA, POSITIVE, mined_negative_rows, qrels_links
+from hf_unified_embed.data.adapters.shared_ranges import shared_ranges
+from hf_unified_embed.utils.readers import is_json_array, iter_json_records
+from hf_unified_embed.utils.table_blocks import Part, iter_text_chunks, json_lines_table
+
+#: Grades pyarrow parses exactly as Python's ``float`` does; others (``1_0``, `` 2``, ``inf``) go the row way.
+_PLAIN_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"
+#: Links whose ids are looked up together (see _Links).
+_LOOKUP = 4_000_000
+_QRELS_READ = pa_csv.ReadOptions(autogenerate_column_names=True, use_threads=False, block_size=1 << 24)
+_QRELS_PARSE = pa_csv.ParseOptions(delimiter="\t", quote_char=False, double_quote=False, newlines_in_values=False)
+#: The columns of the links, as :meth:`_Links.columns` gives them.
+_COLUMNS = {"queries": np.int32, "documents": np.int32, "positive": bool, "grades": np.float64}
+_Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: A range of the judgements holding a block that only the row path reads as it should.
+_ROW_WAY = "row-way"
+
+
+def read_links(
+    paths: dict[str, Path],
+    query_ids: pa.Array,
+    corpus_ids: pa.Array,
+    zero_grade_as_negatives: bool,
+    *,
+    shared: Path | None = None,
+    part: Part | None = None,
+) -> _Columns:
+    """Every link of the folder in the row path's order (judgements, then mined negatives): query and
+    document positions (int32, -1 for an unknown id), positive flags, and the judgements' grades (a prefix).
+
+    With ``shared`` and ``part`` (as :func:`~hf_unified_embed.data.adapters.beir_documents.read_documents`)
+    each range of the files is read by one part only.
+    """
+    negatives = paths.get("negatives")
+    if shared is None or part is None or part[1] == 1:
+        links = _Links(query_ids, corpus_ids)
+        if not _add_qrels(links, paths["qrels"], zero_grade_as_negatives):
+            _judgements_row_by_row(links, paths["qrels"], zero_grade_as_negatives)
+        if negatives is not None:
+            _add_mined_negatives(links, negatives)
+        return links.columns()
+    judged = shared_ranges(
+        paths["qrels"],
+        f"judgements-{zero_grade_as_negatives}",
+        shared,
+        part,
+        partial(_save_judgements, paths["qrels"], query_ids, corpus_ids, zero_grade_as_negatives),
+    )
+    # Each piece of links in order: a saved range, or links this part read itself.
+    pieces: list[Path | _Columns] = list(judged)
+    if any((folder / _ROW_WAY).exists() for folder in judged):
+        links = _Links(query_ids, corpus_ids)
+        _judgements_row_by_row(links, paths["qrels"], zero_grade_as_negatives)
+        pieces = [links.columns()]
+    if negatives is not None and is_json_array(negatives):  # one JSON document: not read in ranges
+        links = _Links(query_ids, corpus_ids)
+        _add_mined_negatives(links, negatives)
+        pieces.append(links.columns())
+    elif negatives is not None:
+        pieces += shared_ranges(
+            negatives, "negatives", shared, part, partial(_save_negatives, negatives, query_ids, corpus_ids)
+        )
+    # A column at a time, so the links are in memory once, not twice.
+    columns = []
+    for number, (name, dtype) in enumerate(_COLUMNS.items()):
+        values = [np.load(piece / f"{name}.npy") if isinstance(piece, Path) else piece[number] for piece in pieces]
+        columns.append(np.concatenate(values).astype(dtype, copy=False))
+        del values
+    return columns[0], columns[1], columns[2], columns[3]
+
+
+def _save_judgements(
+    path: Path, query_ids: pa.Array, corpus_ids: pa.Array, zero_grade_as_negatives: bool, folder: Path, part: Part
+) -> None:
+    links = _Links(query_ids, corpus_ids)
+    if _add_qrels(links, path, zero_grade_as_negatives, part):
+        _saved(links, folder)
+    else:
+        (folder / _ROW_WAY).touch()
+
+
+def _save_negatives(path: Path, query_ids: pa.Array, corpus_ids: pa.Array, folder: Path, part: Part) -> None:
+    links = _Links(query_ids, corpus_ids)
+    _add_mined_negatives(links, path, part)
+    _saved(links, folder)
+
+
+def _saved(links: _Links, folder: Path) -> None:
+    for name, column in zip(_COLUMNS, links.columns()):
+        np.save(folder / f"{name}.npy", column)
+
+
+class _Links:
+    """Judgements and mined negatives in the order the row path inserts them, each id kept as its position
+    in queries.jsonl or corpus.jsonl (-1: not there), so a link costs a few bytes, not two strings. Grades
+    are kept for the judgements only, which come first: a mined negative's is 0 and never read.
+
+    Ids are looked up :data:`_LOOKUP` links at a time: each lookup hashes the whole file's ids once, so a
+    lookup per block of a large file would cost that many times the corpus."""
+
+    def __init__(self, query_ids: pa.Array, corpus_ids: pa.Array) -> None:
+        self.universe = (query_ids, corpus_ids)
+        self.pending: list[tuple[pa.Array, pa.Array]] = []
+        self.queries: list[np.ndarray] = []
+        self.documents: list[np.ndarray] = []
+        self.positive: list[np.ndarray] = []
+        self.grades: list[np.ndarray] = []
+
+    def clear(self) -> None:
+        """Forget every link added so far."""
+        self.pending, self.queries, self.documents, self.positive, self.grades = [], [], [], [], []
+
+    def add(self, query_ids: pa.Array, corpus_ids: pa.Array, positive: np.ndarray, grades: np.ndarray | None) -> None:
+        """Links in order; ``grades`` ``None`` for mined negatives, added after every judgement."""
+        self.pending.append((query_ids.cast(pa.string()), corpus_ids.cast(pa.string())))
+        self.positive.append(positive.astype(bool))
+        if grades is not None:
+            self.grades.append(grades.astype(np.float64))
+        if sum(len(ids) for ids, _ in self.pending) >= _LOOKUP:
+            self._look_up()
+
+    def _look_up(self) -> None:
+        if self.pending:
+            query_ids = pa.chunked_array([ids for ids, _ in self.pending], pa.string()).combine_chunks()
+            corpus_ids = pa.chunked_array([ids for _, ids in self.pending], pa.string()).combine_chunks()
+            self.pending = []
+            self.queries.append(_codes(query_ids, self.universe[0]))
+            self.documents.append(_codes(corpus_ids, self.universe[1]))
+
+    def add_rows(self, rows: Iterator[tuple[Any, ...]], judgements: bool) -> None:
+        """Links read by the row path's generators: ``(query id, corpus id, kind, grade, file, line)``."""
+        links = list(rows)
+        self.add(
+            pa.array([link[0] for link in links], pa.string()),
+            pa.array([link[1] for link in links], pa.string()),
+            np.array([link[2] == POSITIVE for link in links], dtype=bool),
+            np.array([link[3] if link[3] is not None else 0.0 for link in links], dtype=np.float64)
+            if judgements
+            else None,
+        )
+
+    def columns(self) -> _Columns:
+        """Query and document positions (int32), positive flags, and the judgements' grades (a prefix);
+        each column's pieces are let go as it is joined, so the links are in memory once, not twice."""
+        self._look_up()
+        columns = []
+        for name, dtype in _COLUMNS.items():
+            pieces = getattr(self, name)
+            setattr(self, name, [])
+            columns.append(np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype))
+            del pieces
+        return columns[0], columns[1], columns[2], columns[3]
+
+
+def _qrels_table(data: bytes) -> pa.Table | None:
+    """A block of judgements as text columns, or ``None`` where pyarrow might read it otherwise than the row
+    path (a line of other than 3 or 4 fields, a blank-looking line, text that is not UTF-8)."""
+    if not data.strip():
+        return pa.table(
+            {"f0": pa.array([], pa.string()), "f1": pa.array([], pa.string()), "f2": pa.array([], pa.string())}
+        )
+    try:
+        table = pa_csv.read_csv(
+            pa.py_buffer(data),
+            read_options=_QRELS_READ,
+            parse_options=_QRELS_PARSE,
+            convert_options=pa_csv.ConvertOptions(column_types={f"f{i}": pa.string() for i in range(4)}),
+        )
+    except pa.ArrowException:
+        return None
+    if table.num_columns not in (3, 4):
+        return None
+    if table.num_columns == 4:  # TREC style: query-id, iteration, corpus-id, grade
+        table = table.select(["f0", "f2", "f3"]).rename_columns(["f0", "f1", "f2"])
+    # The row path skips a line whose only field is blank; pyarrow reads such a line as a row of other
+    # width, which it refuses above, or leaves it out when it is empty. Whitespace-only first fields of a
+    # 3-field row are ordinary ids to both.
+    return table.combine_chunks()
+
+
+def _add_qrels(links: _Links, path: Path, zero_grade_as_negatives: bool, part: Part | None = None) -> bool:
+    """The judgements (of ``part`` of the file), block by block: a qrels file of millions of lines is never in
+    memory as text. ``False`` (and the links added so far kept) where a block pyarrow might read otherwise
+    than the row path: then the whole file goes the row way (:func:`_judgements_row_by_row`)."""
+    for chunk in iter_text_chunks(path, part=part):
+        table = _qrels_table(chunk.data)
+        grades = None if table is None else table.column("f2")
+        if table is not None and grades is not None and len(grades):
+            plain = pc.match_substring_regex(grades, _PLAIN_NUMBER)
+            if chunk.offset == 0 and not plain[0].as_py():
+                if _python_number(grades[0].as_py()):  # not a header to the row path: "1_0", " 2", "inf"
+                    return False
+                if len(grades) > 1:  # the usual "query-id corpus-id score" header
+                    table, grades, plain = table.slice(1), grades.slice(1), plain.slice(1)
+                else:  # a header alone in its block: the row path decides what it is
+                    table = None
+            if table is not None and not pc.all(plain).as_py():
+                table = None
+        if table is None or grades is None:
+            return False
+        values = pc.cast(grades, pa.float64()).to_numpy(zero_copy_only=False)
+        positive = values > 0
+        keep = positive | zero_grade_as_negatives
+        rows = pa.array(np.flatnonzero(keep))
+        links.add(
+            table.column("f0").take(rows).combine_chunks(),
+            table.column("f1").take(rows).combine_chunks(),
+            positive[keep],
+            np.where(positive, values, 0.0)[keep],
+        )
+    return True
+
+
+def _python_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _judgements_row_by_row(links: _Links, path: Path, zero_grade_as_negatives: bool) -> None:
+    links.clear()
+    links.add_rows(qrels_links(path, 0, zero_grade_as_negatives), judgements=True)
+
+
+def _add_mined_negatives(links: _Links, path: Path, part: Part | None = None) -> None:
+    if part is None and is_json_array(path):
+        links.add_rows(mined_negative_rows(path, iter_json_records(path), 1), judgements=False)
+        return
+    for chunk in iter_text_chunks(path, part=part):
+        release_unused()
+        table = json_lines_table(chunk, NEGATIVES_SCHEMA)
+        lists = None if table is None else table.column("corpus-ids").combine_chunks()
+        if table is None or lists is None or pc.list_flatten(lists).null_count:
+            links.add_rows(mined_negative_rows(path, chunk.json_lines(), 1), judgements=False)
+            continue
+        corpus_ids = pc.list_flatten(lists)
+        parents = pc.list_parent_indices(lists)
+        count = len(corpus_ids)
+        links.add(
+            table.column("query-id").combine_chunks().take(parents),
+            corpus_ids,
+            np.zeros(count, dtype=bool),
+            None,
+        )
+
+
+def _codes(values: pa.Array, universe: pa.Array) -> np.ndarray:
+    """The position of each value in ``universe`` (-1 where absent)."""
+    positions = pc.fill_null(pc.index_in(values, value_set=universe), -1)
+    return positions.to_numpy(zero_copy_only=False).astype(np.int32)
