@@ -204,8 +204,8 @@ def _replayed(location: str, table: pa.Table) -> Iterator[SourceRow]:
 
 
 @register_source_format("beir")
-# Each folder on its own, or a large one in parts; reading and joining costs ~4x a tab file per byte, and
-# each part reads the whole folder (it joins only its share).
+# Each folder on its own, or a large one in parts; reading and joining costs ~4x a tab file per byte. The
+# parts share the parse of the folder's files (beir_documents, beir_links) and each joins its share.
 @table_reader(_beir_batches, per_file=True, splittable=True, cost=4.0)
 def read_beir(
     files: Sequence[Path],
