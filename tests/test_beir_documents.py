@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
+import numpy as np
 import pytest
 
 from hf_unified_embed.data.adapters.beir_documents import read_documents
@@ -29,8 +29,8 @@ def write_corpus(path: Path, count: int, broken: int | None = None) -> Path:
 
 def contents(path: Path, scratch: Path, **options: object) -> tuple[list[str], list[str]]:
     documents = read_documents(path, True, scratch, **options)  # type: ignore[arg-type]
-    positions = list(range(len(documents)))
-    return documents.ids.to_pylist(), documents.take(pa.array(positions).to_numpy()).to_pylist()
+    backwards = np.arange(len(documents))[::-1]  # across the ranges, against their order
+    return documents.ids.to_pylist(), documents.take(backwards).to_pylist()
 
 
 def _read_part(path: str, scratch: str, shared: str, index: int, count: int, queue: multiprocessing.Queue) -> None:
