@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hf_unified_embed.cli.main import main
-from hf_unified_embed.data import build_plan, build_tables, build_unified_with_report, load_build_recipe
+from hf_unified_embed.data import build_plan, build_tables, build_unified_with_report, load_build_recipe, task_summary
 from hf_unified_embed.data.build_plan import available_cpus
 from hf_unified_embed.data.source_rows import build_source
 from hf_unified_embed.errors import HfUnifiedEmbedError
@@ -248,6 +248,15 @@ def test_synthetic_recipe_matches_the_row_by_row_build(synthetic: Path, num_proc
         assert skipped[task] == expected[1][task], task
     assert skipped["semeval"] == {"no gold score": 9} and skipped["msrp"] == {"not a paraphrase": 13}
     assert notes == {task: value for task, value in expected[2].items() if value}
+
+
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_summaries_gathered_while_building_are_those_of_the_rows(synthetic: Path, num_proc: int):
+    # build prints these without reading the rows again: each piece's summary, merged in row order.
+    result = build_unified_with_report(synthetic, num_proc=num_proc)
+    assert list(result.summaries) == list(result.dataset)
+    for task, dataset in result.dataset.items():
+        assert result.summaries[task] == task_summary(dataset), task
 
 
 def test_blocks_of_a_few_lines_give_the_same_rows(synthetic: Path, monkeypatch: pytest.MonkeyPatch):

@@ -83,7 +83,7 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from hf_unified_embed.data import build_unified_with_report, load_build_recipe, task_summary
+    from hf_unified_embed.data import build_unified_with_report, load_build_recipe
     from hf_unified_embed.data.build_plan import available_cpus
     from hf_unified_embed.data.hub_layout import DEFAULT_MAX_SHARD_BYTES, write_unified
     from hf_unified_embed.data.source_formats import get_source_format
@@ -101,7 +101,7 @@ def run_build(args: argparse.Namespace) -> int:
         except HfUnifiedEmbedError as error:  # a missing file: say which recipe and source name it
             raise error.within(f"{recipe.origin}: sources[{index}] ({spec.name})") from None
         inputs += local_files(files)
-    splits, sources, skipped, notes = {}, {}, {}, {}
+    splits, sources, skipped, notes, summaries = {}, {}, {}, {}, {}
     processes = args.num_proc or available_cpus()  # read the sources, then write the shards
     # The staging folder exists before the first row is read: an unwritable output fails at once, and
     # datasets' Arrow cache and every temporary file live inside it, so nothing outlives a killed build.
@@ -114,6 +114,8 @@ def run_build(args: argparse.Namespace) -> int:
             sources.update(result.sources)
             skipped.update(result.skipped)
             notes.update(result.notes)
+            # Gathered by the processes that read the rows: nothing reads them again to print this.
+            summaries.update({(split, task): summary for task, summary in result.summaries.items()})
         # Every row was validated while it was built.
         write_unified(
             splits,
@@ -126,9 +128,9 @@ def run_build(args: argparse.Namespace) -> int:
             num_proc=processes,  # each process writes its own shards
         )
         rows = [
-            {"task": task, "split": split, **task_summary(dataset), "skipped": skipped.get(task, {})}
+            {"task": task, "split": split, **summaries[split, task], "skipped": skipped.get(task, {})}
             for split, tasks in splits.items()
-            for task, dataset in tasks.items()
+            for task in tasks
         ]
     print(summary_table(rows))
     print(f"\nwrote {sum(r['rows'] for r in rows)} rows in {len(rows)} task(s) to {stage.target}")

@@ -19,6 +19,7 @@ from hf_unified_embed.data.build_plan import Piece
 from hf_unified_embed.data.build_recipe import SourceSpec
 from hf_unified_embed.data.source_formats import AdapterContext, SourceRow, get_source_format
 from hf_unified_embed.data.source_rows import LIST_COLUMNS, complete_row, guarded
+from hf_unified_embed.data.task_totals import TaskSummary
 from hf_unified_embed.schema import (
     DIFFICULTY_COLUMN,
     TASK_TYPES,
@@ -41,13 +42,23 @@ _NEEDS_POSITIVE = ("retrieval", "sts", "pair_classification")
 
 @dataclass
 class PieceReport:
-    """What a finished piece tells the parent process: rows, skips, notes, and per task its first
-    ``(task_type, query_instruction, document_instruction)`` (tasks in order of first appearance)."""
+    """What a finished piece tells the parent process: rows, skips, notes, per task its first
+    ``(task_type, query_instruction, document_instruction)`` (tasks in order of first appearance) and the
+    summary of its rows (what ``build`` prints, gathered here so that no process reads the rows again)."""
 
     rows: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     notes: dict[str, Any] = field(default_factory=dict)
     tasks: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    summaries: dict[str, TaskSummary] = field(default_factory=dict)
+
+    def add(self, table: pa.Table) -> None:
+        """Count a table of the piece's rows into its row count and its tasks' summaries."""
+        self.rows += table.num_rows
+        names = table.column("task").unique()
+        for name in names.to_pylist():
+            rows = table if len(names) == 1 else table.filter(pc.equal(table.column("task"), name))
+            self.summaries.setdefault(name, TaskSummary()).add(rows)
 
 
 def piece_tables(

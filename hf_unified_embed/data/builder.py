@@ -41,6 +41,7 @@ from hf_unified_embed.data.build_tables import PieceReport, piece_tables
 from hf_unified_embed.data.provenance import task_notes, with_source_notes
 from hf_unified_embed.data.source_formats import get_source_format
 from hf_unified_embed.data.source_rows import no_rows_error, project_error, reference_rows
+from hf_unified_embed.data.task_totals import TaskSummary
 from hf_unified_embed.errors import RecipeError, shown
 from hf_unified_embed.schema import DIFFICULTY_COLUMN, unified_features
 
@@ -89,7 +90,7 @@ class UnifiedTableBuilder(ArrowBasedBuilder):
                         report,
                     )
                 ):
-                    report.rows += table.num_rows
+                    report.add(table)
                     yield f"{piece.number}-{number}", table
                 assert self.config.report_dir is not None
                 with open(Path(self.config.report_dir) / f"{piece.number}.pkl", "wb") as handle:
@@ -98,12 +99,14 @@ class UnifiedTableBuilder(ArrowBasedBuilder):
 
 @dataclass
 class BuildResult:
-    """What a build produced: the tasks, the source of each, the rows skipped and the adapters' notes per task."""
+    """What a build produced: the tasks, the source of each, the rows skipped, the adapters' notes and the
+    summary :func:`~hf_unified_embed.data.hub_layout.task_summary` gives, per task."""
 
     dataset: DatasetDict
     sources: dict[str, SourceSpec] = field(default_factory=dict)
     skipped: dict[str, Counter[str]] = field(default_factory=dict)
     notes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -265,6 +268,7 @@ def build_unified_with_report(
                 else dataset.filter(lambda names, t=task: [n == t for n in names], input_columns="task", batched=True)
             )
             result.dataset[task] = part
+            result.summaries[task] = _summary(task, reports)
             result.sources[task] = spec
             result.skipped[task] = skipped
             if notes:
@@ -283,6 +287,14 @@ def _piece_tasks(item: Planned, reports: Sequence[PieceReport]) -> list[str]:
     for report in reports:
         tasks.update(dict.fromkeys(report.tasks))
     return list(tasks) or [item.spec.name]
+
+
+def _summary(task: str, reports: Sequence[PieceReport]) -> dict[str, Any]:
+    summary = TaskSummary()
+    for report in reports:  # in the source's row order
+        if task in report.summaries:
+            summary.merge(report.summaries[task])
+    return summary.result()
 
 
 def _uniform(reports: Sequence[PieceReport]) -> bool:

@@ -1,4 +1,5 @@
-"""What ``validate`` prints of a task's split, gathered from the record batches the row check reads anyway."""
+"""What ``validate`` and ``build`` print of a task's split, gathered from the record batches the row check
+reads anyway, or from the tables a build's processes write (each piece's summary, merged in order)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class TaskSummary:
         self.high: float | None = None
         self.first: dict[str, Any] = {}
 
-    def add(self, batch: pa.RecordBatch) -> None:
+    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
         if not self.first and batch.num_rows:
             self.first = batch.slice(0, 1).select(["task_type", *INSTRUCTION_COLUMNS]).to_pylist()[0]
         self.rows += batch.num_rows
@@ -33,6 +34,17 @@ class TaskSummary:
                 bounds = pc.min_max(scores).as_py()
                 self.low = bounds["min"] if self.low is None else min(self.low, bounds["min"])
                 self.high = bounds["max"] if self.high is None else max(self.high, bounds["max"])
+
+    def merge(self, later: TaskSummary) -> None:
+        """Add the summary of the rows that follow this one's (the next piece of the same task)."""
+        if not self.first:
+            self.first = later.first
+        self.rows += later.rows
+        self.positives += later.positives
+        self.negatives += later.negatives
+        for bound, pick in (("low", min), ("high", max)):
+            mine, theirs = getattr(self, bound), getattr(later, bound)
+            setattr(self, bound, theirs if mine is None else mine if theirs is None else pick(mine, theirs))
 
     def passing(self, batches: Iterable[tuple[str, pa.RecordBatch]]) -> Iterator[tuple[str, pa.RecordBatch]]:
         """``batches`` unchanged, each added to the summary on its way (to a row check that reads them anyway)."""
