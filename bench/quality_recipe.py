@@ -11,7 +11,11 @@ A lever row is ``recipe`` followed by ``+levers`` (``RECIPE_LEVERS``, in that or
 the recipe that issue 39 asked to measure: ``recipe+batch128`` (a larger in-batch pool on bounded
 memory: gradient-cached retrieval loss), ``recipe+keep-base`` (self-distillation from the base),
 ``recipe+semeval12`` (more STS pairs: the SemEval 2012 train files), ``recipe+2ep`` (two epochs),
-``recipe+no-instructions`` (the same data, the collator adds no instructions: what instructions do).
+``recipe+no-instructions`` (the same data, the collator adds no instructions: what instructions do),
+``recipe+mined`` (the retrieval tasks' negatives mined by the base with a positive-aware filter, NV-Retriever's
+TopK-PercPos: ``mine_hard_negatives`` with its defaults, ``relative_margin`` 0.05 — a candidate scoring above
+95 % of the positive's score is dropped as a likely false negative; four per query, of which the recipe
+takes its ``negatives_per_query``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ LARGE_BATCH_TASKS = ("wikiqa", "wikiqa-passages")
 MINI_BATCH = 32
 #: Extra STS data of the ``+semeval12`` lever: the task name in the report's data (``MAIN_SOURCES``).
 EXTRA_STS_TASK = "semeval12"
+#: The folder (beside the report's data) of the ``+mined`` lever's data: the same tasks, the retrieval
+#: tasks' negatives mined by the base (``quality_run.Runs.mined_recipe_data`` writes it once per output folder).
+MINED_DATA = "recipe-mined-data"
 
 
 def shipped_recipe() -> dict[str, Any]:
@@ -75,6 +82,10 @@ def _no_instructions(recipe: dict[str, Any]) -> None:
     recipe["instructions"] = False
 
 
+def _mined(recipe: dict[str, Any]) -> None:
+    recipe["data"]["path"] = str(Path(recipe["data"]["path"]).parent / MINED_DATA)
+
+
 #: The changes a lever row makes to the shipped recipe, in the order a row's name lists them.
 RECIPE_LEVERS: dict[str, Callable[[dict[str, Any]], None]] = {
     "batch128": _large_batch,
@@ -82,6 +93,7 @@ RECIPE_LEVERS: dict[str, Callable[[dict[str, Any]], None]] = {
     "semeval12": _extra_sts,
     "2ep": _two_epochs,
     "no-instructions": _no_instructions,
+    "mined": _mined,
 }
 #: The rows of the recipe setting the report runs by default (every combination is accepted by name).
 RECIPE_ROWS = ("recipe", *(f"recipe+{lever}" for lever in RECIPE_LEVERS))

@@ -15,7 +15,7 @@ from typing import Any
 
 from _timing import every_trainer_calls, step_timer
 from example_cli import evaluation_suite, recipe_training_args
-from quality_recipe import is_recipe_row, recipe_row_recipe, recipe_tasks
+from quality_recipe import MINED_DATA, is_recipe_row, recipe_levers, recipe_row_recipe, recipe_tasks
 from quality_report import FORGETTING, report
 from quality_rows import MERGE_RUNS, ROW_SPECS, bench_recipe, row_recipe
 from quality_sources import epoch_steps, many_task_sources, training_sources
@@ -183,8 +183,8 @@ class Bench:
                     HardNegativeConfig(num_negatives=4),
                     scratch_dir=scratch,
                 )
+                save_unified(result.tasks, folder, overwrite=True)  # before the scratch it is mapped from goes
                 shutil.rmtree(scratch, ignore_errors=True)
-                save_unified(result.tasks, folder, overwrite=True)
                 print(
                     f"[mining] retrieval negatives mined by the base in {time.perf_counter() - began:.0f} s",
                     flush=True,
@@ -192,9 +192,38 @@ class Bench:
             self.settings["mined"] = Setting(folder, load_unified(folder), main.steps)
         return self.settings["mined"]
 
+    def mined_recipe_data(self) -> Path:
+        """The recipe setting with its retrieval tasks' negatives mined by the base (the ``+mined`` lever's data),
+        written once per output folder."""
+        from sentence_transformers import SentenceTransformer
+
+        from hf_unified_embed.data import save_unified
+        from hf_unified_embed.negatives import HardNegativeConfig, mine_hard_negatives
+
+        options, recipe = self.options, self.setting("recipe")
+        folder = options.output_dir / MINED_DATA
+        if not (folder / "README.md").is_file():  # written whole by save_unified (staged)
+            began = time.perf_counter()
+            scratch = options.output_dir / "mining-recipe-scratch"
+            scratch.mkdir(parents=True, exist_ok=True)
+            result = mine_hard_negatives(
+                recipe.tasks,
+                SentenceTransformer(options.base_model, device=options.device),
+                HardNegativeConfig(num_negatives=4),
+                scratch_dir=scratch,
+            )
+            # Saved before the scratch goes: the mined tasks are memory-mapped from it, and the writer
+            # re-opens them by path (each shard through its own mapping).
+            save_unified(result.tasks, folder, overwrite=True)
+            shutil.rmtree(scratch, ignore_errors=True)
+            print(f"[mining] recipe negatives mined by the base in {time.perf_counter() - began:.0f} s", flush=True)
+        return folder
+
     def train_shipped(self, row: str, name: str) -> Trained:
         """A row of the shipped recipe (``recipe``, ``recipe+levers``): train.yaml on the report's data."""
         setting = self.setting("recipe")
+        if "mined" in recipe_levers(row):
+            self.mined_recipe_data()  # the lever points the recipe at it
         run_settings = recipe_training_args(self.options)  # seed, device, no checkpoints; -1 steps: the epochs
         recipe = recipe_row_recipe(row, self.options, setting.path, name, run_settings)
         return train_recipe(recipe, self.options.device)

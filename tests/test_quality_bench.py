@@ -477,6 +477,13 @@ def test_recipe_levers_change_what_they_name(quality, tmp_path: Path) -> None:
     assert combined["keep_base"] == {"weight": 1.0}
     assert combined["data"]["tasks"] == [*plain["data"]["tasks"], "semeval12"]
     assert combined["training_args"]["num_train_epochs"] == 2 and combined["instructions"] is False
+    # The mined lever trains the same tasks on the mined copy of the report's data, beside it.
+    mined = recipe("recipe+mined")
+    assert mined["data"] == {**plain["data"], "path": str(tmp_path / "recipe-mined-data")}
+    named = ("data", "model_name", "output_dir")  # what differs between any two rows: the data, the names
+    assert {key: value for key, value in mined.items() if key not in named} == {
+        key: value for key, value in plain.items() if key not in named
+    }
     assert recipe("recipe+2ep")["losses"] == plain["losses"]  # a lever leaves the rest as it was
     assert plain == recipe("recipe")  # the shipped mapping is copied, never changed in place
     for wrong in ("recipe+keep-base+batch128", "recipe+2ep+2ep", "recipe+fast"):
