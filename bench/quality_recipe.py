@@ -42,7 +42,7 @@ MINI_BATCH = 32
 #: Extra STS data of the ``+semeval12`` lever: the task name in the report's data (``MAIN_SOURCES``).
 EXTRA_STS_TASK = "semeval12"
 #: The folder (beside the report's data) of the ``+mined`` lever's data: the same tasks, the retrieval
-#: tasks' negatives mined by the base (``quality_run.Runs.mined_recipe_data`` writes it once per output folder).
+#: tasks' negatives mined by the base (``Bench.mined_folder`` in ``quality_run`` writes it once per output folder).
 MINED_DATA = "recipe-mined-data"
 
 

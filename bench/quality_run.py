@@ -163,52 +163,21 @@ class Bench:
             self.settings[name] = Setting(Path(path), tasks, steps)
         return self.settings[name]
 
-    def mined(self) -> Setting:
-        """The main setting with its retrieval tasks' negatives mined by the base (once per output folder)."""
-        from sentence_transformers import SentenceTransformer
-
-        from hf_unified_embed.data import load_unified, save_unified
-        from hf_unified_embed.negatives import HardNegativeConfig, mine_hard_negatives
-
-        if "mined" not in self.settings:
-            options, main = self.options, self.setting("main")
-            folder = options.output_dir / "mined-main"
-            if not (folder / "README.md").is_file():  # written whole by save_unified (staged)
-                began = time.perf_counter()
-                scratch = options.output_dir / "mining-scratch"
-                scratch.mkdir(parents=True, exist_ok=True)
-                result = mine_hard_negatives(
-                    main.tasks,
-                    SentenceTransformer(options.base_model, device=options.device),
-                    HardNegativeConfig(num_negatives=4),
-                    scratch_dir=scratch,
-                )
-                save_unified(result.tasks, folder, overwrite=True)  # before the scratch it is mapped from goes
-                shutil.rmtree(scratch, ignore_errors=True)
-                print(
-                    f"[mining] retrieval negatives mined by the base in {time.perf_counter() - began:.0f} s",
-                    flush=True,
-                )
-            self.settings["mined"] = Setting(folder, load_unified(folder), main.steps)
-        return self.settings["mined"]
-
-    def mined_recipe_data(self) -> Path:
-        """The recipe setting with its retrieval tasks' negatives mined by the base (the ``+mined`` lever's data),
-        written once per output folder."""
+    def mined_folder(self, setting: str, folder: Path) -> Path:
+        """``setting``'s data with its retrieval tasks' negatives mined by the base (four per query, the
+        miner's positive-aware filter), saved as ``folder`` once per output folder."""
         from sentence_transformers import SentenceTransformer
 
         from hf_unified_embed.data import save_unified
         from hf_unified_embed.negatives import HardNegativeConfig, mine_hard_negatives
 
-        options, recipe = self.options, self.setting("recipe")
-        folder = options.output_dir / MINED_DATA
         if not (folder / "README.md").is_file():  # written whole by save_unified (staged)
             began = time.perf_counter()
-            scratch = options.output_dir / "mining-recipe-scratch"
+            scratch = folder.parent / f"{folder.name}-scratch"
             scratch.mkdir(parents=True, exist_ok=True)
             result = mine_hard_negatives(
-                recipe.tasks,
-                SentenceTransformer(options.base_model, device=options.device),
+                self.setting(setting).tasks,
+                SentenceTransformer(self.options.base_model, device=self.options.device),
                 HardNegativeConfig(num_negatives=4),
                 scratch_dir=scratch,
             )
@@ -216,14 +185,23 @@ class Bench:
             # re-opens them by path (each shard through its own mapping).
             save_unified(result.tasks, folder, overwrite=True)
             shutil.rmtree(scratch, ignore_errors=True)
-            print(f"[mining] recipe negatives mined by the base in {time.perf_counter() - began:.0f} s", flush=True)
+            print(f"[mining] {setting} negatives mined by the base in {time.perf_counter() - began:.0f} s", flush=True)
         return folder
+
+    def mined(self) -> Setting:
+        """The main setting with its retrieval tasks' negatives mined by the base (once per output folder)."""
+        from hf_unified_embed.data import load_unified
+
+        if "mined" not in self.settings:
+            folder = self.mined_folder("main", self.options.output_dir / "mined-main")
+            self.settings["mined"] = Setting(folder, load_unified(folder), self.setting("main").steps)
+        return self.settings["mined"]
 
     def train_shipped(self, row: str, name: str) -> Trained:
         """A row of the shipped recipe (``recipe``, ``recipe+levers``): train.yaml on the report's data."""
         setting = self.setting("recipe")
         if "mined" in recipe_levers(row):
-            self.mined_recipe_data()  # the lever points the recipe at it
+            self.mined_folder("recipe", self.options.output_dir / MINED_DATA)  # the lever points the recipe at it
         run_settings = recipe_training_args(self.options)  # seed, device, no checkpoints; -1 steps: the epochs
         recipe = recipe_row_recipe(row, self.options, setting.path, name, run_settings)
         return train_recipe(recipe, self.options.device)
