@@ -4,8 +4,9 @@ One command, one run, three rows side by side, each a real ``hf-unified-embed tr
 (``examples/recipes/train.yaml``, through ``train_from_recipe``) on the same data, model and batch sizes:
 
 * ``float32`` — the recipe with the device defaults' precision turned off (``bf16: false``, ``tf32: false``);
-* ``defaults`` — the recipe as users run it: :func:`hf_unified_embed.device_training_args` (bf16 autocast
-  and TF32 on GPUs that compute them natively, pinned memory and dataloader workers on CUDA; nothing on the CPU);
+* ``defaults`` — the recipe as users run it: :func:`hf_unified_embed.device_training_args` (on GPUs that
+  compute them natively TF32 and, for models of 50M parameters or more, bf16 autocast; pinned memory and
+  dataloader workers on CUDA; nothing on the CPU);
 * ``stock`` — stock sentence-transformers at the same precision as ``defaults``: its
   ``MultipleNegativesRankingLoss`` (retrieval) and ``CoSENTLoss`` (STS), its own ``PROPORTIONAL``
   multi-dataset sampler, the same batch sizes and columns.

@@ -154,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     training_args = training_arguments(
         args,
         output / "checkpoints",
+        model=model,
         per_device_train_batch_size=args.batch_size,
         learning_rate=2e-5,
         warmup_steps=0.1,  # a float is a ratio of the steps

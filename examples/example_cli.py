@@ -237,28 +237,37 @@ def sample_recipe(recipe: str | Path, data_root: Path) -> Any:
     return BuildRecipe(sources, base_dir=data_root, origin=loaded.origin)
 
 
-def training_arguments(args: argparse.Namespace, output_dir: str | Path, **settings: Any) -> Any:
-    """``SentenceTransformerTrainingArguments`` with the shared settings plus the script's ``settings``.
+def training_arguments(args: argparse.Namespace, output_dir: str | Path, *, model: Any, **settings: Any) -> Any:
+    """``SentenceTransformerTrainingArguments`` for a script that runs the trainer itself on ``model``.
 
     Shared: ``max_steps`` and ``seed`` from the command line, no checkpoints, no experiment tracker,
-    and the device settings of :func:`~hf_unified_embed.training.device_training_args` (no pinned
-    memory without CUDA). ``settings`` win over them.
+    and the device settings of :func:`~hf_unified_embed.training.device_training_args` for ``model``'s size
+    (no pinned memory without CUDA; no bf16 default for a small model). ``settings`` win over them.
     """
     from sentence_transformers import SentenceTransformerTrainingArguments
 
-    return SentenceTransformerTrainingArguments(output_dir=str(output_dir), **recipe_training_args(args, **settings))
+    from hf_unified_embed.training import device_training_args
+
+    parameters = sum(parameter.numel() for parameter in model.parameters())
+    device = device_training_args(args.device, explicit=settings, parameters=parameters)
+    return SentenceTransformerTrainingArguments(
+        output_dir=str(output_dir), **{**recipe_training_args(args), **device, **settings}
+    )
 
 
 def recipe_training_args(args: argparse.Namespace, **settings: Any) -> dict[str, Any]:
-    """The ``training_args`` of a training recipe with the shared settings (see :func:`training_arguments`)."""
-    from hf_unified_embed.training import device_training_args
+    """The ``training_args`` of a training recipe with the shared settings (see :func:`training_arguments`).
 
+    The device's settings are the recipe run's own (``train_from_recipe`` applies
+    :func:`~hf_unified_embed.training.device_training_args` with the base model's size); only ``--device
+    cpu`` is passed on, as ``use_cpu``, so that a machine with a GPU trains on the CPU as asked.
+    """
     return {
         "max_steps": args.max_steps,
         "seed": args.seed,
         "save_strategy": "no",
         "report_to": "none",
-        **device_training_args(args.device),
+        **({"use_cpu": True} if str(args.device).startswith("cpu") else {}),
         **settings,
     }
 

@@ -70,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     training_args = training_arguments(
         args,
         args.output_dir / "checkpoints",
+        model=model,
         per_device_train_batch_size=args.batch_size,
         learning_rate=args.learning_rate,
         lr_scheduler_type="constant_with_warmup",  # GUR Table I

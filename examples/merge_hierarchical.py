@@ -58,7 +58,9 @@ def fine_tune(output_dir: Path, tasks: list[str], options: argparse.Namespace) -
     model.max_seq_length = 64
     datasets = {"ir": ir_pairs(options.data_root), "sts": sts_pairs(options.data_root)}
     losses = {"ir": MultipleNegativesRankingLoss(model), "sts": CoSENTLoss(model)}
-    args = training_arguments(options, output_dir / "trainer", per_device_train_batch_size=16, learning_rate=5e-5)
+    args = training_arguments(
+        options, output_dir / "trainer", model=model, per_device_train_batch_size=16, learning_rate=5e-5
+    )
     trainer = SentenceTransformerTrainer(
         model=model,
         args=args,

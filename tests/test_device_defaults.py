@@ -20,6 +20,7 @@ import torch
 from hf_unified_embed.recipe import recipe_from_dict
 from hf_unified_embed.recipe.preflight import training_settings
 from hf_unified_embed.training import device_training_args
+from hf_unified_embed.training.devices import BF16_MIN_PARAMETERS, MAX_DEFAULT_WORKERS
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_RECIPE = REPO / "examples" / "recipes" / "sample.yaml"
@@ -53,8 +54,22 @@ def _gpu(
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
 
 
-def _recipe(tmp_path: Path, training_args: dict[str, Any] | None = None, **extra: Any) -> Any:
+@pytest.fixture(scope="module")
+def base_sized(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A model folder holding only BERT-base's configuration (110M parameters, no weights): the run counts
+    the base model's parameters from its configuration on the meta device, before any weight is read."""
+    from transformers import BertConfig
+
+    folder = tmp_path_factory.mktemp("bert-base-config")
+    BertConfig().save_pretrained(folder)
+    return str(folder)
+
+
+def _recipe(
+    tmp_path: Path, training_args: dict[str, Any] | None = None, base_model: str | None = None, **extra: Any
+) -> Any:
     raw = {
+        "base_model": base_model,
         "data": str(tmp_path / "data"),
         "losses": {"retrieval": "MultiPositiveInfoNCELoss", "sts": "CoDiEmbSTSLoss"},
         "output_dir": str(tmp_path / "model"),
@@ -70,15 +85,15 @@ def _recipe(tmp_path: Path, training_args: dict[str, Any] | None = None, **extra
 @pytest.mark.parametrize(
     ("gpu", "expected"),
     [
-        # H100 / A100 (Ampere and newer): bf16 autocast, TF32 matmuls, workers = cores - 1 (at most 8).
-        ({"capability": (9, 0)}, {"bf16": True, "tf32": True, "dataloader_num_workers": 8}),
-        ({"capability": (9, 0), "cores": 6}, {"bf16": True, "tf32": True, "dataloader_num_workers": 5}),
+        # H100 / A100 (Ampere and newer): bf16 autocast, TF32 matmuls, workers = cores - 1 (at most 4).
+        ({"capability": (9, 0)}, {"bf16": True, "tf32": True, "dataloader_num_workers": 4}),
+        ({"capability": (9, 0), "cores": 4}, {"bf16": True, "tf32": True, "dataloader_num_workers": 3}),
         ({"capability": (8, 0), "cores": 3}, {"bf16": True, "tf32": True, "dataloader_num_workers": 2}),
         # V100 / T4: bfloat16 only emulated and no TF32 cores: float32, as before.
-        ({"capability": (7, 0)}, {"dataloader_num_workers": 8}),
-        ({"capability": (7, 5)}, {"dataloader_num_workers": 8}),
+        ({"capability": (7, 0)}, {"dataloader_num_workers": 4}),
+        ({"capability": (7, 5)}, {"dataloader_num_workers": 4}),
         # ROCm: bfloat16, but transformers' tf32 needs CUDA.
-        ({"capability": (9, 4), "cuda_version": None, "hip": True}, {"bf16": True, "dataloader_num_workers": 8}),
+        ({"capability": (9, 4), "cuda_version": None, "hip": True}, {"bf16": True, "dataloader_num_workers": 4}),
         # One core: no worker would pay.
         ({"capability": (9, 0), "cores": 1}, {"bf16": True, "tf32": True}),
     ],
@@ -128,7 +143,7 @@ def test_cpu_changes_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("training_args", "expected", "absent"),
     [
-        ({}, {"bf16": True, "tf32": True, "dataloader_num_workers": 8, "dataloader_pin_memory": True}, ()),
+        ({}, {"bf16": True, "tf32": True, "dataloader_num_workers": 4, "dataloader_pin_memory": True}, ()),
         ({"bf16": False}, {"bf16": False, "tf32": True}, ()),
         ({"fp16": True}, {"fp16": True, "tf32": True}, ("bf16",)),
         ({"fp16": False}, {"fp16": False, "bf16": True}, ()),
@@ -141,12 +156,13 @@ def test_cpu_changes_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
 def test_the_recipe_settings_win(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
+    base_sized: str,
     training_args: dict[str, Any],
     expected: dict[str, Any],
     absent: tuple[str, ...],
 ) -> None:
     _gpu(monkeypatch)
-    settings, _ = training_settings(_recipe(tmp_path, training_args), "r.yaml")
+    settings, _ = training_settings(_recipe(tmp_path, training_args, base_sized), "r.yaml")
     assert {key: settings.get(key) for key in expected} == expected
     assert not set(absent) & set(settings)
     assert (settings["report_to"], settings["save_strategy"]) == ("none", "no")
@@ -154,21 +170,60 @@ def test_the_recipe_settings_win(
 
 @pytest.mark.parametrize(("launcher", "expected"), [("no", {}), ("bf16", {"bf16": True}), ("fp16", {"fp16": True})])
 def test_the_launcher_precision_wins(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, launcher: str, expected: dict[str, Any]
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, base_sized: str, launcher: str, expected: dict[str, Any]
 ) -> None:
     """``accelerate launch`` exports its ``mixed_precision``: it decides, ``no`` included."""
     _gpu(monkeypatch)
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", launcher)
-    settings, _ = training_settings(_recipe(tmp_path), "r.yaml")
+    settings, _ = training_settings(_recipe(tmp_path, base_model=base_sized), "r.yaml")
     assert {key: settings[key] for key in ("bf16", "fp16") if key in settings} == expected
     assert settings["tf32"] is True
 
 
-def test_float16_weights_get_no_bf16_autocast(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_float16_weights_get_no_bf16_autocast(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, base_sized: str
+) -> None:
     _gpu(monkeypatch)
-    settings, _ = training_settings(_recipe(tmp_path, model={"torch_dtype": "float16"}), "r.yaml")
+    recipe = _recipe(tmp_path, base_model=base_sized, model={"torch_dtype": "float16"})
+    settings, _ = training_settings(recipe, "r.yaml")
     assert "bf16" not in settings and settings["tf32"] is True
-    settings, _ = training_settings(_recipe(tmp_path, model={"torch_dtype": "bfloat16"}), "r.yaml")
+    recipe = _recipe(tmp_path, base_model=base_sized, model={"torch_dtype": "bfloat16"})
+    settings, _ = training_settings(recipe, "r.yaml")
+    assert settings["bf16"] is True
+
+
+# --- bf16 follows the model's size ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("parameters", "bf16"),
+    [
+        (None, True),
+        (22_713_216, False),
+        (BF16_MIN_PARAMETERS - 1, False),
+        (BF16_MIN_PARAMETERS, True),
+        (109_482_240, True),
+    ],
+)
+def test_bf16_only_for_models_whose_step_the_gpu_bounds(
+    monkeypatch: pytest.MonkeyPatch, parameters: int | None, bf16: bool
+) -> None:
+    """A small model's GPU step is bound by launching kernels: float32 with TF32 (bench/step.py)."""
+    _gpu(monkeypatch)
+    settings = device_training_args(parameters=parameters)
+    assert settings.get("bf16", False) is bf16
+    assert settings["tf32"] is True and settings["dataloader_num_workers"] == MAX_DEFAULT_WORKERS
+
+
+def test_the_run_counts_the_base_models_parameters(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The shipped recipe's base (the packaged all-MiniLM-L6-v2, 22.7M) trains without the bf16 default
+    unless the recipe asks for it; a base model whose configuration cannot be read keeps it."""
+    _gpu(monkeypatch)
+    settings, _ = training_settings(_recipe(tmp_path), "r.yaml")
+    assert "bf16" not in settings and settings["tf32"] is True
+    settings, _ = training_settings(_recipe(tmp_path, {"bf16": True}), "r.yaml")
+    assert settings["bf16"] is True
+    settings, _ = training_settings(_recipe(tmp_path, base_model=str(tmp_path / "no-such-model")), "r.yaml")
     assert settings["bf16"] is True
 
 

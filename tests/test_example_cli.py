@@ -135,11 +135,24 @@ def test_device_training_args_pin_memory_only_with_cuda(monkeypatch: pytest.Monk
 
 
 def test_training_arguments_share_the_settings_and_the_script_wins(tmp_path: Path) -> None:
+    import torch
     from example_cli import training_arguments
 
-    args = training_arguments(_parse("--max-steps", "3", "--seed", "7", "--device", "cpu"), tmp_path, seed=8)
+    model = torch.nn.Linear(4, 4)
+    options = _parse("--max-steps", "3", "--seed", "7", "--device", "cpu")
+    args = training_arguments(options, tmp_path, model=model, seed=8)
     assert (args.max_steps, args.seed, args.save_strategy, args.report_to) == (3, 8, "no", [])
     assert args.dataloader_pin_memory is False and args.use_cpu is True
+
+
+def test_recipe_training_args_leave_the_device_defaults_to_the_run(tmp_path: Path) -> None:
+    """A recipe's device settings are train_from_recipe's own (they depend on the base model's size):
+    only ``--device cpu`` is passed on."""
+    from example_cli import recipe_training_args
+
+    assert recipe_training_args(_parse("--device", "cpu"))["use_cpu"] is True
+    assert "use_cpu" not in recipe_training_args(_parse("--device", "cuda"))
+    assert not {"bf16", "tf32", "dataloader_num_workers"} & recipe_training_args(_parse("--device", "cuda")).keys()
 
 
 def test_run_example_turns_input_errors_into_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

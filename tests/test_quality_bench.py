@@ -359,7 +359,6 @@ def test_the_tau05_row_is_the_shipped_recipe_but_for_what_the_bench_sets(quality
         "training_args.seed",
         "training_args.save_strategy",  # preflight's defaults, given by the examples' command line
         "training_args.report_to",
-        "training_args.dataloader_pin_memory",
         "training_args.use_cpu",  # --device cpu
         "evaluation",  # the bench evaluates every model alike, after the run
         "output_dir",
@@ -452,7 +451,6 @@ def test_the_recipe_row_is_train_yaml_on_the_reports_data_with_nothing_else_chan
         "training_args.seed",
         "training_args.save_strategy",
         "training_args.report_to",
-        "training_args.dataloader_pin_memory",
         "training_args.use_cpu",
         "evaluation",
         "output_dir",

@@ -2,7 +2,7 @@
 # On the lent GPU machine (see prepare.sh): install the carried wheels, draw MiniLM-shaped random weights,
 # then bench/step.py (the recipe's batch sizes with a profile, and batch 128) and bench/large_batch.py.
 # Each benchmark runs under its own time limit; logs and JSON go to $OUT (the device tool brings them back).
-# STAGES picks among step, step128, bert-base and large (default: all four; nosync: the recipe's step without the trainer's per-step NaN check; PROFILE= leaves out the profile); LARGE_ARGS adds arguments to large_batch.py (e.g. --configs ...).
+# STAGES picks among step, step128, bert-base and large (default: all four; nobf16: every row without bf16 autocast, so `defaults` shows the rest of the defaults; nosync: the recipe's step without the trainer's per-step NaN check; PROFILE= leaves out the profile); LARGE_ARGS adds arguments to large_batch.py (e.g. --configs ...).
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
@@ -43,6 +43,8 @@ case " ${STAGES:-step step128 bert-base large} " in *" step "*) step step ${PROF
 case " ${STAGES:-step step128 bert-base large} " in *" step128 "*) step step128 --batch-size 128 --steps 30 --warmup 5 ;; esac
 case " ${STAGES:-step step128 bert-base large} " in *" bert-base "*)
   step step-bert-base --random-shape bert-base --batch-size 64 --steps 20 --warmup 5 ;; esac
+case " ${STAGES:-step step128 bert-base large} " in *" nobf16 "*)
+  step step-nobf16 --set bf16=false --steps 40 --warmup 5 ;; esac
 case " ${STAGES:-step step128 bert-base large} " in *" nosync "*)
   step step-nosync --set logging_nan_inf_filter=false --steps 40 --warmup 5 ;; esac
 case " ${STAGES:-step step128 bert-base large} " in *" large "*) ;; *) exit 0 ;; esac

@@ -231,7 +231,7 @@ def training_settings(recipe: TrainRecipe, origin: str) -> tuple[dict[str, Any],
         "report_to": "none",
         "save_strategy": default_save_strategy(user),
         "seed": recipe.seed,
-        **device_training_args(explicit=user),
+        **device_training_args(explicit=user, parameters=_base_parameters(recipe, user)),
     }
     if recipe.model is not None and recipe.model.torch_dtype == "float16":
         settings.pop("bf16", None)
@@ -255,6 +255,23 @@ def training_settings(recipe: TrainRecipe, origin: str) -> tuple[dict[str, Any],
     settings.update(user)
     settings.setdefault("output_dir", f"{recipe.output_dir}-checkpoints")
     return settings, hub_token
+
+
+def _base_parameters(recipe: TrainRecipe, user: dict[str, Any]) -> int | None:
+    """The base model's number of parameters, from its configuration on the meta device, where the device
+    defaults would choose a precision with it (CUDA, no precision in the recipe); ``None`` otherwise or
+    where the configuration cannot be read here (loading the model reports that)."""
+    import torch
+
+    from hf_unified_embed.training.backbones import meta_transformer
+
+    if not torch.cuda.is_available() or user.get("use_cpu") or {"bf16", "fp16"} & user.keys():
+        return None
+    try:
+        model = meta_transformer(recipe.resolved_base_model(), recipe.model)
+    except (ImportError, ValueError):  # check_model_configuration names the problem
+        return None
+    return None if model is None else sum(parameter.numel() for parameter in model.parameters())
 
 
 def training_arguments(recipe: TrainRecipe, origin: str) -> tuple[Any, str | None]:

@@ -7,22 +7,34 @@ from collections.abc import Mapping
 from typing import Any
 
 #: Most dataloader workers chosen by default: the collator draws texts and tokenises one batch per call.
-#: Four did not keep ahead of an H100 (bench/step.py, docs/training.md): all-MiniLM-L6-v2 at 128 rows waited
-#: 34 ms of its 98 ms step for the batch, BERT-base at 64 rows 13 of 74 ms; beyond eight, workers only take
-#: memory and cores from the training process.
-MAX_DEFAULT_WORKERS = 8
+#: More did not shorten the wait for a batch (bench/step.py on an H100 and an H200, docs/training.md):
+#: all-MiniLM-L6-v2 at 128 rows waited 28-30 ms per step with 2 workers, 34 ms with 4, 31-41 ms with 8 (37-44
+#: with 8 and no pinned memory; the same for stock sentence-transformers), 52-85 ms with none; BERT-base at 64
+#: rows 13 ms with 4 or 8. Each worker beyond that only takes memory and cores from the training process.
+MAX_DEFAULT_WORKERS = 4
+
+#: Models with fewer parameters get no bf16 default. Their GPU step is bound by the host launching a few hundred
+#: small kernels, not by the arithmetic, and autocast only adds a cast before every matmul: all-MiniLM-L6-v2
+#: (22.7M) at the shipped recipe's 16 rows took 1.2-1.7x float32's step time with bf16 on an H100 and an H200,
+#: and 1.00x with every other default (TF32, workers, pinned memory); BERT-base (110M) at 64 rows took 0.52-0.56x
+#: with it (bench/step.py, docs/training.md). The small / base divide of embedding models (MiniLM, bge-small
+#: and e5-small at 22-33M; BERT-base, MPNet and bge-base at ~110M) falls between them.
+BF16_MIN_PARAMETERS = 50_000_000
 
 
-def device_training_args(device: str | None = None, *, explicit: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def device_training_args(
+    device: str | None = None, *, explicit: Mapping[str, Any] | None = None, parameters: int | None = None
+) -> dict[str, Any]:
     """``SentenceTransformerTrainingArguments`` settings for training on ``device``.
 
     On CUDA:
 
     * ``bf16=True`` (bfloat16 autocast; the weights and the optimizer stay float32) where the GPU computes
       bfloat16 natively (``torch.cuda.is_bf16_supported(including_emulation=False)``: Ampere and newer,
-      and ROCm). Not when the launcher set the precision (``ACCELERATE_MIXED_PRECISION``, which
-      ``accelerate launch`` always exports: its ``mixed_precision`` decides), nor when ``explicit`` turns
-      on ``fp16``;
+      and ROCm), for a model of at least :data:`BF16_MIN_PARAMETERS` parameters (a smaller one trains
+      faster in float32 with TF32: its step is bound by launching kernels, which autocast only adds to).
+      Not when the launcher set the precision (``ACCELERATE_MIXED_PRECISION``, which ``accelerate
+      launch`` always exports: its ``mixed_precision`` decides), nor when ``explicit`` turns on ``fp16``;
     * ``tf32=True`` (float32 matmuls on TF32 tensor cores) on CUDA GPUs of compute capability 8 or more,
       as transformers requires;
     * ``dataloader_pin_memory=True`` and ``dataloader_num_workers``: one fewer than the CPU cores this
@@ -42,6 +54,7 @@ def device_training_args(device: str | None = None, *, explicit: Mapping[str, An
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, or ``None`` for what transformers picks (CUDA when
             available).
         explicit: the training arguments the caller sets itself.
+        parameters: the model's number of parameters, where known (``None``: taken as large enough for bf16).
 
     Example::
 
@@ -64,7 +77,8 @@ def device_training_args(device: str | None = None, *, explicit: Mapping[str, An
     bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
     major, _ = torch.cuda.get_device_capability()
     launcher_precision = "ACCELERATE_MIXED_PRECISION" in os.environ
-    if bf16 and not launcher_precision and not explicit.get("fp16"):
+    small = parameters is not None and parameters < BF16_MIN_PARAMETERS
+    if bf16 and not small and not launcher_precision and not explicit.get("fp16"):
         settings["bf16"] = True
     if torch.version.cuda is not None and major >= 8:
         settings["tf32"] = True
