@@ -4,6 +4,7 @@ refuses a folder, the column path refuses it too (the builder then names the pla
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -182,3 +183,66 @@ def test_a_folder_is_read_in_parts(tmp_path: Path) -> None:
     from hf_unified_embed.data.source_formats import get_source_format
 
     assert can_split(get_source_format("beir").read, tmp_path)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    codes=st.lists(st.integers(0, 9), max_size=40),
+    judged=st.integers(0, 40),
+    cuts=st.lists(st.integers(0, 40), max_size=3),
+    count=st.integers(1, 4),
+    saved=st.booleans(),
+)
+def test_a_part_keeps_the_links_of_its_queries_alone(
+    tmp_path: Path, codes: list[int], judged: int, cuts: list[int], count: int, saved: bool
+) -> None:
+    """``part_links`` over the folder's links in pieces (saved ranges, read memory-mapped, or in memory):
+    each part holds its own queries' links in file order, and every part sees the folder's query order
+    (queries by first link) and largest positive grade."""
+    import numpy as np
+
+    links = len(codes)
+    judged = min(judged, links)
+    queries = np.array(codes, dtype=np.int32)
+    documents = np.arange(links, dtype=np.int32)
+    positive = np.arange(links) % 3 == 0
+    grades = (np.arange(judged) % 4).astype(np.float64)
+    bounds = sorted({0, links, *(min(cut, links) for cut in cuts)})
+    pieces: list[Any] = []
+    for number, (start, end) in enumerate(itertools.pairwise(bounds)):
+        columns = (queries[start:end], documents[start:end], positive[start:end], grades[start : min(end, judged)])
+        if saved:
+            folder = tmp_path / f"links-{len(cuts)}-{count}-{number}-{start}"
+            folder.mkdir(exist_ok=True)
+            for name, column in zip(("queries", "documents", "positive", "grades"), columns):
+                np.save(folder / f"{name}.npy", column)
+            pieces.append(folder)
+        else:
+            pieces.append(columns)
+    order = list(dict.fromkeys(codes))  # queries by first link
+    rank = np.array([order.index(code) for code in codes], dtype=np.int32)
+    judged_positive = grades[positive[:judged]]
+    top = float(judged_positive.max()) if len(judged_positive) else None
+    seen: list[int] = []
+    for index in range(count):
+        part = beir_join.part_links(pieces, 10, (index, count))
+        assert part.query_rows.tolist() == order and part.top_grade == top and part.unknown is None
+        low, high = part.ranks
+        assert (low, high) == (index * len(order) // count, (index + 1) * len(order) // count)
+        mine = (rank >= low) & (rank < high)
+        assert part.rank.tolist() == rank[mine].tolist()
+        assert part.documents.tolist() == documents[mine].tolist()
+        assert part.positive.tolist() == positive[mine].tolist()
+        assert part.grades.tolist() == grades[mine[:judged]].tolist()
+        seen += part.documents.tolist()
+    assert sorted(seen) == list(range(links))  # every link is in one part
+
+
+def test_part_links_names_the_file_that_lacks_an_id() -> None:
+    import numpy as np
+
+    def piece(queries: list[int], documents: list[int]) -> Any:
+        return (np.array(queries, np.int32), np.array(documents, np.int32), np.ones(len(queries), bool), np.ones(0))
+
+    assert beir_join.part_links([piece([0], [-1]), piece([-1], [0])], 2, (0, 2)).unknown == "queries"
+    assert beir_join.part_links([piece([0], [0]), piece([1], [-1])], 2, None).unknown == "corpus"

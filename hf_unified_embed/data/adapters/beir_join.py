@@ -10,7 +10,8 @@ Memory: every file is read a block at a time; what stays is the ids (short), the
 texts themselves are memory-mapped from scratch files, :mod:`.beir_documents`) and each link as two int32
 positions and a flag (a judgement also keeps its grade); grouping, comparing and taking texts is done a
 table of rows at a time. The 10M-row folder of ``bench/sources.py`` (4M queries, 4M passages, 21M links)
-built in one process: 1.06 GB of heap at the peak, 1.4 GB PSS (docs/data.md).
+built in one process: 1.06 GB of heap at the peak, 1.4 GB PSS; one part of eight: 666 MB, as at 5M
+(docs/data.md).
 
 A folder the row path would refuse (an unknown id, a duplicate id, a grade above ``max_grade``, a line
 it reads otherwise) raises :class:`~hf_unified_embed.data.source_formats.SourceFormatError` here without
@@ -18,9 +19,10 @@ the row path's location: the builder then runs the row path, which names file, l
 that pyarrow cannot read exactly as the row path would is read record by record, as the row path reads it.
 
 ``part=(index, count)`` gives the rows of the ``index``-th of ``count`` equal ranges of the query order;
-the parts' rows in order are the folder's rows. Each part needs every text and link and joins its range;
-when the build gives the parts a shared scratch folder (``context.scratch``), each range of the files is
-parsed by one part only (:mod:`.beir_documents`, :mod:`.beir_links`).
+the parts' rows in order are the folder's rows. Each part needs every text and reads every link, but
+keeps only its range's links (:func:`part_links`: two passes over the links, memory-mapped where the build
+saved them); when the build gives the parts a shared scratch folder (``context.scratch``), each range of
+the files is parsed by one part only (:mod:`.beir_documents`, :mod:`.beir_links`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from hf_unified_embed.data.adapters.beir_documents import Documents, read_documents, release_unused
-from hf_unified_embed.data.adapters.beir_links import read_links
+from hf_unified_embed.data.adapters.beir_links import LinkPieces, piece_columns, read_links
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError
 
 #: Rows (queries) per output table, and texts per slice compared: bounds the memory of the join's output.
@@ -66,19 +68,76 @@ def _same_text_documents(texts: Documents, groups: np.ndarray, documents: np.nda
     return canonical
 
 
-def _first_seen_order(codes: np.ndarray, universe: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each code's rank (int32) in the order of first appearance, and the distinct codes (all in
-    ``range(universe)``) in that order — by scatter, not by sorting the links."""
-    position_type: type[np.signedinteger[Any]] = np.int32 if len(codes) < np.iinfo(np.int32).max else np.int64
-    first: np.ndarray = np.full(universe, len(codes), dtype=position_type)
-    # With repeated codes the last write wins: written in reverse, the first appearance does.
-    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1, dtype=position_type)
-    seen = np.flatnonzero(first < len(codes))
-    distinct = seen[np.argsort(first[seen], kind="stable")]
-    del first
-    rank = np.empty(universe, dtype=np.int32)
-    rank[distinct] = np.arange(len(distinct), dtype=np.int32)
-    return rank[codes], distinct
+class PartLinks(NamedTuple):
+    """The links of one part's queries (in the row path's order) and what the whole folder's links decide."""
+
+    rank: np.ndarray  # each link's query rank (int32): the order queries first appear in the folder's links
+    documents: np.ndarray  # each link's position in the corpus (int32)
+    positive: np.ndarray  # whether the link is a positive
+    grades: np.ndarray  # the judgements' grades: a prefix of the links
+    query_rows: np.ndarray  # the folder's queries by rank, as positions in queries.jsonl
+    ranks: tuple[int, int]  # the part's ranks: [first, last)
+    top_grade: float | None  # the largest grade of a positive judgement in the folder
+    unknown: str | None  # "queries" or "corpus" when a link names an id that file lacks
+
+
+def part_links(pieces: LinkPieces, queries: int, part: tuple[int, int] | None) -> PartLinks:
+    """The links of ``part``'s range of the query order, from every link of the folder (:func:`read_links`'s
+    pieces) read twice a piece at a time: first for each query's first link (a scatter into one array of
+    ``queries`` positions, written in reverse so that the first appearance wins), the ids the files lack
+    and the largest positive grade; then for the part's links. So a part holds its own links and arrays the
+    size of the queries file, not every link of the folder."""
+    lengths = [len(piece_columns(piece)[0]) for piece in pieces]
+    total = sum(lengths)
+    position_type: type[np.signedinteger[Any]] = np.int32 if total < np.iinfo(np.int32).max else np.int64
+    first: np.ndarray = np.full(queries, total, dtype=position_type)
+    unknown_query = unknown_document = False
+    top: float | None = None
+    end = total
+    for piece, length in zip(reversed(pieces), reversed(lengths)):
+        codes, documents, positive, grades = piece_columns(piece)
+        end -= length
+        unknown_query |= bool(len(codes)) and bool((codes < 0).any())
+        unknown_document |= bool(len(documents)) and bool((documents < 0).any())
+        if unknown_query or unknown_document:
+            continue
+        first[codes[::-1]] = np.arange(end + length - 1, end - 1, -1, dtype=position_type)
+        judged = grades[positive[: len(grades)]]
+        if len(judged):
+            top = max(top, float(judged.max())) if top is not None else float(judged.max())
+    unknown = "queries" if unknown_query else "corpus" if unknown_document else None
+    seen = np.flatnonzero(first < total)
+    query_rows = seen[np.argsort(first[seen], kind="stable")]
+    del first, seen
+    rank_of = np.full(queries, -1, dtype=np.int32)
+    rank_of[query_rows] = np.arange(len(query_rows), dtype=np.int32)
+    low, high = 0, len(query_rows)
+    if part is not None:
+        index, count = part
+        low, high = index * len(query_rows) // count, (index + 1) * len(query_rows) // count
+    kept: list[list[np.ndarray]] = [[], [], [], []]
+    for piece in pieces if unknown is None else []:
+        codes, documents, positive, grades = piece_columns(piece)
+        rank = rank_of[codes]
+        mine = (rank >= low) & (rank < high)
+        if mine.all():  # one part, or a piece of this part's queries alone: no copy of the columns
+            values = (rank, documents, positive, grades)
+        else:
+            values = (rank[mine], documents[mine], positive[mine], grades[mine[: len(grades)]])
+        for column, value in zip(kept, values):
+            column.append(np.asarray(value))
+    rank, documents, positive, grades = (_joined_column(values, dtype) for values, dtype in zip(kept, _TYPES))
+    return PartLinks(rank, documents, positive, grades, query_rows, (low, high), top, unknown)
+
+
+#: The types of :class:`PartLinks`' link columns.
+_TYPES = (np.int32, np.int32, bool, np.float64)
+
+
+def _joined_column(pieces: list[np.ndarray], dtype: Any) -> np.ndarray:
+    if len(pieces) == 1:  # the links of one piece, not copied (concatenate would)
+        return pieces[0].astype(dtype, copy=False)
+    return np.concatenate(pieces).astype(dtype, copy=False) if pieces else np.zeros(0, dtype)
 
 
 def _list_array(offsets: np.ndarray, values: pa.Array) -> pa.Array:
@@ -119,28 +178,30 @@ def _joined(
 ) -> Iterator[pa.Table]:
     corpus = read_documents(paths["corpus"], include_title, scratch, shared=context.scratch, part=part)
     queries = read_documents(paths["queries"], False, scratch, shared=context.scratch, part=part)
-    link_queries, documents, positive, grades = read_links(
-        paths, queries.ids, corpus.ids, zero_grade_as_negatives, shared=context.scratch, part=part
-    )
+    pieces = read_links(paths, queries.ids, corpus.ids, zero_grade_as_negatives, shared=context.scratch, part=part)
     release_unused()
-    if not len(link_queries):
-        return
-    if (link_queries < 0).any() or (documents < 0).any():
-        where = paths["queries"] if (link_queries < 0).any() else paths["corpus"]
+    links = part_links(pieces, len(queries), part)
+    del pieces
+    if links.unknown is not None:
+        where = paths["queries"] if links.unknown == "queries" else paths["corpus"]
         raise SourceFormatError("an id of the judgements is not in the folder", file=where, field="_id")
-    rank, query_rows = _first_seen_order(link_queries, len(queries))  # query_rows: positions in queries.jsonl
-    del link_queries
+    if not len(links.query_rows):
+        return
+    rank, documents, positive, grades, query_rows = (
+        links.rank,
+        links.documents,
+        links.positive,
+        links.grades,
+        links.query_rows,
+    )
     queries.forget_ids()
     corpus.forget_ids()
-    positive_grades = grades[positive[: len(grades)]]  # every positive is a judgement, and judgements come first
-    top = max_grade if max_grade is not None else (float(positive_grades.max()) if len(positive_grades) else None)
-    if top is not None and len(positive_grades) and float(positive_grades.max()) > top:
+    # Every positive is a judgement; the largest grade is the folder's, whichever part reads it.
+    top = max_grade if max_grade is not None else links.top_grade
+    if top is not None and links.top_grade is not None and links.top_grade > top:
         raise SourceFormatError(f"a grade exceeds max_grade {top:g}", file=paths["qrels"], field="score")
 
-    first, last = 0, len(query_rows)
-    if part is not None:
-        index, count = part
-        first, last = index * len(query_rows) // count, (index + 1) * len(query_rows) // count
+    first, last = links.ranks
     has_positive = np.zeros(len(query_rows), dtype=bool)
     has_positive[rank[positive]] = True
     for _ in range(int((~has_positive[first:last]).sum())):

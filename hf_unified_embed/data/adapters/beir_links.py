@@ -1,10 +1,11 @@
 """A BEIR folder's links: its judgements (qrels) and mined negatives, each id as its position in the corpus
 or queries, read block by block with pyarrow — once for all the parts of a build that join the folder.
 
-Every part of a BEIR join needs every link (queries are ordered by their first link), so, as the corpus is
-(:mod:`.beir_documents`), the qrels and negatives files are read in ranges, each range's links looked up
-and saved once into the build's scratch (:mod:`.shared_ranges`), and every part loads all of them. A block
-pyarrow might read otherwise than the row path sends the whole qrels file the row way, in each part.
+Every part of a BEIR join needs to see every link (queries are ordered by their first link), so, as the
+corpus is (:mod:`.beir_documents`), the qrels and negatives files are read in ranges, each range's links
+looked up and saved once into the build's scratch (:mod:`.shared_ranges`), and every part reads all of
+them, memory-mapped, keeping only its own queries' links (:func:`~.beir_join.part_links`). A block pyarrow
+might read otherwise than the row path sends the whole qrels file the row way, in each part.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ _QRELS_PARSE = pa_csv.ParseOptions(delimiter="\t", quote_char=False, double_quot
 #: The columns of the links, as :meth:`_Links.columns` gives them.
 _COLUMNS = {"queries": np.int32, "documents": np.int32, "positive": bool, "grades": np.float64}
 _Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: Links in the row path's order, in pieces: a range saved in the build's scratch (a folder of one ``.npy``
+#: file per column) or columns in memory. Each piece's grades are a prefix of its links (its judgements).
+LinkPieces = list[Path | _Columns]
 #: A range of the judgements holding a block that only the row path reads as it should.
 _ROW_WAY = "row-way"
 
@@ -46,9 +50,10 @@ def read_links(
     *,
     shared: Path | None = None,
     part: Part | None = None,
-) -> _Columns:
-    """Every link of the folder in the row path's order (judgements, then mined negatives): query and
-    document positions (int32, -1 for an unknown id), positive flags, and the judgements' grades (a prefix).
+) -> LinkPieces:
+    """Every link of the folder in the row path's order (judgements, then mined negatives), in pieces
+    (:func:`piece_columns` gives each one's columns): query and document positions (int32, -1 for an
+    unknown id), positive flags, and the judgements' grades (a prefix).
 
     With ``shared`` and ``part`` (as :func:`~hf_unified_embed.data.adapters.beir_documents.read_documents`)
     each range of the files is read by one part only.
@@ -60,7 +65,7 @@ def read_links(
             _judgements_row_by_row(links, paths["qrels"], zero_grade_as_negatives)
         if negatives is not None:
             _add_mined_negatives(links, negatives)
-        return links.columns()
+        return [links.columns()]
     judged = shared_ranges(
         paths["qrels"],
         f"judgements-{zero_grade_as_negatives}",
@@ -69,7 +74,7 @@ def read_links(
         partial(_save_judgements, paths["qrels"], query_ids, corpus_ids, zero_grade_as_negatives),
     )
     # Each piece of links in order: a saved range, or links this part read itself.
-    pieces: list[Path | _Columns] = list(judged)
+    pieces: LinkPieces = list(judged)
     if any((folder / _ROW_WAY).exists() for folder in judged):
         links = _Links(query_ids, corpus_ids)
         _judgements_row_by_row(links, paths["qrels"], zero_grade_as_negatives)
@@ -82,13 +87,16 @@ def read_links(
         pieces += shared_ranges(
             negatives, "negatives", shared, part, partial(_save_negatives, negatives, query_ids, corpus_ids)
         )
-    # A column at a time, so the links are in memory once, not twice.
-    columns = []
-    for number, (name, dtype) in enumerate(_COLUMNS.items()):
-        values = [np.load(piece / f"{name}.npy") if isinstance(piece, Path) else piece[number] for piece in pieces]
-        columns.append(np.concatenate(values).astype(dtype, copy=False))
-        del values
-    return columns[0], columns[1], columns[2], columns[3]
+    return pieces
+
+
+def piece_columns(piece: Path | _Columns) -> _Columns:
+    """The columns of one piece of :func:`read_links`; a saved range's are memory-mapped, so a part that
+    keeps a few of its links does not hold the others."""
+    if not isinstance(piece, Path):
+        return piece
+    queries, documents, positive, grades = (np.load(piece / f"{name}.npy", mmap_mode="r") for name in _COLUMNS)
+    return queries, documents, positive, grades
 
 
 def _save_judgements(
