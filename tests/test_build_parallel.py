@@ -488,7 +488,9 @@ def test_answer_selection_remembers_finished_questions_on_disk_past_a_limit(tmp_
 
 
 @pytest.mark.parametrize("num_proc", [2, 3])
-def test_one_large_folder_is_read_in_parts_with_the_same_rows(tmp_path: Path, num_proc: int):
+def test_one_large_folder_is_read_in_parts_with_the_same_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, num_proc: int
+) -> None:
     # One BEIR folder holding most of the input (the shape of MS MARCO) and a small tab file: the folder
     # is cut into num_proc parts of its query order, and the rows come back whole and in order.
     folder = tmp_path / "big"
@@ -523,6 +525,15 @@ def test_one_large_folder_is_read_in_parts_with_the_same_rows(tmp_path: Path, nu
     assert [piece.part for piece in planned[1].pieces] == [(index, num_proc) for index in range(num_proc)]
     rows, skipped, _ = built(recipe, num_proc)
     assert (rows, skipped) == built(recipe, 1)[:2] == reference(recipe)[:2]
+
+    # A folder larger than a part may be: parts of at most that many bytes, as many per process, so a
+    # part's memory does not grow with the folder; the same rows.
+    size = build_plan.input_size(folder)
+    monkeypatch.setattr(build_plan, "_LARGEST_PART_BYTES", size // (2 * num_proc) + 1)
+    planned = build_plan.plan_sources(plan.sources, plan.base_dir, num_proc)
+    assert [piece.part for piece in planned[1].pieces] == [(index, 2 * num_proc) for index in range(2 * num_proc)]
+    assert planned[0].pieces[0].part is None  # the small file stays whole
+    assert built(recipe, num_proc)[:2] == (rows, skipped)
 
 
 @settings(max_examples=300, deadline=None)

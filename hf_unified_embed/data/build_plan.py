@@ -20,6 +20,12 @@ from hf_unified_embed.utils.table_blocks import can_split
 #: are dealt out whole, so a piece of a quarter share leaves a process at most a quarter share behind (1M
 #: rows, two processes: a triplets file of 0.4 share read whole ended the reading 1.3 s after the other).
 _LARGEST_PIECE = 0.25
+#: Input bytes of one part of a large file at most, when several processes build. A part's working memory
+#: grows with its share of the file (a BEIR part holds its queries' links and ids): parts of at most this
+#: size, as many per process, keep each process's peak the same as the folder grows (bench/build.py's 5M
+#: and 10M BEIR folders, 1.2 and 2.3 GB: two and four parts of ~600 MB, docs/data.md). Each part beyond
+#: one per process re-reads what every part shares (a BEIR part: the ids, ~1 s at 10M).
+_LARGEST_PART_BYTES = 640 * 2**20
 
 
 def available_cpus() -> int:
@@ -129,23 +135,29 @@ def _cut_into_pieces(planned: Sequence[Planned], num_proc: int) -> None:
 
 
 def _parts(share: _Share, num_proc: int, fair: float) -> int:
-    """Into how many parts to cut a share: one, unless it is a single file of a ``splittable`` format
-    (read by its vectorised reader) larger than :data:`_LARGEST_PIECE` of one process's ``fair`` share;
-    then into parts of at most that much, and at most one per process (a part of some formats, BEIR's,
-    reads what every part needs: more parts than processes would only repeat that)."""
+    """Into how many parts to cut a share: one, unless several processes build and it is a single file of
+    a ``splittable`` format (read by its vectorised reader) larger than :data:`_LARGEST_PIECE` of one
+    process's ``fair`` share or than :data:`_LARGEST_PART_BYTES`. Then into parts of at most a quarter
+    share, at most one per process (a part of some formats, BEIR's, re-reads what every part shares), or
+    more, as many per process, where a part would exceed :data:`_LARGEST_PART_BYTES`."""
     spec, entry = share.item.spec, share.files[0]
     if (
         num_proc < 2
         or len(share.files) != 1
-        or share.weight <= _LARGEST_PIECE * fair
         or spec.max_rows is not None
         or spec.task_type is None  # the row-by-row reader, which reads no parts (build_tables.piece_tables)
         # Not isinstance(entry, Path): datasets swaps the Path of the modules it runs builders from.
         or not isinstance(entry, os.PathLike)
-        or not can_split(get_source_format(spec.format).read, Path(entry))
     ):
         return 1
-    return min(num_proc, math.ceil(share.weight / (_LARGEST_PIECE * fair)))
+    size = input_size(Path(entry))
+    if share.weight <= _LARGEST_PIECE * fair and size <= _LARGEST_PART_BYTES:
+        return 1
+    if not can_split(get_source_format(spec.format).read, Path(entry)):
+        return 1
+    balanced = min(num_proc, math.ceil(share.weight / (_LARGEST_PIECE * fair)))
+    bounded = num_proc * math.ceil(size / (_LARGEST_PART_BYTES * num_proc))
+    return max(balanced, bounded if size > _LARGEST_PART_BYTES else 1)
 
 
 def in_main_process(spec: SourceSpec) -> bool:
