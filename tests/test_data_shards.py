@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from hf_unified_embed.cli.main import main
@@ -59,3 +60,25 @@ def test_a_size_that_is_not_one_is_refused_naming_the_option(tmp_path: Path) -> 
     assert code == 2 and err.strip().endswith(
         "argument --max-shard-size: expected a size such as 500MB or 1GB, got 'big'"
     )
+
+
+def test_a_shard_written_through_fresh_mappings_is_the_same_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer takes a fresh mapping of the shard's rows every ``REMAP_BYTES`` it reads (so the pages it
+    read leave its resident memory): with a fresh mapping for every row group, the same bytes."""
+    from hf_unified_embed.data import shard_writer
+
+    passage = " ".join(f"word{index}" for index in range(60))
+    rows = [{"query": f"query {i}", "positives": [f"{i} {passage}"]} for i in range(2000)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    source = {"name": "qa", "format": "unified", "data_files": "rows.jsonl", "task_type": "retrieval"}
+    (tmp_path / "build.yaml").write_text(yaml.safe_dump({"sources": [source]}))
+    monkeypatch.setattr(shard_writer, "MAX_ROW_GROUP_BYTES", 64 * 1024)  # several row groups
+    assert _run(["build", str(tmp_path / "build.yaml"), "-o", str(tmp_path / "once")])[0] == 0
+    monkeypatch.setattr(shard_writer, "REMAP_BYTES", 1)
+    assert _run(["build", str(tmp_path / "build.yaml"), "-o", str(tmp_path / "remapped")])[0] == 0
+    files = sorted(path.relative_to(tmp_path / "once") for path in (tmp_path / "once" / "data").rglob("*.parquet"))
+    assert files and pq.ParquetFile(tmp_path / "once" / files[0]).metadata.num_row_groups > 2
+    for name in files:
+        assert (tmp_path / "once" / name).read_bytes() == (tmp_path / "remapped" / name).read_bytes()

@@ -8,8 +8,8 @@ Memory: a ``Dataset`` built by ``datasets`` is memory-mapped Arrow, and every pa
 the caller's mapping stays resident in the caller (RSS climbed to the whole dataset: 5.6 GB at 5M rows).
 So each shard is read through a mapping of its own, released when its job ends: a worker unpickles its
 job (a memory-mapped ``Dataset`` pickles as its cache files and slices, a few KB), and this process
-unpickles it the same way (:func:`own_mapping`). A write then holds the pages of one shard per process,
-whatever the dataset's size.
+unpickles it the same way (:func:`own_mapping`), and takes a fresh mapping every :data:`REMAP_BYTES` of
+rows it reads. A write then holds the pages of a few row groups per process, whatever the dataset's size.
 """
 
 from __future__ import annotations
@@ -38,6 +38,11 @@ DEFAULT_MAX_SHARD_BYTES = 500 * 1024**2
 #: Row groups of at most about this many Arrow bytes: a reader (a stream, the Hub's viewer) decodes a row group
 #: at a time, and datasets' own writer makes them up to 100 MB (40,000 rows of passages).
 MAX_ROW_GROUP_BYTES = 16 * 1024**2
+#: Arrow bytes a shard's write reads through one mapping before it takes a fresh one: the pages a mapping has
+#: read stay in this process's resident memory until it is unmapped, so one mapping for the whole shard made
+#: every shard's rows resident while it was written (10M rows, two processes writing 500 MB shards: the
+#: build's peak, 1.5 GB of its 2.0 GB PSS, docs/data.md).
+REMAP_BYTES = 64 * 1024**2
 #: Rows handed to the row check at a time (as ``validate`` reads them).
 CHECK_BATCH_ROWS = 65_536
 
@@ -121,7 +126,7 @@ class _RowGroupWriter(ParquetDatasetWriter):
         parquet_writer_kwargs.pop("path_or_buf", None)
         features = self.dataset.features
         schema = features.arrow_schema
-        rows = self.dataset.with_format("arrow")
+        rows, mapped = None, 0
         written = 0
         with pq.ParquetWriter(
             file_obj,
@@ -132,9 +137,13 @@ class _RowGroupWriter(ParquetDatasetWriter):
             **parquet_writer_kwargs,
         ) as writer:
             for start in range(0, len(self.dataset), batch_size):
+                if rows is None or mapped >= REMAP_BYTES:
+                    rows, mapped = own_mapping(self.dataset).with_format("arrow"), 0  # the last one unmapped
                 batch: pa.Table = rows[start : start + batch_size]
                 writer.write_table(batch.combine_chunks())
                 written += batch.nbytes
+                mapped += batch.nbytes
+                del batch
             if self.use_content_defined_chunking is not False:
                 writer.add_key_value_metadata(
                     {"content_defined_chunking": json.dumps(self.use_content_defined_chunking)}
