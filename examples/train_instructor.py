@@ -108,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     training_args = training_arguments(
         args,
         args.output_dir / "checkpoints",
+        model=model,
         num_train_epochs=1,
         per_device_train_batch_size=args.batch_size,
         learning_rate=2e-5,

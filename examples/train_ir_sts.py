@@ -91,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args=training_arguments(
             args,
             args.output_dir / "checkpoints",
+            model=model,
             per_device_train_batch_size=args.batch_size,
             learning_rate=args.learning_rate,
             warmup_steps=0.1,  # a float is a ratio of the steps
