@@ -87,21 +87,20 @@ def part_links(pieces: LinkPieces, queries: int, part: tuple[int, int] | None) -
     ``queries`` positions, written in reverse so that the first appearance wins), the ids the files lack
     and the largest positive grade; then for the part's links. So a part holds its own links and arrays the
     size of the queries file, not every link of the folder."""
-    lengths = [len(piece_columns(piece)[0]) for piece in pieces]
-    total = sum(lengths)
+    columns = [piece_columns(piece) for piece in pieces]  # saved ranges memory-mapped: nothing read yet
+    total = sum(len(piece[0]) for piece in columns)
     position_type: type[np.signedinteger[Any]] = np.int32 if total < np.iinfo(np.int32).max else np.int64
     first: np.ndarray = np.full(queries, total, dtype=position_type)
     unknown_query = unknown_document = False
     top: float | None = None
     end = total
-    for piece, length in zip(reversed(pieces), reversed(lengths)):
-        codes, documents, positive, grades = piece_columns(piece)
-        end -= length
+    for codes, documents, positive, grades in reversed(columns):
+        end -= len(codes)
         unknown_query |= bool(len(codes)) and bool((codes < 0).any())
         unknown_document |= bool(len(documents)) and bool((documents < 0).any())
         if unknown_query or unknown_document:
             continue
-        first[codes[::-1]] = np.arange(end + length - 1, end - 1, -1, dtype=position_type)
+        first[codes[::-1]] = np.arange(end + len(codes) - 1, end - 1, -1, dtype=position_type)
         judged = grades[positive[: len(grades)]]
         if len(judged):
             top = max(top, float(judged.max())) if top is not None else float(judged.max())
@@ -116,8 +115,7 @@ def part_links(pieces: LinkPieces, queries: int, part: tuple[int, int] | None) -
         index, count = part
         low, high = index * len(query_rows) // count, (index + 1) * len(query_rows) // count
     kept: list[list[np.ndarray]] = [[], [], [], []]
-    for piece in pieces if unknown is None else []:
-        codes, documents, positive, grades = piece_columns(piece)
+    for codes, documents, positive, grades in columns if unknown is None else []:
         rank = rank_of[codes]
         mine = (rank >= low) & (rank < high)
         if mine.all():  # one part, or a piece of this part's queries alone: no copy of the columns
