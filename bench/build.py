@@ -37,6 +37,7 @@ last build with ``pyarrow.parquet.read_table``: the baseline ``validate`` is mea
     .venv/bin/python bench/build.py                          # sizes 10k, 100k, 1M
     .venv/bin/python bench/build.py --sizes 10000            # quick run
     .venv/bin/python bench/build.py --sizes 10000000 --modes build-N   # 10M, the parallel build only
+    .venv/bin/python bench/build.py --sizes 1000000 --repeat 3 --no-memory   # timings: three interleaved rounds, unsampled
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -244,9 +247,14 @@ def _proportional_kb(pid: int) -> tuple[int, int]:
     return values["Pss:"], values["Pss_Anon:"]
 
 
-def measure(command: list[str], env: dict[str, str] | None = None) -> dict[str, float]:
+def measure(command: list[str], env: dict[str, str] | None = None, memory: bool = True) -> dict[str, float]:
     """Run ``command``; its seconds and the sampled peaks of the process tree's memory (MB): ``pss_mb``, all
-    its pages (file-backed ones included, such as memory-mapped Arrow files), and ``anon_mb``, its heap."""
+    its pages (file-backed ones included, such as memory-mapped Arrow files), and ``anon_mb``, its heap.
+
+    Sampling slows what it samples, the more the more processes and mappings it has (``smaps_rollup`` walks
+    every mapping under the process's memory lock: a 1M-row ``build --num-proc 2`` took 10.4–10.9 s sampled,
+    8.0–8.2 s not): with ``memory=False`` nothing is sampled and the peaks are NaN.
+    """
     import resource
 
     import psutil
@@ -273,18 +281,20 @@ def measure(command: list[str], env: dict[str, str] | None = None) -> dict[str, 
             done.wait(SAMPLE_SECONDS)
 
     sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    if memory:
+        sampler.start()
     stdout, stderr = process.communicate()
     seconds = time.perf_counter() - start
     done.set()
-    sampler.join()
+    if memory:
+        sampler.join()
     if process.returncode:
         raise RuntimeError(f"{' '.join(command)} failed ({process.returncode}):\n{stderr[-3000:]}")
     return {
         "seconds": seconds,
         "cpu_seconds": cpu() - cpu_before,
-        "pss_mb": peaks["pss"] / 1024,
-        "anon_mb": peaks["anon"] / 1024,
+        "pss_mb": peaks["pss"] / 1024 if memory else math.nan,
+        "anon_mb": peaks["anon"] / 1024 if memory else math.nan,
         "stdout": stdout,
     }
 
@@ -324,6 +334,15 @@ def main() -> None:
     parser.add_argument("--scratch", type=Path, default=None, help="where to generate inputs (default: a temp folder)")
     parser.add_argument("--inputs", choices=["realistic", "mixed"], default="realistic", help="see the docstring")
     parser.add_argument("--read-worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--no-memory",
+        dest="memory",
+        action="store_false",
+        help="time without sampling memory (sampling slows the parallel build more than load_dataset: see measure)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="run the modes this many rounds, interleaved; ratios of the medians"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--load-worker", nargs=2, metavar=("FOLDER", "CACHE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -360,50 +379,70 @@ def main() -> None:
             )
             digests = {}
             built: Path | None = None
-            for mode in args.modes:
-                run_env = env
-                if mode == "load_dataset":
-                    command = [sys.executable, __file__, "--load-worker", str(folder), str(folder / "cache-load")]
-                elif mode == "read-shards":
-                    if built is None:
-                        raise SystemExit("--modes read-shards needs a build mode before it")
-                    command = [sys.executable, __file__, "--read-worker", str(built)]
-                elif mode == "validate":
-                    if built is None:
-                        raise SystemExit("--modes validate needs a build mode before it")
-                    cache = folder / "validate-cache"
-                    cache.mkdir()
-                    run_env = {**env, "HF_DATASETS_CACHE": str(cache)}
-                    command = [sys.executable, "-m", "hf_unified_embed", "validate", str(built)]
-                else:
-                    processes = 1 if mode == "build-1" else num_proc
-                    out = folder / f"out-{processes}"
-                    command = [
-                        sys.executable,
-                        "-m",
-                        "hf_unified_embed",
-                        "build",
-                        str(inputs["recipe"]),
-                        "-o",
-                        str(out),
-                    ]
-                    command += ["--num-proc", str(processes)]
-                    built = out
-                result = measure(command, run_env)
-                if mode.startswith("build"):
-                    digests[mode] = digest(out)
-                if mode == "validate":
-                    left = [path for path in cache.rglob("*")]
-                    print(f"# validate left {len(left)} entries in HF_DATASETS_CACHE", flush=True)
-                label = f"build {num_proc}" if mode == "build-N" else mode.replace("-", " ")
-                print(
-                    f"{n:>10,} {label:<13} {result['seconds']:>8.1f} {result['cpu_seconds']:>7.1f} "
-                    f"{n / result['seconds']:>9,.0f} "
-                    f"{result['pss_mb']:>12,.0f} {result['anon_mb']:>13,.0f}",
-                    flush=True,
-                )
-                results.append({"rows": n, "mode": label, **{k: v for k, v in result.items() if k != "stdout"}})
-            seconds = {row["mode"]: row["seconds"] for row in results if row["rows"] == n}
+            for round_ in range(args.repeat):
+                if args.repeat > 1:
+                    print(f"# round {round_ + 1} of {args.repeat}", flush=True)
+                for mode in args.modes:
+                    run_env = env
+                    if mode == "load_dataset":
+                        command = [
+                            sys.executable,
+                            __file__,
+                            "--load-worker",
+                            str(folder),
+                            str(folder / f"cache-load-{round_}"),
+                        ]
+                    elif mode == "read-shards":
+                        if built is None:
+                            raise SystemExit("--modes read-shards needs a build mode before it")
+                        command = [sys.executable, __file__, "--read-worker", str(built)]
+                    elif mode == "validate":
+                        if built is None:
+                            raise SystemExit("--modes validate needs a build mode before it")
+                        cache = folder / f"validate-cache-{round_}"
+                        cache.mkdir()
+                        run_env = {**env, "HF_DATASETS_CACHE": str(cache)}
+                        command = [sys.executable, "-m", "hf_unified_embed", "validate", str(built)]
+                    else:
+                        processes = 1 if mode == "build-1" else num_proc
+                        out = folder / f"out-{processes}-{round_}"
+                        command = [
+                            sys.executable,
+                            "-m",
+                            "hf_unified_embed",
+                            "build",
+                            str(inputs["recipe"]),
+                            "-o",
+                            str(out),
+                        ]
+                        command += ["--num-proc", str(processes)]
+                        built = out
+                    result = measure(command, run_env, memory=args.memory)
+                    if mode.startswith("build"):
+                        digests[f"{mode} {round_}"] = digest(out)
+                    if mode == "validate":
+                        left = [path for path in cache.rglob("*")]
+                        print(f"# validate left {len(left)} entries in HF_DATASETS_CACHE", flush=True)
+                    label = f"build {num_proc}" if mode == "build-N" else mode.replace("-", " ")
+                    print(
+                        f"{n:>10,} {label:<13} {result['seconds']:>8.1f} {result['cpu_seconds']:>7.1f} "
+                        f"{n / result['seconds']:>9,.0f} "
+                        f"{result['pss_mb']:>12,.0f} {result['anon_mb']:>13,.0f}",
+                        flush=True,
+                    )
+                    results.append(
+                        {
+                            "rows": n,
+                            "mode": label,
+                            "round": round_,
+                            **{k: v for k, v in result.items() if k != "stdout"},
+                        }
+                    )
+            # The median of the rounds: one slow run on a shared machine does not make the ratio.
+            seconds = {
+                mode: statistics.median(row["seconds"] for row in results if row["rows"] == n and row["mode"] == mode)
+                for mode in {row["mode"] for row in results if row["rows"] == n}
+            }
             ratios = [
                 ("build 1 / load_dataset", "build 1", "load_dataset"),
                 (f"build {num_proc} / load_dataset", f"build {num_proc}", "load_dataset"),
@@ -413,9 +452,9 @@ def main() -> None:
             for name, top, bottom in ratios:
                 if top in seconds and bottom in seconds:
                     print(f"# {name}: {seconds[top] / seconds[bottom]:.2f}x", flush=True)
-            if len(digests) == 2:
+            if len(digests) > 1:
                 print(
-                    f"# build 1 and build {num_proc} wrote the same Parquet bytes: {len(set(digests.values())) == 1}"
+                    f"# every build ({len(digests)}) wrote the same Parquet bytes: {len(set(digests.values())) == 1}"
                 )
             print(f"# load average {load_average()}", flush=True)
     if args.json:

@@ -18,7 +18,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hf_unified_embed.cli.main import main
-from hf_unified_embed.data import build_plan, build_tables, build_unified_with_report, load_build_recipe, task_summary
+from hf_unified_embed.data import (
+    build_plan,
+    build_tables,
+    build_unified_with_report,
+    load_build_recipe,
+    render_dataset_card,
+    task_summary,
+)
 from hf_unified_embed.data.build_plan import available_cpus
 from hf_unified_embed.data.source_rows import build_source
 from hf_unified_embed.errors import HfUnifiedEmbedError
@@ -257,6 +264,16 @@ def test_summaries_gathered_while_building_are_those_of_the_rows(synthetic: Path
     assert list(result.summaries) == list(result.dataset)
     for task, dataset in result.dataset.items():
         assert result.summaries[task] == task_summary(dataset), task
+    # So the card build writes from them is the card of the rows.
+    splits = {"train": dict(result.dataset)}
+    known = {("train", task): summary for task, summary in result.summaries.items()}
+    card = render_dataset_card(splits, sources=result.sources, skipped=result.skipped, notes=result.notes)
+    assert (
+        render_dataset_card(
+            splits, sources=result.sources, skipped=result.skipped, notes=result.notes, summaries=known
+        )
+        == card
+    )
 
 
 def test_blocks_of_a_few_lines_give_the_same_rows(synthetic: Path, monkeypatch: pytest.MonkeyPatch):

