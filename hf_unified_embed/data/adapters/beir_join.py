@@ -185,35 +185,34 @@ def _joined(
         raise SourceFormatError("an id of the judgements is not in the folder", file=where, field="_id")
     if not len(links.query_rows):
         return
-    rank, documents, positive, grades, query_rows = (
-        links.rank,
-        links.documents,
-        links.positive,
-        links.grades,
-        links.query_rows,
-    )
+    rank, documents, positive, grades = links.rank, links.documents, links.positive, links.grades
     queries.forget_ids()
     corpus.forget_ids()
+    release_unused()  # the ids' blocks, which pyarrow's allocator would keep (tens of MB at 10M rows)
     # Every positive is a judgement; the largest grade is the folder's, whichever part reads it.
     top = max_grade if max_grade is not None else links.top_grade
     if top is not None and links.top_grade is not None and links.top_grade > top:
         raise SourceFormatError(f"a grade exceeds max_grade {top:g}", file=paths["qrels"], field="score")
 
     first, last = links.ranks
-    has_positive = np.zeros(len(query_rows), dtype=bool)
+    queries_in_order = len(links.query_rows)
+    # The part's own queries by rank: the folder's order (a position per query) is not kept past this.
+    query_rows = links.query_rows[first:last].copy()
+    del links
+    has_positive = np.zeros(queries_in_order, dtype=bool)
     has_positive[rank[positive]] = True
     for _ in range(int((~has_positive[first:last]).sum())):
         context.skip("query without a positive judgement")
     # The part's rows: its queries that have a positive, by rank; the others' links are dropped.
     row_ranks = (first + np.flatnonzero(has_positive[first:last])).astype(np.int32)
-    slices = _links_by_slice(rank, row_ranks, len(query_rows))
+    slices = _links_by_slice(rank, row_ranks, queries_in_order)
     join = _Join(rank, documents, positive, grades, top, corpus, max_negatives)
     # A slice of rows at a time: the links grouped, compared and taken from the mapped texts are those
     # of one table, so the join's working memory does not grow with the folder.
     for number, start in enumerate(range(0, len(row_ranks), _SLICE)):
         ranks = row_ranks[start : start + _SLICE]
         its_links = slices.order[slices.bounds[number] : slices.bounds[number + 1]]
-        yield join.table(ranks, its_links, queries.take(query_rows[ranks]))
+        yield join.table(ranks, its_links, queries.take(query_rows[ranks - first]))
         corpus.drop_pages()
         queries.drop_pages()
 
