@@ -265,8 +265,9 @@ def write_unified(
     Every task and split name is checked before anything is written; with ``validate`` every row too
     (:func:`check_rows`; the builder has already validated what it built). A task's split is cut into
     shards of at most ``max_shard_bytes`` Arrow bytes (the files, compressed, are smaller), each written in
-    row groups of about :data:`~hf_unified_embed.data.shard_writer.MAX_ROW_GROUP_BYTES`, by up to
-    ``num_proc`` processes (default one, this one): the files are the same whatever ``num_proc``.
+    row groups of about :data:`~hf_unified_embed.data.shard_writer.MAX_ROW_GROUP_BYTES`, by ``num_proc``
+    processes (default one, this one; one more when the shards outnumber them:
+    :func:`~hf_unified_embed.data.shard_writer.writer_processes`): the files are the same whatever ``num_proc``.
     ``summaries`` (by ``(split, task)``, as the build gathers them) spare the card a pass over those rows.
     """
     folder = Path(folder)

@@ -182,7 +182,7 @@ def write_shards(jobs: Sequence[ShardJob], num_proc: int | None = None) -> None:
     workers = writer_processes(len(jobs), num_proc)
     if workers <= 1:
         for job in jobs:
-            write_shard(ShardJob(own_mapping(job.dataset), job.path, job.rows_per_group, job.nbytes))
+            write_shard(job)  # its writer reads the rows through mappings of its own
         return
     ordered = sorted(jobs, key=lambda job: job.nbytes, reverse=True)
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
