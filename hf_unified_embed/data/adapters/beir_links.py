@@ -40,6 +40,8 @@ _Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 LinkPieces = list[Path | _Columns]
 #: A range of the judgements holding a block that only the row path reads as it should.
 _ROW_WAY = "row-way"
+#: The sub-folders of a saved range of links: its judgements and its mined negatives.
+_JUDGEMENTS, _NEGATIVES = "judgements", "negatives"
 
 
 def read_links(
@@ -66,27 +68,28 @@ def read_links(
         if negatives is not None:
             _add_mined_negatives(links, negatives)
         return [links.columns()]
-    judged = shared_ranges(
+    ranged = negatives if negatives is not None and not is_json_array(negatives) else None
+    # One range of the judgements and the same range of the mined negatives are read together: their ids are
+    # looked up at once, so a part hashes the queries' and corpus' ids once, not once per file.
+    folders = shared_ranges(
         paths["qrels"],
-        f"judgements-{zero_grade_as_negatives}",
+        f"links-{zero_grade_as_negatives}-{ranged}",
         shared,
         part,
-        partial(_save_judgements, paths["qrels"], query_ids, corpus_ids, zero_grade_as_negatives),
+        partial(_save_links, paths["qrels"], ranged, query_ids, corpus_ids, zero_grade_as_negatives),
     )
     # Each piece of links in order: a saved range, or links this part read itself.
-    pieces: LinkPieces = list(judged)
-    if any((folder / _ROW_WAY).exists() for folder in judged):
+    pieces: LinkPieces = [folder / _JUDGEMENTS for folder in folders]
+    if any((folder / _ROW_WAY).exists() for folder in folders):
         links = _Links(query_ids, corpus_ids)
         _judgements_row_by_row(links, paths["qrels"], zero_grade_as_negatives)
         pieces = [links.columns()]
-    if negatives is not None and is_json_array(negatives):  # one JSON document: not read in ranges
+    if ranged is not None:
+        pieces += [folder / _NEGATIVES for folder in folders]
+    elif negatives is not None:  # one JSON document: not read in ranges
         links = _Links(query_ids, corpus_ids)
         _add_mined_negatives(links, negatives)
         pieces.append(links.columns())
-    elif negatives is not None:
-        pieces += shared_ranges(
-            negatives, "negatives", shared, part, partial(_save_negatives, negatives, query_ids, corpus_ids)
-        )
     return pieces
 
 
@@ -99,25 +102,33 @@ def piece_columns(piece: Path | _Columns) -> _Columns:
     return queries, documents, positive, grades
 
 
-def _save_judgements(
-    path: Path, query_ids: pa.Array, corpus_ids: pa.Array, zero_grade_as_negatives: bool, folder: Path, part: Part
+def _save_links(
+    qrels: Path,
+    negatives: Path | None,
+    query_ids: pa.Array,
+    corpus_ids: pa.Array,
+    zero_grade_as_negatives: bool,
+    folder: Path,
+    part: Part,
 ) -> None:
+    """``part`` of the judgements into ``folder``/judgements (or the :data:`_ROW_WAY` mark where a block of
+    it must go the row way) and ``part`` of the mined negatives into ``folder``/negatives."""
     links = _Links(query_ids, corpus_ids)
-    if _add_qrels(links, path, zero_grade_as_negatives, part):
-        _saved(links, folder)
-    else:
+    if not _add_qrels(links, qrels, zero_grade_as_negatives, part):
+        links.clear()
         (folder / _ROW_WAY).touch()
-
-
-def _save_negatives(path: Path, query_ids: pa.Array, corpus_ids: pa.Array, folder: Path, part: Part) -> None:
-    links = _Links(query_ids, corpus_ids)
-    _add_mined_negatives(links, path, part)
-    _saved(links, folder)
-
-
-def _saved(links: _Links, folder: Path) -> None:
-    for name, column in zip(_COLUMNS, links.columns()):
-        np.save(folder / f"{name}.npy", column)
+    judged = links.count()
+    if negatives is not None:
+        _add_mined_negatives(links, negatives, part)
+    queries, documents, positive, grades = links.columns()
+    # The grades are the judgements' alone (a prefix of the links): the negatives' piece has none.
+    for name, rows, its_grades in (
+        (_JUDGEMENTS, slice(0, judged), grades),
+        (_NEGATIVES, slice(judged, None), grades[:0]),
+    ):
+        (folder / name).mkdir()
+        for column_name, column in zip(_COLUMNS, (queries[rows], documents[rows], positive[rows], its_grades)):
+            np.save(folder / name / f"{column_name}.npy", column)
 
 
 class _Links:
@@ -135,6 +146,10 @@ class _Links:
         self.documents: list[np.ndarray] = []
         self.positive: list[np.ndarray] = []
         self.grades: list[np.ndarray] = []
+
+    def count(self) -> int:
+        """The links added so far."""
+        return sum(len(positive) for positive in self.positive)
 
     def clear(self) -> None:
         """Forget every link added so far."""
