@@ -78,6 +78,8 @@ class UnifiedTableBuilder(ArrowBasedBuilder):
         return [SplitGenerator(name=self.config.split, gen_kwargs={"groups": self.config.groups})]
 
     def _generate_tables(self, groups: list[list[Piece]]) -> Iterator[tuple[str, pa.Table]]:  # type: ignore[override]
+        assert self.info.features is not None
+        empty = self.info.features.arrow_schema.empty_table()
         for group in groups:
             for piece in group:
                 report = PieceReport()
@@ -92,6 +94,12 @@ class UnifiedTableBuilder(ArrowBasedBuilder):
                 ):
                     report.add(table)
                     yield f"{piece.number}-{number}", table
+                    del table
+                # datasets holds the table it wrote last until the next one comes, and the next piece's set-up
+                # (a BEIR part reads every id of its folder) would run beside it: a table of a BEIR part is
+                # ~100 MB, and a process's second part of a 10M folder started that much higher. An empty
+                # table lets it go (it adds no row).
+                yield f"{piece.number}-end", empty
                 assert self.config.report_dir is not None
                 with open(Path(self.config.report_dir) / f"{piece.number}.pkl", "wb") as handle:
                     pickle.dump(report, handle)
