@@ -22,6 +22,11 @@ autocast against float32 (relative difference of the loss, cosine of the flatten
     .venv/bin/python bench/step.py --device cuda --random-weights --profile   # a GPU without the real weights
     .venv/bin/python bench/step.py --smoke                          # seconds on the CPU (a test runs it)
 
+``--repeat K`` runs K rounds, the three rows interleaved in each (a GPU's host-bound step moves by ±15 % from one
+process to the next): the table shows each row's median and the ratios of the medians, then every round's
+ratios. "waiting for data" is the mean wait for a batch per timed step and, after the slash, the median
+(an epoch's first batch waits for the dataloader's workers to start, unless they persist).
+
 ``--data`` trains on a unified folder instead of the bundled sample (built here from
 ``examples/recipes/sample.yaml``); ``--model`` any model; ``--random-weights`` a randomly initialised model of
 all-MiniLM-L6-v2's shape with its tokenizer (the lent GPU machines cannot carry the real weights).
@@ -34,6 +39,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -165,6 +171,7 @@ def run_mode(mode: str, options: argparse.Namespace, data: str, model: str | Non
         "samples_per_s": steps * rows / seconds,
         "peak_mb": peak,
         "data_wait_ms": 1e3 * sum(waits) / max(len(waits), 1),
+        "waits_ms": [round(1e3 * wait, 2) for wait in waits],
     }
 
 
@@ -256,6 +263,20 @@ def profile_step(options: argparse.Namespace, data: Path, model: str | None, out
     return callback.table
 
 
+def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One mode's rounds as one row: the median of each figure, and the median wait over every timed step."""
+    waits = sorted(wait for row in rows for wait in row["waits_ms"])
+    return {
+        "mode": rows[0]["mode"],
+        **{
+            key: statistics.median(row[key] for row in rows)
+            for key in ("steps_per_s", "samples_per_s", "data_wait_ms")
+        },
+        "peak_mb": max(row["peak_mb"] for row in rows),
+        "median_wait_ms": statistics.median(waits) if waits else float("nan"),
+    }
+
+
 def run_row(mode: str, options: argparse.Namespace, data: Path, model: str | None, work: Path) -> dict[str, Any]:
     """``run_mode`` in a fresh interpreter, as a user's ``hf-unified-embed train`` runs: its own peak memory,
     and dataloader workers started as the platform starts them (a ``multiprocessing`` child would make
@@ -293,6 +314,7 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="a training argument for every row (YAML value), e.g. logging_nan_inf_filter=false",
     )
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of the three rows, interleaved (medians)")
     parser.add_argument("--profile", action="store_true", help="torch.profiler over one step (CUDA)")
     parser.add_argument("--smoke", action="store_true", help="seconds on the CPU: 2 + 2 steps, small tasks")
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -316,7 +338,7 @@ def main() -> None:
         work = Path(scratch)
         data = options.data or build_sample(work)
         model = str(random_model(work, options.random_shape)) if options.random_weights else options.model
-        results = [run_row(mode, options, Path(data), model, work) for mode in MODES]
+        rounds = [[run_row(mode, options, Path(data), model, work) for mode in MODES] for _ in range(options.repeat)]
         check = precision_check(options, data, model, work / "precision")
         table = (
             profile_step(options, data, model, work / "profile")
@@ -324,11 +346,12 @@ def main() -> None:
             else ""
         )
 
+    results = [median_row([round_[index] for round_ in rounds]) for index in range(len(MODES))]
     by_mode = {row["mode"]: row for row in results}
     memory = "peak GPU memory" if options.device.startswith("cuda") else "peak RSS"
     print(
         f"device {options.device}; {options.steps} timed steps after {options.warmup}; model {model or 'all-MiniLM-L6-v2'}; "
-        f"batch size {options.batch_size or 'as the recipe'}"
+        f"batch size {options.batch_size or 'as the recipe'}; {options.repeat} round(s), medians"
     )
     print(f"| row | steps/s | samples/s | {memory} | waiting for data | step time × float32 | step time × stock |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -337,8 +360,16 @@ def main() -> None:
         versus_stock = by_mode["stock"]["steps_per_s"] / row["steps_per_s"]
         print(
             f"| {row['mode']} | {row['steps_per_s']:.2f} | {row['samples_per_s']:.1f} | {row['peak_mb']:,.0f} MB | "
-            f"{row['data_wait_ms']:.1f} ms/step | {versus32:.2f} | {versus_stock:.2f} |"
+            f"{row['data_wait_ms']:.1f} / {row['median_wait_ms']:.1f} ms/step | {versus32:.2f} | {versus_stock:.2f} |"
         )
+    if options.repeat > 1:
+        for round_ in rounds:
+            speed = {row["mode"]: row["steps_per_s"] for row in round_}
+            print(
+                "round: defaults × float32 {:.2f}, defaults × stock {:.2f}".format(
+                    speed["float32"] / speed["defaults"], speed["stock"] / speed["defaults"]
+                )
+            )
     print(
         f"bf16 vs float32 on one {check['task']} batch: loss {check['loss_fp32']:.5f} vs {check['loss_bf16']:.5f} "
         f"(relative difference {check['loss_rel_diff']:.2e}), gradient cosine {check['grad_cosine']:.5f}"
@@ -348,7 +379,7 @@ def main() -> None:
     if options.json:
         machine = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
         options.json.write_text(
-            json.dumps({"rows": results, "precision": check, "profile": table, **machine}, indent=1)
+            json.dumps({"rows": results, "rounds": rounds, "precision": check, "profile": table, **machine}, indent=1)
         )
 
 

@@ -100,7 +100,8 @@ def _recipe(
 )
 def test_defaults_per_gpu(monkeypatch: pytest.MonkeyPatch, gpu: dict[str, Any], expected: dict[str, Any]) -> None:
     _gpu(monkeypatch, **gpu)
-    assert device_training_args() == {"dataloader_pin_memory": True, **expected}
+    persistent = {"dataloader_persistent_workers": True} if expected.get("dataloader_num_workers") else {}
+    assert device_training_args() == {"dataloader_pin_memory": True, **expected, **persistent}
 
 
 def test_workers_are_shared_by_the_processes_of_a_node(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,7 +109,25 @@ def test_workers_are_shared_by_the_processes_of_a_node(monkeypatch: pytest.Monke
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     assert device_training_args()["dataloader_num_workers"] == 1  # 16 // 8 - 1
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "16")
-    assert "dataloader_num_workers" not in device_training_args()
+    assert not {"dataloader_num_workers", "dataloader_persistent_workers"} & device_training_args().keys()
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+@pytest.mark.parametrize(
+    ("explicit", "persistent"),
+    [({}, None), ({"dataloader_num_workers": 0}, None), ({"dataloader_num_workers": 2}, True)],
+)
+def test_workers_persist_from_one_epoch_to_the_next(
+    monkeypatch: pytest.MonkeyPatch, cuda: bool, explicit: dict[str, Any], persistent: bool | None
+) -> None:
+    """Wherever the run has workers (the defaults' on CUDA, or the caller's), they persist; never without
+    workers, which torch's DataLoader refuses."""
+    if cuda:
+        _gpu(monkeypatch)
+        persistent = persistent or (True if explicit.get("dataloader_num_workers", MAX_DEFAULT_WORKERS) else None)
+    else:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert device_training_args(explicit=explicit).get("dataloader_persistent_workers") is persistent
 
 
 def test_cpu_changes_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -143,12 +162,27 @@ def test_cpu_changes_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("training_args", "expected", "absent"),
     [
-        ({}, {"bf16": True, "tf32": True, "dataloader_num_workers": 4, "dataloader_pin_memory": True}, ()),
+        (
+            {},
+            {
+                "bf16": True,
+                "tf32": True,
+                "dataloader_num_workers": 4,
+                "dataloader_persistent_workers": True,
+                "dataloader_pin_memory": True,
+            },
+            (),
+        ),
         ({"bf16": False}, {"bf16": False, "tf32": True}, ()),
         ({"fp16": True}, {"fp16": True, "tf32": True}, ("bf16",)),
         ({"fp16": False}, {"fp16": False, "bf16": True}, ()),
         ({"tf32": False}, {"bf16": True, "tf32": False}, ()),
-        ({"dataloader_num_workers": 0}, {"bf16": True, "dataloader_num_workers": 0}, ()),
+        (
+            {"dataloader_num_workers": 0},
+            {"bf16": True, "dataloader_num_workers": 0},
+            ("dataloader_persistent_workers",),
+        ),
+        ({"dataloader_persistent_workers": False}, {"dataloader_persistent_workers": False}, ()),
         ({"dataloader_pin_memory": False}, {"dataloader_pin_memory": False}, ()),
         ({"use_cpu": True}, {"use_cpu": True, "dataloader_pin_memory": False}, GPU_KEYS),
     ],
@@ -166,6 +200,16 @@ def test_the_recipe_settings_win(
     assert {key: settings.get(key) for key in expected} == expected
     assert not set(absent) & set(settings)
     assert (settings["report_to"], settings["save_strategy"]) == ("none", "no")
+
+
+def test_a_stream_gets_no_workers_of_the_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A stream is read in the training process, where its resume state lives: neither the defaults'
+    workers nor their persistence."""
+    _gpu(monkeypatch)
+    recipe = _recipe(tmp_path, {"max_steps": 4}, data={"path": str(tmp_path / "data"), "streaming": True})
+    settings, _ = training_settings(recipe, "r.yaml")
+    assert not {"dataloader_num_workers", "dataloader_persistent_workers"} & settings.keys()
+    assert settings["tf32"] is True
 
 
 @pytest.mark.parametrize(("launcher", "expected"), [("no", {}), ("bf16", {"bf16": True}), ("fp16", {"fp16": True})])
@@ -273,14 +317,24 @@ def test_collator_pickles_without_the_weights(unified_dir: Path, tiny_model_path
 
 
 def test_two_steps_with_two_dataloader_workers(unified_dir: Path, tiny_model_path: str, tmp_path: Path) -> None:
-    """2 steps of 1 step per epoch: the workers draw with each epoch's seed, as the main process does."""
+    """2 steps of 1 step per epoch: the workers draw with each epoch's seed, as the main process does.
+
+    Workers that end with each epoch: a persistent worker draws the same (tests/test_training_collator.py),
+    but its epochs take one seed less from torch's generator (a ``DataLoader`` draws its workers' base seed
+    when an epoch's iterator is made, and persistent workers make one), so dropout differs from the second
+    epoch on and the losses could not be compared."""
     from hf_unified_embed.recipe.run import train_from_recipe
 
     losses = []
     for workers in (0, 2):
         recipe = _recipe(
             tmp_path,
-            {"max_steps": 2, "per_device_train_batch_size": 4, "dataloader_num_workers": workers},
+            {
+                "max_steps": 2,
+                "per_device_train_batch_size": 4,
+                "dataloader_num_workers": workers,
+                "dataloader_persistent_workers": False,
+            },
             base_model=tiny_model_path,
             data={"path": str(unified_dir), "tasks": ["wikiqa"], "max_rows_per_task": 4},
             negatives_per_query=2,

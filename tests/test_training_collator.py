@@ -200,14 +200,88 @@ def test_trainer_epochs_redraw_through_the_callback(tiny_model_path: str, tmp_pa
     assert by_epoch[0] != by_epoch[1] != by_epoch[2]
 
 
-def test_persistent_workers_are_refused(tmp_path: Path) -> None:
+def _positives_per_step(model_path: str, tmp_path: Path, **dataloader: object) -> list[list[tuple[int, ...]]]:
+    """Train three epochs and return, step by step, the token ids of the positive column the loss received."""
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+
+    rows = [
+        unified_row("qa", f"question {i}", [f"answer {i}.{j}" for j in range(5)], [f"wrong {i}.{j}" for j in range(5)])
+        for i in range(8)
+    ]
+    model = SentenceTransformer(model_path)
+    seen: list[list[tuple[int, ...]]] = []
+
+    class Recording(MultipleNegativesRankingLoss):
+        def forward(self, sentence_features, labels):  # type: ignore[no-untyped-def]
+            seen.append(sorted(tuple(ids) for ids in sentence_features[1]["input_ids"].tolist()))
+            return super().forward(sentence_features, labels)
+
+    collator = UnifiedDataCollator(preprocess_fn=model.preprocess, layouts={"qa": ColumnLayout(1, 1)}, seed=5)
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        num_train_epochs=3,
+        per_device_train_batch_size=4,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        seed=5,
+        **dataloader,  # type: ignore[arg-type]
+    )
+    SentenceTransformerTrainer(
+        model=model,
+        args=args,
+        train_dataset=DatasetDict(qa=unified_dataset(rows)),
+        loss={"qa": Recording(model)},
+        data_collator=collator,
+        callbacks=[collator.epoch_callback()],
+    ).train()
+    return seen
+
+
+def test_persistent_workers_redraw_every_epoch_as_the_training_process_does(
+    tiny_model_path: str, tmp_path: Path
+) -> None:
+    # A persistent worker keeps the collator it started with; the epoch must still reach it, and its draws
+    # must be the ones the training process itself makes.
+    in_process = _positives_per_step(tiny_model_path, tmp_path / "a")
+    persistent = _positives_per_step(
+        tiny_model_path, tmp_path / "b", dataloader_num_workers=1, dataloader_persistent_workers=True
+    )
+    assert len(in_process) == 6 and persistent == in_process
+    epochs = [in_process[0] + in_process[1], in_process[2] + in_process[3], in_process[4] + in_process[5]]
+    assert epochs[0] != epochs[1] != epochs[2]
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_persistent_worker_reads_each_epoch_from_shared_memory(tiny_model_path: str, context: str) -> None:
+    import torch
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
+    model = SentenceTransformer(tiny_model_path)
+    rows = [dict(row, dataset_name="qa") for row in _qa_rows(n=4, n_pos=6, n_neg=6)]
+    collator = UnifiedDataCollator(preprocess_fn=model.preprocess, layouts={"qa": ColumnLayout(1, 1)}, seed=3)
+    callback = collator.epoch_callback()
     args = TrainingArguments(
-        output_dir=str(tmp_path), dataloader_num_workers=1, dataloader_persistent_workers=True, report_to="none"
+        output_dir="unused", dataloader_num_workers=1, dataloader_persistent_workers=True, report_to="none"
     )
-    with pytest.raises(ValueError, match="persistent_workers"):
-        _collator().epoch_callback().on_train_begin(args, TrainerState(), TrainerControl())
+    callback.on_train_begin(args, TrainerState(), TrainerControl())
+    loader = torch.utils.data.DataLoader(
+        rows,
+        batch_size=4,
+        collate_fn=collator,
+        num_workers=1,
+        persistent_workers=True,
+        multiprocessing_context=context,
+    )
+    reference = UnifiedDataCollator(preprocess_fn=model.preprocess, layouts={"qa": ColumnLayout(1, 1)}, seed=3)
+    drawn = []
+    for epoch in range(3):
+        callback.on_epoch_begin(args, TrainerState(epoch=float(epoch)), TrainerControl())
+        reference.set_epoch(epoch)
+        (batch,) = list(loader)
+        assert torch.equal(batch["positive_1_input_ids"], reference(rows)["positive_1_input_ids"])
+        drawn.append(batch["positive_1_input_ids"])
+    assert not torch.equal(drawn[0], drawn[1]) and not torch.equal(drawn[1], drawn[2])
 
 
 def test_two_tasks_train_in_one_trainer_call(tiny_model_path: str, tmp_path: Path) -> None:

@@ -89,7 +89,8 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
             (scored pairs for ``sts``/``pair_classification``, else 1 positive + ``negatives_per_query``).
         negatives_per_query: K− for tasks without a layout.
         seed: Seed of the draws (use the training arguments' seed).
-        epoch: The current epoch; set by :meth:`epoch_callback` at the start of every epoch.
+        epoch: The current epoch; set by :meth:`set_epoch` (which :meth:`epoch_callback` calls at the start
+            of every epoch).
         prompts: ``{task: {column: instruction}}`` as from :func:`prompts_from_unified`; a key
             ``"positive"`` / ``"negative"`` covers all numbered columns of that kind.
         valid_label_columns: sentence-transformers' label columns (``label``, ``score``, ...) plus
@@ -117,6 +118,8 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
     negatives_per_query: int = 1
     seed: int = 42
     epoch: int = 0
+    #: The epoch in memory shared with the dataloader workers, once :meth:`share_epoch` put it there.
+    _shared_epoch: torch.Tensor | None = field(default=None, init=False, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
         # Dataloader workers started with spawn or forkserver (macOS, Windows, Python 3.14's default on
@@ -166,6 +169,24 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
     def set_epoch(self, epoch: int) -> None:
         """Start drawing the positives and negatives of ``epoch``."""
         self.epoch = int(epoch)
+        if self._shared_epoch is not None:
+            self._shared_epoch.fill_(self.epoch)
+
+    def share_epoch(self) -> None:
+        """Keep the epoch where persistent dataloader workers read it.
+
+        A persistent worker keeps the collator it was started with for the whole run, so an epoch set in
+        the training process later would never reach it. After this call the epoch lives in shared memory
+        (a worker started by fork maps the same page; one started by spawn or forkserver receives the
+        collator through torch's multiprocessing pickler, which shares the page instead of copying it), and
+        :meth:`set_epoch` writes it there.
+        """
+        if self._shared_epoch is None:
+            self._shared_epoch = torch.tensor(self.epoch, dtype=torch.int64).share_memory_()
+
+    def current_epoch(self) -> int:
+        """The epoch whose draws this process makes (in a persistent worker: the one set last in training)."""
+        return self.epoch if self._shared_epoch is None else int(self._shared_epoch)
 
     def epoch_callback(self) -> ResampleEachEpochCallback:
         """The ``TrainerCallback`` that tells this collator the epoch; pass it in ``callbacks=[...]``."""
@@ -202,7 +223,8 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
                 "train on a DatasetDict keyed by task (one loss per task) so every batch comes from one task"
             )
         layout = self.layout_for(task, first["task_type"])
-        rngs = [np.random.default_rng([self.seed, self.epoch, _row_digest(row)]) for row in features]
+        epoch = self.current_epoch()
+        rngs = [np.random.default_rng([self.seed, epoch, _row_digest(row)]) for row in features]
 
         drawn_positives: list[np.ndarray] = []
         drawn_negative_idx: list[np.ndarray] = []
@@ -322,8 +344,10 @@ class ResampleEachEpochCallback(TrainerCallback):
     """Hands the trainer's epoch to a :class:`UnifiedDataCollator` before each epoch's batches are drawn.
 
     ``on_epoch_begin`` runs before the trainer creates the epoch's dataloader iterator, so
-    (non-persistent) dataloader workers receive the collator with the new epoch. Persistent workers
-    keep their own copy of the collator from the first epoch and are refused.
+    non-persistent dataloader workers receive the collator with the new epoch. Persistent workers
+    (``dataloader_persistent_workers``) keep the collator they were started with: for them the epoch
+    goes into shared memory (:meth:`UnifiedDataCollator.share_epoch`) before the first epoch's workers
+    start, and they read each new epoch from there.
     """
 
     def __init__(self, collator: UnifiedDataCollator) -> None:
@@ -333,10 +357,7 @@ class ResampleEachEpochCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         if args.dataloader_num_workers > 0 and args.dataloader_persistent_workers:
-            raise ValueError(
-                "dataloader_persistent_workers=True keeps the first epoch's collator in every worker, so "
-                "positives and negatives would never be re-drawn; set dataloader_persistent_workers=False"
-            )
+            self.collator.share_epoch()
 
     def on_epoch_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
