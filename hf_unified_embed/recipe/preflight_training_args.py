@@ -211,7 +211,8 @@ def training_settings(recipe: TrainRecipe, origin: str) -> tuple[dict[str, Any],
     (:func:`default_save_strategy`), the recipe's seed, and the device's fastest correct step
     (:func:`~hf_unified_embed.training.devices.device_training_args`: on CUDA bf16
     autocast where the GPU computes bfloat16 natively, TF32 matmuls, pinned memory and dataloader workers;
-    on the CPU none of these; persistent workers wherever there are workers) — then the recipe's ``training_args``, which always win: ``bf16: false``,
+    on the CPU none of these; persistent workers wherever there are workers) — then the recipe's
+    ``training_args``, which always win: ``bf16: false``,
     ``fp16: true`` (no bf16 default beside it), ``tf32: false``, ``dataloader_num_workers: 0`` or
     ``use_cpu: true`` (no GPU defaults) are kept as written. A launcher's precision
     (``ACCELERATE_MIXED_PRECISION``) and weights loaded in float16 (``model.torch_dtype: float16``) are
