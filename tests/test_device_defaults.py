@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hf_unified_embed.recipe import recipe_from_dict
 from hf_unified_embed.recipe.preflight import training_settings
@@ -128,6 +130,46 @@ def test_workers_persist_from_one_epoch_to_the_next(
     else:
         monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert device_training_args(explicit=explicit).get("dataloader_persistent_workers") is persistent
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    cuda=st.booleans(),
+    cores=st.integers(1, 64),
+    local_world_size=st.integers(1, 8),
+    explicit=st.fixed_dictionaries(
+        {},
+        optional={
+            "dataloader_num_workers": st.integers(0, 16),
+            "dataloader_persistent_workers": st.booleans(),
+            "use_cpu": st.booleans(),
+        },
+    ),
+)
+def test_persistent_workers_only_beside_workers(
+    monkeypatch: pytest.MonkeyPatch,
+    cuda: bool,
+    cores: int,
+    local_world_size: int,
+    explicit: dict[str, Any],
+) -> None:
+    """Whatever a user sets, the defaults merged under it give a dataloader torch accepts: persistent workers
+    only where there are workers, the user's choice kept, and workers that persist wherever the run has some
+    and the user did not say otherwise."""
+    _gpu(monkeypatch, cores=cores)
+    if not cuda:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_world_size))
+    merged = {**device_training_args(explicit=explicit), **explicit}
+    workers = merged.get("dataloader_num_workers", 0)
+    persistent = merged.get("dataloader_persistent_workers", False)
+    if "dataloader_persistent_workers" not in explicit:
+        assert persistent is (workers > 0)
+    else:
+        assert persistent is explicit["dataloader_persistent_workers"]
+    if persistent and workers == 0:
+        return  # only where the user asked for it: torch names the problem
+    torch.utils.data.DataLoader([0], num_workers=workers, persistent_workers=persistent)
 
 
 def test_cpu_changes_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
