@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from datasets import DatasetDict
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.losses import CoSENTLoss, MultipleNegativesRankingLoss
+from torch import nn
 
 from hf_unified_embed.training import ColumnLayout, ResampleEachEpochCallback, UnifiedDataCollator, draw_indices
 from tests._training_helpers import train_steps, unified_dataset, unified_row
@@ -158,12 +160,37 @@ def test_numbered_columns_resolve_to_the_prompt_of_their_kind() -> None:
     assert collator._get_prompt_for_column(prompts, "negative_1") is None
 
 
-def test_trainer_epochs_redraw_through_the_callback(tiny_model_path: str, tmp_path: Path) -> None:
+def _three_epochs(
+    model: SentenceTransformer, collator: UnifiedDataCollator, loss: nn.Module, out: Path, batch_size: int, **more: Any
+) -> None:
+    """Train three epochs of eight rows of one task, the collator told each epoch by its callback."""
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+
     rows = [
         unified_row("qa", f"question {i}", [f"answer {i}.{j}" for j in range(5)], [f"wrong {i}.{j}" for j in range(5)])
         for i in range(8)
     ]
-    train = DatasetDict(qa=unified_dataset(rows))
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(out),
+        num_train_epochs=3,
+        per_device_train_batch_size=batch_size,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        seed=5,
+        **more,
+    )
+    SentenceTransformerTrainer(
+        model=model,
+        args=args,
+        train_dataset=DatasetDict(qa=unified_dataset(rows)),
+        loss={"qa": loss},
+        data_collator=collator,
+        callbacks=[collator.epoch_callback()],
+    ).train()
+
+
+def test_trainer_epochs_redraw_through_the_callback(tiny_model_path: str, tmp_path: Path) -> None:
     model = SentenceTransformer(tiny_model_path)
     seen: list[tuple[int, tuple[str, ...]]] = []
 
@@ -173,41 +200,16 @@ def test_trainer_epochs_redraw_through_the_callback(tiny_model_path: str, tmp_pa
             seen.extend((self.epoch, (c["positive_1"], c["negative_1"])) for c in out)
             return out
 
-    losses = {"qa": MultipleNegativesRankingLoss(model)}
     collator = Recording(preprocess_fn=model.preprocess, layouts={"qa": ColumnLayout(1, 1)}, seed=5)
     assert isinstance(collator.epoch_callback(), ResampleEachEpochCallback)
-    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-
-    args = SentenceTransformerTrainingArguments(
-        output_dir=str(tmp_path),
-        num_train_epochs=3,
-        per_device_train_batch_size=8,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        seed=5,
-    )
-    SentenceTransformerTrainer(
-        model=model,
-        args=args,
-        train_dataset=train,
-        loss=losses,
-        data_collator=collator,
-        callbacks=[collator.epoch_callback()],
-    ).train()
+    _three_epochs(model, collator, MultipleNegativesRankingLoss(model), tmp_path, batch_size=8)
     by_epoch = {epoch: sorted(pair for e, pair in seen if e == epoch) for epoch in (0, 1, 2)}
     assert all(len(pairs) == 8 for pairs in by_epoch.values())
     assert by_epoch[0] != by_epoch[1] != by_epoch[2]
 
 
-def _positives_per_step(model_path: str, tmp_path: Path, **dataloader: object) -> list[list[tuple[int, ...]]]:
+def _positives_per_step(model_path: str, out: Path, **dataloader: Any) -> list[list[tuple[int, ...]]]:
     """Train three epochs and return, step by step, the token ids of the positive column the loss received."""
-    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-
-    rows = [
-        unified_row("qa", f"question {i}", [f"answer {i}.{j}" for j in range(5)], [f"wrong {i}.{j}" for j in range(5)])
-        for i in range(8)
-    ]
     model = SentenceTransformer(model_path)
     seen: list[list[tuple[int, ...]]] = []
 
@@ -217,24 +219,7 @@ def _positives_per_step(model_path: str, tmp_path: Path, **dataloader: object) -
             return super().forward(sentence_features, labels)
 
     collator = UnifiedDataCollator(preprocess_fn=model.preprocess, layouts={"qa": ColumnLayout(1, 1)}, seed=5)
-    args = SentenceTransformerTrainingArguments(
-        output_dir=str(tmp_path / "run"),
-        num_train_epochs=3,
-        per_device_train_batch_size=4,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        seed=5,
-        **dataloader,  # type: ignore[arg-type]
-    )
-    SentenceTransformerTrainer(
-        model=model,
-        args=args,
-        train_dataset=DatasetDict(qa=unified_dataset(rows)),
-        loss={"qa": Recording(model)},
-        data_collator=collator,
-        callbacks=[collator.epoch_callback()],
-    ).train()
+    _three_epochs(model, collator, Recording(model), out, batch_size=4, **dataloader)
     return seen
 
 
