@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from hf_unified_embed.cli.arg_types import integer, path
-from hf_unified_embed.utils.processes import is_main_process
+from hf_unified_embed.utils.processes import end_process_group, is_main_process
 
 
 def register(subparsers: Any) -> None:
@@ -52,6 +52,7 @@ def run_train(args: argparse.Namespace) -> int:
             print(plan)
         return 0
     outcome = train_from_recipe(recipe, overwrite=args.overwrite)
+    end_process_group()
     if not is_main_process():
         return 0
     if outcome.evaluation is not None:
