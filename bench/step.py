@@ -27,6 +27,10 @@ process to the next): the table shows each row's median and the ratios of the me
 ratios. "waiting for data" is the mean wait for a batch per timed step and, after the slash, the median
 (an epoch's first batch waits for the dataloader's workers to start, unless they persist).
 
+``--candidate KEY=VALUE[,KEY=VALUE]`` adds one more row (repeatable): the defaults with those training arguments
+added, a candidate for the defaults (``--candidate torch_compile=true``); a candidate row that fails is reported
+and the others stand. Each row also prints its median step, which a step that compiles or re-plans does not move.
+
 ``--data`` trains on a unified folder instead of the bundled sample (built here from
 ``examples/recipes/sample.yaml``); ``--model`` any model; ``--random-weights`` a randomly initialised model of
 all-MiniLM-L6-v2's shape with its tokenizer (the lent GPU machines cannot carry the real weights).
@@ -35,6 +39,7 @@ all-MiniLM-L6-v2's shape with its tokenizer (the lent GPU machines cannot carry 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -57,6 +62,7 @@ from _timing import every_trainer_calls, step_timer  # noqa: E402
 RECIPE = REPO / "examples" / "recipes" / "train.yaml"
 SAMPLE = REPO / "examples" / "recipes" / "sample.yaml"
 MODES = ("float32", "defaults", "stock")
+CANDIDATE = "defaults+"
 RANDOM_SHAPES: dict[str, dict[str, int]] = {
     "minilm": {},
     "bert-base": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072},
@@ -136,6 +142,11 @@ def recipe_for(mode: str, options: argparse.Namespace, data: Path, model: str | 
         training["dataloader_num_workers"] = options.workers
     if mode == "float32":
         training.update({"bf16": False, "tf32": False})
+    if mode.startswith(CANDIDATE):
+        # A candidate for the defaults: the defaults row with these settings added (``--candidate``).
+        for setting in mode.removeprefix(CANDIDATE).split(","):
+            key, _, value = setting.partition("=")
+            training[key] = yaml.safe_load(value)
     if mode == "stock":
         recipe["losses"] = STOCK_LOSSES
         recipe["sampler"] = {"kind": "proportional"}  # sentence-transformers' own multi-dataset sampler
@@ -171,6 +182,10 @@ def run_mode(mode: str, options: argparse.Namespace, data: str, model: str | Non
         "samples_per_s": steps * rows / seconds,
         "peak_mb": peak,
         "data_wait_ms": 1e3 * sum(waits) / max(len(waits), 1),
+        # The median step (end to end): a step that compiles or re-plans moves the mean, not this.
+        "median_step_ms": 1e3 * statistics.median(b - a for a, b in itertools.pairwise(timed))
+        if steps
+        else float("nan"),
         "waits_ms": [round(1e3 * wait, 2) for wait in waits],
     }
 
@@ -270,7 +285,7 @@ def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "mode": rows[0]["mode"],
         **{
             key: statistics.median(row[key] for row in rows)
-            for key in ("steps_per_s", "samples_per_s", "data_wait_ms")
+            for key in ("steps_per_s", "samples_per_s", "data_wait_ms", "median_step_ms")
         },
         "peak_mb": max(row["peak_mb"] for row in rows),
         "median_wait_ms": statistics.median(waits) if waits else float("nan"),
@@ -285,6 +300,11 @@ def run_row(mode: str, options: argparse.Namespace, data: Path, model: str | Non
     row = {"mode": mode, "data": str(data), "model": model, "output": str(work / "runs"), "result": str(result)}
     command = [sys.executable, __file__, *sys.argv[1:], "--row", json.dumps(row)]
     if subprocess.run(command, check=False).returncode != 0:
+        if mode.startswith(CANDIDATE):  # a candidate that fails (say, a compiler missing) leaves the others
+            print(f"the {mode} row failed (its output is above)", file=sys.stderr)
+            return {"mode": mode, "failed": True, "waits_ms": [], "peak_mb": float("nan")} | dict.fromkeys(
+                ("steps_per_s", "samples_per_s", "data_wait_ms", "median_step_ms"), float("nan")
+            )
         raise SystemExit(f"the {mode} row failed (its output is above)")
     return dict(json.loads(result.read_text()))
 
@@ -314,6 +334,13 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="a training argument for every row (YAML value), e.g. logging_nan_inf_filter=false",
     )
+    parser.add_argument(
+        "--candidate",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="one more row: the defaults with these training arguments added (a candidate default), e.g. torch_compile=true",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="rounds of the three rows, interleaved (medians)")
     parser.add_argument("--profile", action="store_true", help="torch.profiler over one step (CUDA)")
     parser.add_argument("--smoke", action="store_true", help="seconds on the CPU: 2 + 2 steps, small tasks")
@@ -338,7 +365,8 @@ def main() -> None:
         work = Path(scratch)
         data = options.data or build_sample(work)
         model = str(random_model(work, options.random_shape)) if options.random_weights else options.model
-        rounds = [[run_row(mode, options, Path(data), model, work) for mode in MODES] for _ in range(options.repeat)]
+        modes = [*MODES, *(CANDIDATE + settings for settings in options.candidate)]
+        rounds = [[run_row(mode, options, Path(data), model, work) for mode in modes] for _ in range(options.repeat)]
         check = precision_check(options, data, model, work / "precision")
         table = (
             profile_step(options, data, model, work / "profile")
@@ -346,28 +374,33 @@ def main() -> None:
             else ""
         )
 
-    results = [median_row([round_[index] for round_ in rounds]) for index in range(len(MODES))]
+    results = [median_row([round_[index] for round_ in rounds]) for index in range(len(modes))]
     by_mode = {row["mode"]: row for row in results}
     memory = "peak GPU memory" if options.device.startswith("cuda") else "peak RSS"
     print(
         f"device {options.device}; {options.steps} timed steps after {options.warmup}; model {model or 'all-MiniLM-L6-v2'}; "
         f"batch size {options.batch_size or 'as the recipe'}; {options.repeat} round(s), medians"
     )
-    print(f"| row | steps/s | samples/s | {memory} | waiting for data | step time × float32 | step time × stock |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print(
+        f"| row | steps/s | samples/s | {memory} | waiting for data | median step | step time × float32 | step time × stock |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for row in results:
         versus32 = by_mode["float32"]["steps_per_s"] / row["steps_per_s"]
         versus_stock = by_mode["stock"]["steps_per_s"] / row["steps_per_s"]
         print(
             f"| {row['mode']} | {row['steps_per_s']:.2f} | {row['samples_per_s']:.1f} | {row['peak_mb']:,.0f} MB | "
-            f"{row['data_wait_ms']:.1f} / {row['median_wait_ms']:.1f} ms/step | {versus32:.2f} | {versus_stock:.2f} |"
+            f"{row['data_wait_ms']:.1f} / {row['median_wait_ms']:.1f} ms/step | {row['median_step_ms']:.1f} ms | "
+            f"{versus32:.2f} | {versus_stock:.2f} |"
         )
     if options.repeat > 1:
         for round_ in rounds:
             speed = {row["mode"]: row["steps_per_s"] for row in round_}
             print(
-                "round: defaults × float32 {:.2f}, defaults × stock {:.2f}".format(
-                    speed["float32"] / speed["defaults"], speed["stock"] / speed["defaults"]
+                "round: "
+                + ", ".join(
+                    f"{mode} × float32 {speed['float32'] / speed[mode]:.2f}, × stock {speed['stock'] / speed[mode]:.2f}"
+                    for mode in modes[1:2] + modes[3:]
                 )
             )
     print(

@@ -2,7 +2,7 @@
 # On the lent GPU machine (see prepare.sh): install the carried wheels, draw MiniLM-shaped random weights,
 # then bench/step.py (the recipe's batch sizes with a profile, and batch 128) and bench/large_batch.py.
 # Each benchmark runs under its own time limit; logs and JSON go to $OUT (the device tool brings them back).
-# STAGES picks among step, step128, bert-base and large (default: all four; STEP_REPEAT=K runs the step stage's rows in K interleaved rounds; transient: step128 with workers that end with each epoch, as before they persisted by default; nobf16: every row without bf16 autocast, so `defaults` shows the rest of the defaults; nosync: the recipe's step without the trainer's per-step NaN check; PROFILE= leaves out the profile); LARGE_ARGS adds arguments to large_batch.py (e.g. --configs ...).
+# STAGES picks among step, step128, bert-base and large (default: all four; STEP_REPEAT=K runs the step stage's rows in K interleaved rounds; transient: step128 with workers that end with each epoch, as before they persisted by default; nobf16: every row without bf16 autocast, so `defaults` shows the rest of the defaults; nosync: the recipe's step without the trainer's per-step NaN check; PROFILE= leaves out the profile); LARGE_ARGS adds arguments to large_batch.py (e.g. --configs ...); STEP_ARGS adds arguments to every step.py stage (e.g. --candidate torch_compile=true: one more row, the defaults with that setting).
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
@@ -30,19 +30,19 @@ df -h /dev/shm | tail -1
 step() {
   local name=$1; shift
   echo "=== step.py $name"
-  timeout ${STEP_SECONDS:-200} python3 bench/step.py --device cuda --random-weights --json "$OUT/$name.json" "$@" \
+  timeout ${STEP_SECONDS:-200} python3 bench/step.py --device cuda --random-weights --json "$OUT/$name.json" "$@" ${STEP_ARGS:-} \
     2>&1 | quiet | tee "$OUT/$name.log"
   local status=${PIPESTATUS[0]}
   if [ "$status" != 0 ] && [ "$status" != 124 ] && [ ! -s "$OUT/$name.json" ]; then
     echo "=== step.py $name again, --workers 0"
     timeout ${STEP_SECONDS:-200} python3 bench/step.py --device cuda --random-weights --workers 0 \
-      --json "$OUT/$name-workers0.json" "$@" 2>&1 | quiet | tee "$OUT/$name-workers0.log"
+      --json "$OUT/$name-workers0.json" "$@" ${STEP_ARGS:-} 2>&1 | quiet | tee "$OUT/$name-workers0.log"
   fi
 }
 case " ${STAGES:-step step128 bert-base large} " in *" step "*)
-  step step ${PROFILE---profile} --steps 40 --warmup 5 --repeat ${STEP_REPEAT:-1} ;; esac
+  step step ${PROFILE---profile} --steps 40 --warmup ${STEP_WARMUP:-5} --repeat ${STEP_REPEAT:-1} ;; esac
 case " ${STAGES:-step step128 bert-base large} " in *" bert-base "*)
-  step step-bert-base --random-shape bert-base --batch-size 64 --steps 20 --warmup 5 ;; esac
+  step step-bert-base ${PROFILE---profile} --random-shape bert-base --batch-size 64 --steps 20 --warmup ${STEP_WARMUP:-5} ;; esac
 case " ${STAGES:-step step128 bert-base large} " in *" step128 "*) step step128 --batch-size 128 --steps 30 --warmup 5 ;; esac
 case " ${STAGES:-step step128 bert-base large} " in *" transient "*)
   step step128-transient --batch-size 128 --steps 30 --warmup 5 --set dataloader_persistent_workers=false ;; esac
