@@ -1,4 +1,5 @@
-"""``bench/step.py --smoke``: the step benchmark runs end to end on the CPU and prints its three rows and the check."""
+"""``bench/step.py --smoke``: the step benchmark runs end to end on the CPU and prints its rows (the three, and a
+candidate for the defaults) and the check."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ def test_the_step_benchmark_runs_in_smoke_mode(tmp_path: Path) -> None:
     out = tmp_path / "step.json"
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     result = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "step.py"), "--smoke", "--device", "cpu", "--json", str(out)],
+        [
+            *(sys.executable, str(REPO / "bench" / "step.py"), "--smoke", "--device", "cpu", "--json", str(out)),
+            *("--candidate", "logging_nan_inf_filter=false,max_grad_norm=0.5"),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -26,13 +30,34 @@ def test_the_step_benchmark_runs_in_smoke_mode(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
-    rows = [line for line in lines if line.startswith(("| float32 |", "| defaults |", "| stock |"))]
-    assert len(rows) == 3, result.stdout
+    candidate = "defaults+logging_nan_inf_filter=false,max_grad_norm=0.5"
+    rows = [
+        line for line in lines if line.startswith(("| float32 |", "| defaults |", "| stock |", f"| {candidate} |"))
+    ]
+    assert len(rows) == 4, result.stdout
     assert any(line.startswith("bf16 vs float32 on one ") for line in lines), result.stdout
     import json
 
     figures = json.loads(out.read_text())
-    assert [row["mode"] for row in figures["rows"]] == ["float32", "defaults", "stock"]
-    assert all(row["steps_per_s"] > 0 and row["peak_mb"] > 0 for row in figures["rows"])
+    assert [row["mode"] for row in figures["rows"]] == ["float32", "defaults", "stock", candidate]
+    assert all(row["steps_per_s"] > 0 and row["peak_mb"] > 0 and row["median_step_ms"] > 0 for row in figures["rows"])
     assert 0.99 < figures["precision"]["grad_cosine"] <= 1.0 + 1e-9
     assert not list(REPO.glob("outputs/bench-step*")), "nothing written into the repository"
+
+
+def test_a_candidate_row_is_the_defaults_with_its_settings(tmp_path: Path) -> None:
+    """``--candidate`` rows train the defaults' recipe with the given training arguments on top (YAML values)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import step
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    options = step.argparse.Namespace(
+        tasks=None, max_rows_per_task=None, batch_size=None, warmup=1, steps=1, set=[], workers=None, device="cpu"
+    )
+    defaults = step.recipe_for("defaults", options, tmp_path, None, tmp_path)
+    candidate = step.recipe_for(
+        step.CANDIDATE + "torch_compile=true,max_grad_norm=0.5", options, tmp_path, None, tmp_path
+    )
+    assert candidate["training_args"] == {**defaults["training_args"], "torch_compile": True, "max_grad_norm": 0.5}
+    assert candidate["losses"] == defaults["losses"] and candidate["sampler"] == defaults["sampler"]
