@@ -263,6 +263,9 @@ def measure(command: list[str], env: dict[str, str] | None = None, memory: bool 
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         return usage.ru_utime + usage.ru_stime
 
+    # Start from clean pages: the run before wrote ~1 GB (shards, Arrow cache) that the kernel would otherwise
+    # write back during this one, on the cores it measures.
+    os.sync()
     cpu_before = cpu()
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
