@@ -12,10 +12,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceRow, register_source_format
-from hf_unified_embed.gur_pairs.documents import iter_documents
-from hf_unified_embed.gur_pairs.lcs import CharWeights
-from hf_unified_embed.gur_pairs.pair_mining import PairMiningConfig, mine_dataset, mine_document
-from hf_unified_embed.gur_pairs.sentences import SentenceBounds
 
 
 @register_source_format("raw-text")
@@ -45,6 +41,13 @@ def read_raw_text(
     Rows carry ``task_type`` ``retrieval``; duplicates across documents are dropped. With
     ``num_proc > 1`` the documents are mined in that many processes through ``datasets`` first.
     """
+    # Imported here: the miner compiles with numba, whose import (0.14 s) every build and validate would pay
+    # when the registry loads this adapter.
+    from hf_unified_embed.gur_pairs.documents import iter_documents
+    from hf_unified_embed.gur_pairs.lcs import CharWeights
+    from hf_unified_embed.gur_pairs.pair_mining import PairMiningConfig, mine_dataset, mine_document
+    from hf_unified_embed.gur_pairs.sentences import SentenceBounds
+
     config = PairMiningConfig(
         window=window,
         title_pairs=title_pairs,
