@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 # ``datasets`` swaps ``open``, ``os.path``, ``pathlib.Path`` and more in the module of every builder it starts
 # for fsspec's streaming versions (importing scipy.io and others to do so: 0.12 s of every build, in the
 # process that runs alone). This module opens only its own local scratch files, and the adapters read the
-# sources; marked as done, datasets leaves it as written (tests/test_build_parallel.py).
+# sources; marked as done, datasets leaves it as written (tests/test_build_imports.py).
 _patched_for_streaming = True
 
 
