@@ -41,8 +41,8 @@ def read_raw_text(
     Rows carry ``task_type`` ``retrieval``; duplicates across documents are dropped. With
     ``num_proc > 1`` the documents are mined in that many processes through ``datasets`` first.
     """
-    # Imported here: the miner compiles with numba, whose import (0.14 s) every build and validate would pay
-    # when the registry loads this adapter.
+    # Imported here: the miner compiles with numba, whose import (0.14 s) every command that looks up a source
+    # format would pay when the registry loads this adapter.
     from hf_unified_embed.gur_pairs.documents import iter_documents
     from hf_unified_embed.gur_pairs.lcs import CharWeights
     from hf_unified_embed.gur_pairs.pair_mining import PairMiningConfig, mine_dataset, mine_document
