@@ -107,6 +107,11 @@ def random_model(folder: Path, shape: str) -> Path:
     return target
 
 
+def parsed_settings(settings: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` training arguments (``--set``, ``--candidate``) as a dict, each value read as YAML."""
+    return {key: yaml.safe_load(value) for key, _, value in (setting.partition("=") for setting in settings)}
+
+
 def recipe_for(mode: str, options: argparse.Namespace, data: Path, model: str | None, output: Path) -> dict[str, Any]:
     """The shipped recipe, pointed at ``data`` and ``model``, as ``mode`` runs it."""
     recipe = yaml.safe_load(RECIPE.read_text())
@@ -134,9 +139,7 @@ def recipe_for(mode: str, options: argparse.Namespace, data: Path, model: str | 
             "report_to": "none",
         }
     )
-    for setting in options.set:
-        key, _, value = setting.partition("=")
-        training[key] = yaml.safe_load(value)
+    training.update(parsed_settings(options.set))
     if options.workers is not None:
         # A machine whose /dev/shm cannot hold the workers' batches trains with them in the main process.
         training["dataloader_num_workers"] = options.workers
@@ -144,9 +147,7 @@ def recipe_for(mode: str, options: argparse.Namespace, data: Path, model: str | 
         training.update({"bf16": False, "tf32": False})
     if mode.startswith(CANDIDATE):
         # A candidate for the defaults: the defaults row with these settings added (``--candidate``).
-        for setting in mode.removeprefix(CANDIDATE).split(","):
-            key, _, value = setting.partition("=")
-            training[key] = yaml.safe_load(value)
+        training.update(parsed_settings(mode.removeprefix(CANDIDATE).split(",")))
     if mode == "stock":
         recipe["losses"] = STOCK_LOSSES
         recipe["sampler"] = {"kind": "proportional"}  # sentence-transformers' own multi-dataset sampler
