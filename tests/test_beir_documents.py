@@ -8,11 +8,15 @@ import json
 import multiprocessing
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from hf_unified_embed.data.adapters import beir_documents
 from hf_unified_embed.data.adapters.beir_documents import read_documents
 from hf_unified_embed.data.source_formats import SourceFormatError
 
@@ -75,6 +79,46 @@ def test_parts_one_after_another_reuse_the_ranges(tmp_path: Path) -> None:
         (tmp_path / f"own{index}").mkdir()
         assert contents(corpus, tmp_path / f"own{index}", shared=shared, part=(index, 3)) == expected
     assert len(list(shared.glob("*.claim"))) == 3  # the first part parsed all three ranges
+
+
+# Texts (never blank: the corpus refuses those) around the 12 bytes a string view holds inline, with
+# multi-byte characters, and texts that end the file (fewer than 12 bytes after their start).
+_TEXTS = st.lists(
+    st.text(st.sampled_from("ab \u00e9\u20ac\U0001f600"), max_size=20).map(lambda text: f"<{text}>"),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    texts=_TEXTS,
+    count=st.integers(1, 3),
+    window=st.sampled_from([64, 2**30]),
+    draws=st.lists(st.integers(0, 10**6), max_size=60),
+)
+def test_take_gives_the_texts_at_any_positions(
+    texts: list[str], count: int, window: int, draws: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``take`` (string views over the mapped ranges, cast to strings) against the texts themselves: any
+    positions, repeated and out of order, over one range or several, and a range seen through several
+    windows (64 bytes here, so texts start in one window and end in the next)."""
+    monkeypatch.setattr(beir_documents, "_WINDOW", window)
+    positions = np.array([draw % len(texts) for draw in draws], dtype=np.int64)
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        corpus = root / "corpus.jsonl"
+        corpus.write_text(
+            "".join(json.dumps({"_id": f"d{index}", "text": text}) + "\n" for index, text in enumerate(texts)),
+            encoding="utf-8",
+        )
+        (root / "own").mkdir()
+        (root / "shared").mkdir()
+        options = {"shared": root / "shared", "part": (0, count)} if count > 1 else {}
+        documents = read_documents(corpus, False, root / "own", **options)  # type: ignore[arg-type]
+        taken = documents.take(positions)
+        assert taken.type == "string"
+        assert taken.to_pylist() == [texts[position] for position in positions]
 
 
 def test_a_range_that_fails_fails_every_part(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.lib.stride_tricks import as_strided
 
 from hf_unified_embed.data.adapters.beir_records import DOCUMENT_SCHEMA, document_columns, document_rows
 from hf_unified_embed.data.adapters.shared_ranges import shared_ranges
@@ -29,7 +30,11 @@ from hf_unified_embed.utils.table_blocks import iter_text_chunks, json_lines_tab
 
 def release_unused() -> None:
     """Give back to the system what pyarrow's allocator keeps of the blocks read so far: it would keep
-    hundreds of megabytes of a corpus's freed blocks, which numpy (the join's arrays) does not reuse."""
+    hundreds of megabytes of a corpus's freed blocks, which numpy (the join's arrays) does not reuse.
+
+    Called where a file has been read, not after each block: the blocks of one file reuse each other's
+    freed memory, and memory given back is zeroed by the kernel again when the next block asks for it
+    (given back after every block, a 1M build zeroed twice the memory: docs/data.md)."""
     pa.default_memory_pool().release_unused()
 
 
@@ -80,7 +85,6 @@ def _parse_range(path: Path, include_title: bool, folder: Path, part: tuple[int,
                     add_rows(chunk.json_lines())
                 else:
                     add(*columns)
-                release_unused()
     finally:
         offsets = texts.close()
     np.save(folder / "offsets.npy", offsets)
@@ -95,18 +99,48 @@ def _range_ids(folder: Path) -> pa.ChunkedArray:
         return pa.ipc.open_file(source).read_all().column("_id")
 
 
+#: Bytes of a text that Arrow's string view holds inline: a view is the text's length and, for a text this
+#: short, its bytes; for a longer one, its first 4 bytes, a data buffer's index and the offset there.
+_INLINE = 12
+#: A parsed range's texts are seen through windows of twice this many bytes, one starting every this many:
+#: a view's offset is an int32, and a text (shorter than this) lies whole in the window where it starts.
+_WINDOW = 2**30
+
+
 class _Range:
-    """One parsed range's texts mapped back: a ``large_string`` array over the mapped file and offsets."""
+    """One parsed range's texts mapped back: the mapped file's bytes and each text's offsets there."""
 
     def __init__(self, folder: Path) -> None:
         self.offsets = np.load(folder / "offsets.npy", mmap_mode="r")
         self.mapping: mmap.mmap | None = None
-        data = pa.py_buffer(b"")
+        self.data = np.zeros(0, dtype=np.uint8)
+        self.windows: list[pa.Buffer] = []
         if int(self.offsets[-1]):
             with open(folder / "texts", "rb") as handle:
                 self.mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-            data = pa.py_buffer(self.mapping)
-        self.texts = pa.LargeStringArray.from_buffers(len(self.offsets) - 1, pa.py_buffer(self.offsets), data)
+            self.data = np.frombuffer(self.mapping, dtype=np.uint8)
+            whole = pa.py_buffer(self.mapping)
+            self.windows = [
+                whole.slice(start, min(2 * _WINDOW, whole.size - start)) for start in range(0, whole.size, _WINDOW)
+            ]
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def heads(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """The first :data:`_INLINE` bytes of the texts at byte ``starts`` (zero past each text's length)."""
+        heads = np.zeros((len(starts), _INLINE), dtype=np.uint8)
+        size = len(self.data)
+        if size >= _INLINE:
+            # Every run of _INLINE bytes of the file as a row (no copy): one gather reads the texts' heads.
+            rows = as_strided(self.data, shape=(size - _INLINE + 1, _INLINE), strides=(1, 1), writeable=False)
+            heads[:] = rows[np.minimum(starts, size - _INLINE)]
+        for each in np.flatnonzero(starts > size - _INLINE):  # the few texts within _INLINE bytes of the end
+            tail = self.data[int(starts[each]) : int(starts[each]) + _INLINE]
+            heads[each] = 0
+            heads[each, : len(tail)] = tail
+        heads[np.arange(_INLINE) >= lengths[:, None]] = 0
+        return heads
 
 
 class Documents:
@@ -121,7 +155,7 @@ class Documents:
         ids = [chunk for folder in folders for chunk in _range_ids(folder).chunks]
         self.ids: pa.Array = pa.chunked_array(ids, pa.string()).combine_chunks()
         del ids
-        counts = [len(part.texts) for part in self.ranges]
+        counts = [len(part) for part in self.ranges]
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
     def __len__(self) -> int:
@@ -150,19 +184,28 @@ class Documents:
         return lengths
 
     def take(self, positions: np.ndarray) -> pa.Array:
-        """The texts at ``positions`` (in that order) as a ``string`` array."""
-        pieces, order = [], []
+        """The texts at ``positions`` (in that order) as a ``string`` array.
+
+        Built as string views of the mapped texts (16 bytes a text, no text copied) and cast to ``string``:
+        the texts are copied once, into a buffer of their exact size. pyarrow's ``take`` grows its output by
+        reallocating it, and texts from several ranges were taken, joined and put back in order: three
+        copies, each into memory the kernel first zeroes, which the two processes of a build share the
+        bandwidth for (docs/data.md).
+        """
+        views = np.zeros((len(positions), 4), dtype=np.int32)  # length, then the head or prefix, buffer, offset
+        buffers: list[pa.Buffer] = []
         for part, which, local in self._located(positions):
-            pieces.append(part.texts.take(pa.array(local)))
-            order.append(which)
-        if not pieces:
-            return pa.array([], pa.string())
-        texts = pa.concat_arrays(pieces).cast(pa.string())
-        if len(pieces) == 1:
-            return texts
-        inverse = np.empty(len(positions), dtype=np.int64)
-        inverse[np.concatenate(order)] = np.arange(len(positions))
-        return texts.take(pa.array(inverse))
+            starts = np.asarray(part.offsets[local])
+            lengths = np.asarray(part.offsets[local + 1]) - starts
+            views[which, 0] = lengths
+            views.view(np.uint8)[which, 4:] = part.heads(starts, lengths)
+            long = lengths > _INLINE
+            window = starts[long] // _WINDOW
+            views[which[long], 2] = len(buffers) + window
+            views[which[long], 3] = starts[long] - window * _WINDOW
+            buffers += part.windows
+        texts = pa.Array.from_buffers(pa.string_view(), len(positions), [None, pa.py_buffer(views), *buffers])
+        return texts.cast(pa.string())
 
     def drop_pages(self) -> None:
         """Take the pages read so far out of this process's resident memory (they stay in the page cache and

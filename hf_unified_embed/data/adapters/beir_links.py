@@ -20,7 +20,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
-from hf_unified_embed.data.adapters.beir_documents import release_unused
 from hf_unified_embed.data.adapters.beir_records import NEGATIVES_SCHEMA, POSITIVE, mined_negative_rows, qrels_links
 from hf_unified_embed.data.adapters.shared_ranges import shared_ranges
 from hf_unified_embed.utils.readers import is_json_array, iter_json_records
@@ -274,7 +273,6 @@ def _add_mined_negatives(links: _Links, path: Path, part: Part | None = None) ->
         links.add_rows(mined_negative_rows(path, iter_json_records(path), 1), judgements=False)
         return
     for chunk in iter_text_chunks(path, part=part):
-        release_unused()
         table = json_lines_table(chunk, NEGATIVES_SCHEMA)
         lists = None if table is None else table.column("corpus-ids").combine_chunks()
         if table is None or lists is None or pc.list_flatten(lists).null_count:
