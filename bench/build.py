@@ -54,6 +54,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -247,9 +248,12 @@ def _proportional_kb(pid: int) -> tuple[int, int]:
     return values["Pss:"], values["Pss_Anon:"]
 
 
-def measure(command: list[str], env: dict[str, str] | None = None, memory: bool = True) -> dict[str, float]:
+def measure(
+    command: list[str], env: dict[str, str] | None = None, memory: bool = True, warm: Sequence[Path] = ()
+) -> dict[str, float]:
     """Run ``command``; its seconds and the sampled peaks of the process tree's memory (MB): ``pss_mb``, all
     its pages (file-backed ones included, such as memory-mapped Arrow files), and ``anon_mb``, its heap.
+    The files ``warm`` are read first, so that every run finds its inputs in the page cache.
 
     Sampling slows what it samples, the more the more processes and mappings it has (``smaps_rollup`` walks
     every mapping under the process's memory lock: a 1M-row ``build --num-proc 2`` took 10.4–10.9 s sampled,
@@ -266,6 +270,12 @@ def measure(command: list[str], env: dict[str, str] | None = None, memory: bool 
     # Start from clean pages: the run before wrote ~1 GB (shards, Arrow cache) that the kernel would otherwise
     # write back during this one, on the cores it measures.
     os.sync()
+    # And from inputs in the page cache: this machine drops cached pages of files read a minute before (a
+    # timed build read 16-25 MB/s from the disk, vmstat), which would time the disk rather than the build.
+    for path in warm:
+        with open(path, "rb") as handle:
+            while handle.read(16 * 2**20):
+                pass
     cpu_before = cpu()
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -374,7 +384,8 @@ def main() -> None:
                 if args.inputs == "realistic"
                 else write_inputs(folder, n)
             )
-            size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+            input_files = [path for path in folder.rglob("*") if path.is_file()]
+            size = sum(path.stat().st_size for path in input_files)
             print(
                 f"# {n:,} rows: inputs {size / 1e6:,.0f} MB written in {time.perf_counter() - started:.0f} s; "
                 f"load average {load_average()}",
@@ -420,7 +431,7 @@ def main() -> None:
                         ]
                         command += ["--num-proc", str(processes)]
                         built = out
-                    result = measure(command, run_env, memory=args.memory)
+                    result = measure(command, run_env, memory=args.memory, warm=input_files)
                     if mode.startswith("build"):
                         digests[f"{mode} {round_}"] = digest(out)
                     if mode == "validate":

@@ -26,7 +26,7 @@ from hf_unified_embed.data import (
     render_dataset_card,
     task_summary,
 )
-from hf_unified_embed.data.build_plan import available_cpus
+from hf_unified_embed.data.build_plan import Piece, available_cpus, balanced_groups
 from hf_unified_embed.data.source_rows import build_source
 from hf_unified_embed.errors import HfUnifiedEmbedError
 from hf_unified_embed.utils import table_blocks
@@ -568,3 +568,29 @@ def test_a_blank_text_is_found_as_str_strip_finds_it(texts: list[str], cut: int)
     assert table_blocks.has_blank_text(pa.array(texts, pa.string())) == expected
     chunks = [pa.array(texts[:cut], pa.string()), pa.array(texts[cut:], pa.string())]
     assert table_blocks.has_blank_text(pa.chunked_array(chunks, pa.string())) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pieces=st.lists(st.tuples(st.floats(0.01, 100.0), st.sampled_from([None, 2, 3])), min_size=1, max_size=12),
+    count=st.integers(1, 4),
+)
+def test_groups_hold_every_piece_once_balanced_and_parts_first(
+    pieces: list[tuple[float, int | None]], count: int
+) -> None:
+    """Each piece in one group; no group heavier than the lightest by more than the heaviest piece (the
+    greedy largest-first bound); with several groups, in each the parts of large files first, then whole
+    pieces, each in piece order, so the parts that share a file's parsed ranges start together."""
+    given_pieces = [
+        Piece(number, source=number, files=(f"f{number}",), weight=weight, part=None if parts is None else (0, parts))
+        for number, (weight, parts) in enumerate(pieces)
+    ]
+    groups = balanced_groups(given_pieces, count)
+    assert sorted(piece.number for group in groups for piece in group) == list(range(len(pieces)))
+    assert len(groups) <= count
+    loads = [sum(piece.weight for piece in group) for group in groups]
+    if count > 1 and len(groups) == count:
+        assert max(loads) - min(loads) <= max(piece.weight for piece in given_pieces) + 1e-9
+    for group in groups:
+        keys = [(piece.part is None and count > 1, piece.number) for piece in group]  # one process: piece order
+        assert keys == sorted(keys)

@@ -40,7 +40,10 @@ from hf_unified_embed.data.adapters.beir_links import LinkPieces, piece_columns,
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError
 
 #: Rows (queries) per output table, and texts per slice compared: bounds the memory of the join's output.
-_SLICE = 50_000
+#: Each table's texts are fresh memory, which the kernel zeroes and two processes share the bandwidth for:
+#: tables of 20,000 rows built a 1M folder's join in two processes 0.7-0.9 s sooner than tables of 50,000
+#: (fresh huge pages 610-670 -> 420), as fast in one; 10,000 were slower in one (docs/data.md).
+_SLICE = 20_000
 
 
 def _same_text_documents(texts: Documents, groups: np.ndarray, documents: np.ndarray) -> np.ndarray:
