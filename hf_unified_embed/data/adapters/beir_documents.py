@@ -34,7 +34,7 @@ def release_unused() -> None:
 
     Called where a file has been read, not after each block: the blocks of one file reuse each other's
     freed memory, and memory given back is zeroed by the kernel again when the next block asks for it
-    (given back after every block, a 1M build zeroed twice the memory: docs/data.md)."""
+    (given back after every block, a 1M corpus's parse took 405 fresh huge pages; now 31: docs/data.md)."""
     pa.default_memory_pool().release_unused()
 
 
