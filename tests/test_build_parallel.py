@@ -25,6 +25,7 @@ from hf_unified_embed.data import (
     load_build_recipe,
     render_dataset_card,
     task_summary,
+    write_unified,
 )
 from hf_unified_embed.data.build_plan import Piece, available_cpus, balanced_groups
 from hf_unified_embed.data.source_rows import build_source
@@ -258,7 +259,7 @@ def test_synthetic_recipe_matches_the_row_by_row_build(synthetic: Path, num_proc
 
 
 @pytest.mark.parametrize("num_proc", [1, 2])
-def test_summaries_gathered_while_building_are_those_of_the_rows(synthetic: Path, num_proc: int):
+def test_summaries_gathered_while_building_are_those_of_the_rows(synthetic: Path, num_proc: int, tmp_path: Path):
     # build prints these without reading the rows again: each piece's summary, merged in row order.
     result = build_unified_with_report(synthetic, num_proc=num_proc)
     assert list(result.summaries) == list(result.dataset)
@@ -274,6 +275,17 @@ def test_summaries_gathered_while_building_are_those_of_the_rows(synthetic: Path
         )
         == card
     )
+    # write_unified measures each split's Arrow bytes once, for the shards and the card: its README is the card.
+    folder = write_unified(
+        splits,
+        tmp_path,
+        sources=result.sources,
+        skipped=result.skipped,
+        notes=result.notes,
+        summaries=known,
+        validate=False,
+    )
+    assert (folder / "README.md").read_text(encoding="utf-8") == card
 
 
 def test_blocks_of_a_few_lines_give_the_same_rows(synthetic: Path, monkeypatch: pytest.MonkeyPatch):

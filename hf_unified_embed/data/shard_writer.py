@@ -79,13 +79,19 @@ def shard_slices(
 
 
 def plan_shards(
-    splits: Mapping[str, Mapping[str, Dataset]], folder: Path, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
+    splits: Mapping[str, Mapping[str, Dataset]],
+    folder: Path,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    known_nbytes: Mapping[tuple[str, str], int] | None = None,
 ) -> list[ShardJob]:
-    """The shard files of every task's split under ``folder/data``, in split, task and shard order."""
+    """The shard files of every task's split under ``folder/data``, in split, task and shard order;
+    ``known_nbytes`` (by ``(split, task)``) spares measuring those splits again (:func:`arrow_nbytes`)."""
     jobs = []
     for split, tasks in splits.items():
         for task, dataset in tasks.items():
-            nbytes = arrow_nbytes(dataset)
+            nbytes = (known_nbytes or {}).get((split, task))
+            if nbytes is None:
+                nbytes = arrow_nbytes(dataset)
             shards = shard_slices(dataset, max_shard_bytes, nbytes)
             # One row-group length per task's split, from its average row: every shard cuts alike.
             rows_per_group = max(1, MAX_ROW_GROUP_BYTES * len(dataset) // max(nbytes, 1))
