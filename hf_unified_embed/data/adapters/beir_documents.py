@@ -129,12 +129,13 @@ class _Range:
 
     def heads(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """The first :data:`_INLINE` bytes of the texts at byte ``starts`` (zero past each text's length)."""
-        heads = np.zeros((len(starts), _INLINE), dtype=np.uint8)
         size = len(self.data)
         if size >= _INLINE:
             # Every run of _INLINE bytes of the file as a row (no copy): one gather reads the texts' heads.
             rows = as_strided(self.data, shape=(size - _INLINE + 1, _INLINE), strides=(1, 1), writeable=False)
-            heads[:] = rows[np.minimum(starts, size - _INLINE)]
+            heads = rows[np.minimum(starts, size - _INLINE)]
+        else:
+            heads = np.zeros((len(starts), _INLINE), dtype=np.uint8)
         for each in np.flatnonzero(starts > size - _INLINE):  # the few texts within _INLINE bytes of the end
             tail = self.data[int(starts[each]) : int(starts[each]) + _INLINE]
             heads[each] = 0
