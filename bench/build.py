@@ -17,7 +17,13 @@ Each measurement runs in a fresh process, back to back:
 * ``load_dataset``: ``datasets.load_dataset`` of every raw file (csv / json / parquet builders, a fresh
   cache), one process; no parsing into the schema, no validation, no Parquet output;
 * ``validate`` (on request): ``hf-unified-embed validate`` of the folder the last build mode wrote, with
-  ``HF_DATASETS_CACHE`` pointing at an empty folder, which must stay empty.
+  ``HF_DATASETS_CACHE`` pointing at an empty folder, which must stay empty;
+* ``cpu-loop`` (on request): a pure-Python loop, once in one process and once shared by N processes at once
+  (:func:`cpu_loop`): the speed-up this machine gives work that shares nothing, in the same round as the
+  builds — on a virtual machine whose CPUs may share physical cores, the ceiling of ``build N``'s.
+
+With ``--repeat``, the modes run in rounds, one after another, and each ratio is the median of the rounds'
+ratios (each round's shown): the two modes of a round run back to back, on the machine as it is then.
 
 Reported per size: seconds, CPU seconds of the process and its workers (user + system: what the work
 costs whatever else the machine runs), rows/s (output rows, wall clock), the peak memory of the process
@@ -38,6 +44,7 @@ last build with ``pyarrow.parquet.read_table``: the baseline ``validate`` is mea
     .venv/bin/python bench/build.py --sizes 10000            # quick run
     .venv/bin/python bench/build.py --sizes 10000000 --modes build-N   # 10M, the parallel build only
     .venv/bin/python bench/build.py --sizes 1000000 --repeat 3 --no-memory   # timings: three interleaved rounds, unsampled
+    .venv/bin/python bench/build.py --sizes 1000000 --repeat 5 --no-memory --modes cpu-loop build-1 build-N
 """
 
 from __future__ import annotations
@@ -312,6 +319,51 @@ def measure(
     }
 
 
+#: Iterations of the pure-Python loop of ``--modes cpu-loop``: about a second in one process here.
+CPU_LOOP_ITERATIONS = 12_000_000
+_CPU_LOOP = """
+import sys, time
+start = time.perf_counter()
+total = 0
+for i in range(int(sys.argv[1])):
+    total += i
+print(time.perf_counter() - start)
+"""
+
+
+def cpu_loop(processes: int) -> float:
+    """Seconds of :data:`CPU_LOOP_ITERATIONS` of pure-Python arithmetic shared by ``processes`` processes at
+    once (each timing its own share, from inside: their start-up is not counted): what ``processes`` CPUs
+    give work that shares no memory and no data, the ceiling of ``build --num-proc``'s speed-up.
+
+    On a virtual machine the CPUs it is given may share physical cores with each other or with other
+    machines: on this one two such processes at once each took 1.0-2.0x their time alone, minute to minute.
+    """
+    share = str(CPU_LOOP_ITERATIONS // processes)
+    children = [
+        subprocess.Popen([sys.executable, "-c", _CPU_LOOP, share], stdout=subprocess.PIPE, text=True)
+        for _ in range(processes)
+    ]
+    return max(float(child.communicate()[0]) for child in children)
+
+
+def round_ratios(results: Sequence[dict[str, Any]], rows: int, top: str, bottom: str) -> list[float]:
+    """``top``'s seconds over ``bottom``'s, round by round (the two measured back to back)."""
+    seconds = {(row["mode"], row["round"]): row["seconds"] for row in results if row["rows"] == rows}
+    rounds = sorted({round_ for mode, round_ in seconds if mode == top})
+    return [seconds[top, r] / seconds[bottom, r] for r in rounds if (bottom, r) in seconds]
+
+
+def print_ratio(name: str, results: Sequence[dict[str, Any]], rows: int, top: str, bottom: str) -> None:
+    """The median of the rounds' ratios, and each round's: this machine's speed drifts by a third within
+    minutes, and a ratio of medians would pair one mode's fast round with the other's slow one."""
+    ratios = round_ratios(results, rows, top, bottom)
+    if ratios:
+        each = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+        rounds = f" (rounds: {each})" if len(ratios) > 1 else ""
+        print(f"# {name}: {statistics.median(ratios):.2f}x{rounds}", flush=True)
+
+
 def read_shards(folder: Path) -> int:
     """Every Parquet shard of a unified folder read whole with pyarrow (all columns); returns the rows."""
     import pyarrow.parquet as pq
@@ -341,8 +393,9 @@ def main() -> None:
         "--modes",
         nargs="+",
         default=["build-1", "build-N", "load_dataset"],
-        choices=["build-1", "build-N", "load_dataset", "validate", "read-shards"],
-        help="validate: `hf-unified-embed validate` of the last build's folder, HF_DATASETS_CACHE an empty folder",
+        choices=["build-1", "build-N", "load_dataset", "validate", "read-shards", "cpu-loop"],
+        help="validate: `hf-unified-embed validate` of the last build's folder, HF_DATASETS_CACHE an empty folder; "
+        "cpu-loop: a pure-Python loop in 1 and in N processes (the machine's own speed-up, see cpu_loop)",
     )
     parser.add_argument("--scratch", type=Path, default=None, help="where to generate inputs (default: a temp folder)")
     parser.add_argument("--inputs", choices=["realistic", "mixed"], default="realistic", help="see the docstring")
@@ -354,7 +407,10 @@ def main() -> None:
         help="time without sampling memory (sampling slows the parallel build more than load_dataset: see measure)",
     )
     parser.add_argument(
-        "--repeat", type=int, default=1, help="run the modes this many rounds, interleaved; ratios of the medians"
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the modes this many rounds, interleaved; ratios: median of the rounds'",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--load-worker", nargs=2, metavar=("FOLDER", "CACHE"), help=argparse.SUPPRESS)
@@ -398,6 +454,13 @@ def main() -> None:
                     print(f"# round {round_ + 1} of {args.repeat}", flush=True)
                 for mode in args.modes:
                     run_env = env
+                    if mode == "cpu-loop":
+                        for processes in (1, num_proc):
+                            seconds = cpu_loop(processes)
+                            label = f"cpu loop {processes}"
+                            print(f"{n:>10,} {label:<13} {seconds:>8.2f}", flush=True)
+                            results.append({"rows": n, "mode": label, "round": round_, "seconds": seconds})
+                        continue
                     if mode == "load_dataset":
                         command = [
                             sys.executable,
@@ -452,20 +515,15 @@ def main() -> None:
                             **{k: v for k, v in result.items() if k != "stdout"},
                         }
                     )
-            # The median of the rounds: one slow run on a shared machine does not make the ratio.
-            seconds = {
-                mode: statistics.median(row["seconds"] for row in results if row["rows"] == n and row["mode"] == mode)
-                for mode in {row["mode"] for row in results if row["rows"] == n}
-            }
             ratios = [
                 ("build 1 / load_dataset", "build 1", "load_dataset"),
                 (f"build {num_proc} / load_dataset", f"build {num_proc}", "load_dataset"),
                 (f"build 1 / build {num_proc} (speed-up)", "build 1", f"build {num_proc}"),
+                (f"cpu loop 1 / cpu loop {num_proc} (the machine's speed-up)", "cpu loop 1", f"cpu loop {num_proc}"),
                 ("validate / read shards", "validate", "read shards"),
             ]
             for name, top, bottom in ratios:
-                if top in seconds and bottom in seconds:
-                    print(f"# {name}: {seconds[top] / seconds[bottom]:.2f}x", flush=True)
+                print_ratio(name, results, n, top, bottom)
             if len(digests) > 1:
                 print(
                     f"# every build ({len(digests)}) wrote the same Parquet bytes: {len(set(digests.values())) == 1}"

@@ -1,0 +1,69 @@
+"""``bench/build.py``'s ratios: each round's two modes paired, the median of the rounds; and its CPU loop."""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_build", REPO / "bench" / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rows(rows: int, seconds: list[tuple[float, float]]) -> list[dict[str, Any]]:
+    results = []
+    for round_, (one, two) in enumerate(seconds):
+        results.append({"rows": rows, "mode": "build 1", "round": round_, "seconds": one})
+        results.append({"rows": rows, "mode": "build 2", "round": round_, "seconds": two})
+    return results
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0.1, 100.0), st.floats(0.1, 100.0)),
+        min_size=1,
+        max_size=7,
+    )
+)
+def test_each_round_is_paired_with_itself(bench: ModuleType, seconds: list[tuple[float, float]]) -> None:
+    # Another size's rows and a round of one mode alone are left out.
+    results = _rows(1000, seconds) + _rows(10, [(1.0, 50.0)])
+    results.append({"rows": 1000, "mode": "build 1", "round": len(seconds), "seconds": 1.0})
+    ratios = bench.round_ratios(results, 1000, "build 1", "build 2")
+    assert ratios == [one / two for one, two in seconds]
+
+
+def test_the_printed_ratio_is_the_median_of_the_rounds(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    # A ratio of medians would say 12 / 8 = 1.50x here; the rounds say 2.0, 1.0 and 1.5.
+    seconds = [(16.0, 8.0), (8.0, 8.0), (12.0, 8.0)]
+    bench.print_ratio("build 1 / build 2", _rows(1000, seconds), 1000, "build 1", "build 2")
+    assert capsys.readouterr().out == "# build 1 / build 2: 1.50x (rounds: 2.00, 1.00, 1.50)\n"
+    bench.print_ratio("build 1 / build 2", _rows(1000, seconds[:1]), 1000, "build 1", "build 2")
+    assert capsys.readouterr().out == "# build 1 / build 2: 2.00x\n"
+    bench.print_ratio("missing", _rows(1000, seconds), 1000, "build 1", "load_dataset")
+    assert capsys.readouterr().out == ""
+    assert statistics.median([2.0, 1.0, 1.5]) == 1.5
+
+
+def test_the_cpu_loop_runs_in_one_and_in_several_processes(bench: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench, "CPU_LOOP_ITERATIONS", 200_000)
+    for processes in (1, 2):
+        seconds = bench.cpu_loop(processes)
+        assert 0.0 < seconds < 30.0
