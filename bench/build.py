@@ -337,7 +337,7 @@ def cpu_loop(processes: int) -> float:
     give work that shares no memory and no data, the ceiling of ``build --num-proc``'s speed-up.
 
     On a virtual machine the CPUs it is given may share physical cores with each other or with other
-    machines: on this one two such processes at once each took 1.0-2.0x their time alone, minute to minute.
+    machines: on this one two such processes at once took 0.7-2.0x the time of one alone just before.
     """
     share = str(CPU_LOOP_ITERATIONS // processes)
     children = [
