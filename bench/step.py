@@ -31,6 +31,10 @@ ratios. "waiting for data" is the mean wait for a batch per timed step and, afte
 added, a candidate for the defaults (``--candidate torch_compile=true``); a candidate row that fails is reported
 and the others stand. Each row also prints its median step, which a step that compiles or re-plans does not move.
 
+As each row ends it prints one line: its steps/s and where its process's wall time went (starting, the whole
+``train_from_recipe``, ending); ``--json`` is rewritten after every row (``"complete": false`` until the end),
+so a run that a time limit ends keeps the rows it measured.
+
 ``--data`` trains on a unified folder instead of the bundled sample (built here from
 ``examples/recipes/sample.yaml``); ``--model`` any model; ``--random-weights`` a randomly initialised model of
 all-MiniLM-L6-v2's shape with its tokenizer (the lent GPU machines cannot carry the real weights).
@@ -48,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -164,8 +169,10 @@ def run_mode(mode: str, options: argparse.Namespace, data: str, model: str | Non
     if options.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     timer = step_timer(options.device)
+    begun = time.time()
     with every_trainer_calls(timer):
         train_from_recipe(recipe_from_dict(recipe, origin=f"bench/step.py:{mode}"), overwrite=True)
+    ended = time.time()
     timed = timer.stamps[options.warmup :]
     seconds = timed[-1] - timed[0] if len(timed) > 1 else float("nan")
     steps = max(len(timed) - 1, 0)
@@ -188,6 +195,9 @@ def run_mode(mode: str, options: argparse.Namespace, data: str, model: str | Non
         if steps
         else float("nan"),
         "waits_ms": [round(1e3 * wait, 2) for wait in waits],
+        # Wall-clock stamps (time.time()) of the run's phases; run_row turns them into seconds per phase.
+        "train_begun": begun,
+        "train_ended": ended,
     }
 
 
@@ -300,6 +310,7 @@ def run_row(mode: str, options: argparse.Namespace, data: Path, model: str | Non
     result = work / f"{mode}.json"
     row = {"mode": mode, "data": str(data), "model": model, "output": str(work / "runs"), "result": str(result)}
     command = [sys.executable, __file__, *sys.argv[1:], "--row", json.dumps(row)]
+    started = time.time()
     if subprocess.run(command, check=False).returncode != 0:
         if mode.startswith(CANDIDATE):  # a candidate that fails (say, a compiler missing) leaves the others
             print(f"the {mode} row failed (its output is above)", file=sys.stderr)
@@ -307,7 +318,30 @@ def run_row(mode: str, options: argparse.Namespace, data: Path, model: str | Non
                 ("steps_per_s", "samples_per_s", "data_wait_ms", "median_step_ms"), float("nan")
             )
         raise SystemExit(f"the {mode} row failed (its output is above)")
-    return dict(json.loads(result.read_text()))
+    figures = dict(json.loads(result.read_text()))
+    figures["phases_s"] = row_phases(started, figures.pop("train_begun"), figures.pop("train_ended"), time.time())
+    phases = figures["phases_s"]
+    # Said as each row ends: a stage cut by a time limit still shows what its rows measured and where
+    # their time went (a row's process is mostly not its timed steps).
+    print(
+        f"row {mode}: {figures['steps_per_s']:.2f} steps/s; its process {phases['process']:.1f} s — "
+        f"{phases['start']:.1f} s starting, {phases['train']:.1f} s in train_from_recipe, "
+        f"{phases['exit']:.1f} s ending",
+        flush=True,
+    )
+    return figures
+
+
+def row_phases(started: float, train_begun: float, train_ended: float, finished: float) -> dict[str, float]:
+    """Where a row's process spent its wall time: starting (the interpreter, imports, the recipe), the whole
+    ``train_from_recipe`` (model, data, dataloader workers, every step, the save), and ending (after training
+    until the process was gone: writing the figures, ending workers, the interpreter's exit)."""
+    return {
+        "process": finished - started,
+        "start": train_begun - started,
+        "train": train_ended - train_begun,
+        "exit": finished - train_ended,
+    }
 
 
 def main() -> None:
@@ -367,7 +401,13 @@ def main() -> None:
         data = options.data or build_sample(work)
         model = str(random_model(work, options.random_shape)) if options.random_weights else options.model
         modes = [*MODES, *(CANDIDATE + settings for settings in options.candidate)]
-        rounds = [[run_row(mode, options, Path(data), model, work) for mode in modes] for _ in range(options.repeat)]
+        rounds: list[list[dict[str, Any]]] = []
+        for _ in range(options.repeat):
+            rounds.append([])
+            for mode in modes:
+                rounds[-1].append(run_row(mode, options, Path(data), model, work))
+                if options.json:  # what is measured so far, should a time limit end the run here
+                    write_figures(options.json, rounds=rounds, complete=False)
         check = precision_check(options, data, model, work / "precision")
         table = (
             profile_step(options, data, model, work / "profile")
@@ -411,10 +451,13 @@ def main() -> None:
     if table:
         print(table)
     if options.json:
-        machine = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
-        options.json.write_text(
-            json.dumps({"rows": results, "rounds": rounds, "precision": check, "profile": table, **machine}, indent=1)
-        )
+        write_figures(options.json, rows=results, rounds=rounds, precision=check, profile=table, complete=True)
+
+
+def write_figures(path: Path, **figures: Any) -> None:
+    """The figures as JSON, with the machine that measured them."""
+    machine = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
+    path.write_text(json.dumps({**figures, **machine}, indent=1))
 
 
 if __name__ == "__main__":

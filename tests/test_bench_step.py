@@ -42,6 +42,13 @@ def test_the_step_benchmark_runs_in_smoke_mode(tmp_path: Path) -> None:
     assert [row["mode"] for row in figures["rows"]] == ["float32", "defaults", "stock", candidate]
     assert all(row["steps_per_s"] > 0 and row["peak_mb"] > 0 and row["median_step_ms"] > 0 for row in figures["rows"])
     assert 0.99 < figures["precision"]["grad_cosine"] <= 1.0 + 1e-9
+    assert figures["complete"] is True
+    for row in figures["rounds"][0]:  # where each row's process spent its time, said as the row ended
+        phases = row["phases_s"]
+        assert min(phases.values()) >= 0 and phases["process"] == pytest.approx(
+            phases["start"] + phases["train"] + phases["exit"]
+        )
+        assert any(line.startswith(f"row {row['mode']}: ") for line in lines), result.stdout
     assert not list(REPO.glob("outputs/bench-step*")), "nothing written into the repository"
 
 
@@ -61,3 +68,30 @@ def test_a_candidate_row_is_the_defaults_with_its_settings(tmp_path: Path) -> No
     )
     assert candidate["training_args"] == {**defaults["training_args"], "torch_compile": True, "max_grad_norm": 0.5}
     assert candidate["losses"] == defaults["losses"] and candidate["sampler"] == defaults["sampler"]
+
+
+def test_a_run_cut_short_keeps_the_rows_it_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The JSON is rewritten after every row: a time limit that ends the run leaves the rows measured so far,
+    marked incomplete."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import step
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    out = tmp_path / "step.json"
+
+    def run_row(mode: str, *args: object) -> dict[str, object]:
+        if mode != "float32":
+            raise KeyboardInterrupt  # the limit's signal, after the first row
+        return {"mode": mode, "steps_per_s": 10.0, "phases_s": {"process": 3.0}}
+
+    monkeypatch.setattr(step, "run_row", run_row)
+    arguments = ["--data", str(tmp_path), "--model", "m", "--device", "cpu", "--json", str(out)]
+    monkeypatch.setattr(sys, "argv", ["step.py", *arguments])
+    with pytest.raises(KeyboardInterrupt):
+        step.main()
+    import json
+
+    figures = json.loads(out.read_text())
+    assert figures["complete"] is False
+    assert [[row["mode"] for row in round_] for round_ in figures["rounds"]] == [["float32"]]

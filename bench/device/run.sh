@@ -2,6 +2,7 @@
 # On the lent GPU machine (see prepare.sh): install the carried wheels, draw MiniLM-shaped random weights,
 # then bench/step.py (the recipe's batch sizes with a profile, and batch 128) and bench/large_batch.py.
 # Each benchmark runs under its own time limit; logs and JSON go to $OUT (the device tool brings them back).
+# A fresh machine takes ~40 s per step.py row (a process each), ~200 s per step stage: split the four over two calls.
 # STAGES picks among step, step128, bert-base and large (default: all four; STEP_REPEAT=K runs the step stage's rows in K interleaved rounds; transient: step128 with workers that end with each epoch, as before they persisted by default; nobf16: every row without bf16 autocast, so `defaults` shows the rest of the defaults; nosync: the recipe's step without the trainer's per-step NaN check; PROFILE= leaves out the profile); LARGE_ARGS adds arguments to large_batch.py (e.g. --configs ...); STEP_ARGS adds arguments to every step.py stage (e.g. --candidate torch_compile=true: one more row, the defaults with that setting).
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -23,7 +24,9 @@ shutil.copytree(".devcarry/minilm-shape", "/tmp/minilm", dirs_exist_ok=True)
 torch.manual_seed(0)
 BertModel(AutoConfig.from_pretrained("/tmp/minilm")).save_pretrained("/tmp/minilm")
 PY
-quiet() { grep -v -e Warning -e "it/s]" -e "Generating" -e "Creating parquet"; }
+# Progress bars redraw with carriage returns: split them first, so a line printed after a bar (the trainer's
+# summary) is not dropped with it.
+quiet() { tr '\r' '\n' | grep -v -e Warning -e "it/s]" -e "s/it]" -e "Generating" -e "Creating parquet" -e '^ *$'; }
 df -h /dev/shm | tail -1
 # step NAME ARGS...: bench/step.py with the device defaults; should its dataloader workers fail (a small
 # /dev/shm), once more with them in the main process, said in the log.
@@ -33,7 +36,9 @@ step() {
   timeout ${STEP_SECONDS:-200} python3 bench/step.py --device cuda --random-weights --json "$OUT/$name.json" "$@" ${STEP_ARGS:-} \
     2>&1 | quiet | tee "$OUT/$name.log"
   local status=${PIPESTATUS[0]}
-  if [ "$status" != 0 ] && [ "$status" != 124 ] && [ ! -s "$OUT/$name.json" ]; then
+  # step.py rewrites its JSON after every row ("complete": false until the end), so a cut stage keeps its rows.
+  [ "$status" = 124 ] && echo "=== step.py $name: cut by its ${STEP_SECONDS:-200} s limit (the rows above are in $name.json)"
+  if [ "$status" != 0 ] && [ "$status" != 124 ]; then
     echo "=== step.py $name again, --workers 0"
     timeout ${STEP_SECONDS:-200} python3 bench/step.py --device cuda --random-weights --workers 0 \
       --json "$OUT/$name-workers0.json" "$@" ${STEP_ARGS:-} 2>&1 | quiet | tee "$OUT/$name-workers0.log"
