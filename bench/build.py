@@ -1,13 +1,5 @@
-"""Benchmark: time and peak memory of ``hf-unified-embed build`` on a mixed recipe, single-process and
+"""Benchmark: time and peak memory of ``hf-unified-embed build`` on a recipe of several sources, single-process and
 parallel, beside ``datasets.load_dataset`` of the same raw files.
-
-Inputs (generated once per size into a scratch folder; N output rows in all, in the shapes of the shared
-sets): an STS Benchmark tab file (20 % of the rows; every tenth line with the two trailing source
-fields), a SICK file (10 %), two SemEval STS files (10 %, plus a fifth as many unlabeled lines, which are
-skipped), an MSRP file with a byte-order mark (10 %), a WikiQA file (10 % answered questions of four
-candidates, plus half as many unanswered ones, skipped), a quoted TrecQA csv (5 %), an MS MARCO-like
-BEIR folder (15 %: two graded judgements and four mined negatives per query), a pairs JSON-lines file
-with scores (10 %) and a triplets Parquet file (10 %).
 
 Each measurement runs in a fresh process, back to back:
 
@@ -33,11 +25,12 @@ included) and its anonymous pages (``Pss_Anon``: the heap); and whether ``build 
 the same bytes. The load average before and after each size is printed: on a shared machine the wall
 times are noisy.
 
-Inputs: ``--inputs realistic`` (the default) writes the sources of ``bench/sources.py`` — one BEIR source
-of 0.4 N queries over 0.4 N MS MARCO-like passages with graded qrels and mined negatives, an STS-B TSV of
-0.3 N pairs and a triplets JSONL of 0.3 N rows with four negatives, texts of ``../shared/data`` at their
-real lengths: the shape a user brings, where one source holds most rows. ``--inputs mixed`` writes the
-nine short synthetic sources described above. ``read-shards`` (a mode) reads every Parquet shard of the
+Inputs (generated once per size into a scratch folder, N output rows in all): ``--inputs realistic`` (the
+default) writes the sources of ``bench/sources.py`` — one BEIR source of 0.4 N queries over 0.4 N MS
+MARCO-like passages with graded qrels and mined negatives, an STS-B TSV of 0.3 N pairs and a triplets JSONL
+of 0.3 N rows with four negatives, texts of ``../shared/data`` at their real lengths: the shape a user
+brings, where one source holds most rows. ``--inputs mixed`` writes the nine short synthetic sources of
+``bench/mixed_sources.py``, one per source format. ``read-shards`` (a mode) reads every Parquet shard of the
 last build with ``pyarrow.parquet.read_table``: the baseline ``validate`` is measured against.
 
     .venv/bin/python bench/build.py                          # sizes 10k, 100k, 1M
@@ -52,158 +45,19 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
-import random
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mixed_sources  # bench/mixed_sources.py: nine short synthetic sources
 import sources  # bench/sources.py: the realistic inputs
-
-_VOCABULARY = (
-    "a man woman child dog cat plane car train city river mountain house street market school player team "
-    "game music flute guitar piano book story paper news report court police government minister election "
-    "is are was were has had takes playing running eating reading writing riding sitting standing walking "
-    "large small old young red blue green quick slow happy sad new early late first last other same on in "
-    "at with from into over under near after before during about against between through"
-)
-WORDS = tuple(_VOCABULARY.split())
-GENRES = ("main-captions", "main-news", "main-forums")
-
-
-def sentence(rng: random.Random, words: int = 12) -> str:
-    text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(max(1, words - 4), words + 4)))
-    return text[0].upper() + text[1:] + "."
-
-
-def shares(n: int) -> dict[str, int]:
-    fractions = {
-        "stsb": 0.2,
-        "sick": 0.1,
-        "semeval": 0.1,
-        "msrp": 0.1,
-        "wikiqa": 0.1,
-        "trecqa": 0.05,
-        "beir": 0.15,
-        "pairs": 0.1,
-    }
-    counts = {name: int(n * fraction) for name, fraction in fractions.items()}
-    counts["triplets"] = n - sum(counts.values())
-    return counts
-
-
-def write_inputs(folder: Path, n: int, seed: int = 0) -> dict[str, Any]:
-    """The raw files and the recipe; returns the recipe path and the expected rows per task."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    rng = random.Random(seed)
-    counts = shares(n)
-    with open(folder / "stsb.tsv", "w") as out:
-        for i in range(counts["stsb"]):
-            extra = "\tsource-a\tsource-b" if i % 10 == 0 else ""
-            score = rng.randint(0, 50) / 10
-            out.write(
-                f"{GENRES[i % 3]}\tMSRvid\t2012test\t{i:04d}\t{score:.3f}\t{sentence(rng)}\t{sentence(rng)}{extra}\n"
-            )
-    with open(folder / "sick.txt", "w") as out:
-        out.write("pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n")
-        for i in range(counts["sick"]):
-            out.write(f"{i + 1}\t{sentence(rng)}\t{sentence(rng)}\t{rng.randint(10, 50) / 10}\tNEUTRAL\n")
-    for part, name in enumerate(("answers-forums", "headlines")):
-        with open(folder / f"semeval-{name}.tsv", "w") as out:
-            for i in range(counts["semeval"] // 2 + part * (counts["semeval"] % 2)):
-                if i % 5 == 0:
-                    out.write(f"\t{sentence(rng)}\t{sentence(rng)}\n")  # unlabeled: skipped
-                out.write(f"{rng.randint(0, 50) / 10:.2f}\t{sentence(rng)}\t{sentence(rng)}\n")
-    with open(folder / "msrp.tsv", "w", encoding="utf-8-sig") as out:
-        out.write("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n")
-        for i in range(counts["msrp"]):
-            out.write(f"{i % 2}\t{2 * i}\t{2 * i + 1}\t{sentence(rng)}\t{sentence(rng)}\n")
-    with open(folder / "wikiqa.tsv", "w") as out:
-        out.write("QuestionID\tQuestion\tSentenceID\tSentence\tLabel\n")
-        sentence_id = 0
-        for q in range(counts["wikiqa"] + counts["wikiqa"] // 2):
-            question = f"how is item {q} described? " + sentence(rng, 6)
-            correct = rng.randrange(4) if q % 3 != 2 else -1  # every third question unanswered
-            for c in range(4):
-                sentence_id += 1
-                out.write(f"Q{q}\t{question}\tS{sentence_id}\t{sentence(rng)}\t{int(c == correct)}\n")
-    with open(folder / "trecqa.csv", "w") as out:
-        out.write("qtext,label,atext\n")
-        for q in range(counts["trecqa"]):
-            question = f'"Who wrote ""{sentence(rng, 4)}"" , number {q} ?"'
-            for c in range(5):
-                out.write(f'{question},{int(c == 0)},"{sentence(rng, 20).replace(" on ", " , on ")}"\n')
-    beir = folder / "beir"
-    (beir / "qrels").mkdir(parents=True)
-    queries = counts["beir"]
-    documents = 2 * queries
-    with open(beir / "corpus.jsonl", "w") as corpus:
-        for d in range(documents):
-            corpus.write(json.dumps({"_id": f"d{d}", "title": "", "text": sentence(rng, 40)}) + "\n")
-    with open(beir / "queries.jsonl", "w") as out:
-        for q in range(queries):
-            out.write(json.dumps({"_id": f"q{q}", "text": sentence(rng, 6)}) + "\n")
-    with open(beir / "qrels" / "train.tsv", "w") as qrels, open(beir / "negatives.jsonl", "w") as negatives:
-        qrels.write("query-id\tcorpus-id\tscore\n")
-        for q in range(queries):
-            qrels.write(f"q{q}\td{2 * q}\t3\nq{q}\td{2 * q + 1}\t{1 + q % 2}\n")
-            mined = [f"d{(2 * q + 7919 * k) % documents}" for k in range(1, 5)]
-            negatives.write(json.dumps({"query-id": f"q{q}", "corpus-ids": mined}) + "\n")
-    with open(folder / "pairs.jsonl", "w") as out:
-        for _ in range(counts["pairs"]):
-            out.write(
-                json.dumps({"anchor": sentence(rng, 8), "positive": sentence(rng), "score": rng.random()}) + "\n"
-            )
-    triplets = counts["triplets"]
-    for start in range(0, triplets, 500_000):
-        stop = min(triplets, start + 500_000)
-        part = pa.table(
-            {
-                "anchor": [sentence(rng, 8) for _ in range(start, stop)],
-                "positive": [sentence(rng) for _ in range(start, stop)],
-                "negative": [sentence(rng) for _ in range(start, stop)],
-            }
-        )
-        if start == 0:
-            writer = pq.ParquetWriter(folder / "triplets.parquet", part.schema)
-        writer.write_table(part)
-    writer.close()
-    sources = [
-        {"name": "stsb", "format": "stsb", "data_files": "stsb.tsv", "task_type": "sts", "query_instruction": "Q: "},
-        {"name": "sick", "format": "sick", "data_files": "sick.txt", "task_type": "sts"},
-        {"name": "semeval", "format": "semeval-sts", "data_files": "semeval-*.tsv", "task_type": "sts"},
-        {"name": "msrp", "format": "msrp", "data_files": "msrp.tsv", "task_type": "pair_classification"},
-        {"name": "wikiqa", "format": "wikiqa", "data_files": "wikiqa.tsv", "task_type": "retrieval"},
-        {"name": "trecqa", "format": "trecqa", "data_files": "trecqa.csv", "task_type": "retrieval"},
-        {
-            "name": "msmarco",
-            "format": "beir",
-            "data_files": "beir",
-            "task_type": "retrieval",
-            "options": {"negatives_file": "negatives.jsonl"},
-        },
-        {
-            "name": "pairs",
-            "format": "pairs",
-            "data_files": "pairs.jsonl",
-            "task_type": "retrieval",
-            "options": {"score_column": "score"},
-        },
-        {"name": "triplets", "format": "triplets", "data_files": "triplets.parquet", "task_type": "retrieval"},
-    ]
-    recipe = folder / "recipe.yaml"
-    recipe.write_text(json.dumps({"sources": sources}, indent=1))  # JSON is YAML
-    return {"recipe": recipe, "rows": n}
+from _processes import cpu_loop, measure
 
 
 def load_raw_files(folder: Path, cache: Path) -> int:
@@ -211,140 +65,11 @@ def load_raw_files(folder: Path, cache: Path) -> int:
     import datasets
 
     datasets.disable_progress_bars()
-    if (folder / "shape.json").is_file():  # bench/sources.py's realistic inputs
-        return sum(
-            len(datasets.load_dataset(kind, split="train", cache_dir=str(cache), **kwargs))  # type: ignore[arg-type]
-            for kind, kwargs in sources.raw_loads(folder)
-        )
-    tab = {"delimiter": "\t", "quoting": 3}
-    loads: list[tuple[str, dict[str, Any]]] = [
-        ("csv", {"data_files": str(folder / "stsb.tsv"), **tab, "column_names": [f"c{i}" for i in range(9)]}),
-        ("csv", {"data_files": str(folder / "sick.txt"), **tab}),
-        ("csv", {"data_files": str(folder / "semeval-*.tsv"), **tab, "column_names": ["score", "s1", "s2"]}),
-        ("csv", {"data_files": str(folder / "msrp.tsv"), **tab}),
-        ("csv", {"data_files": str(folder / "wikiqa.tsv"), **tab}),
-        ("csv", {"data_files": str(folder / "trecqa.csv")}),
-        ("json", {"data_files": str(folder / "beir" / "corpus.jsonl")}),
-        ("json", {"data_files": str(folder / "beir" / "queries.jsonl")}),
-        ("csv", {"data_files": str(folder / "beir" / "qrels" / "train.tsv"), **tab}),
-        ("json", {"data_files": str(folder / "beir" / "negatives.jsonl")}),
-        ("json", {"data_files": str(folder / "pairs.jsonl")}),
-        ("parquet", {"data_files": str(folder / "triplets.parquet")}),
-    ]
+    inputs = sources if (folder / "shape.json").is_file() else mixed_sources  # shape.json: bench/sources.py's
     return sum(
-        len(datasets.load_dataset(kind, split="train", cache_dir=str(cache), **kwargs)) for kind, kwargs in loads
+        len(datasets.load_dataset(kind, split="train", cache_dir=str(cache), **kwargs))  # type: ignore[arg-type]
+        for kind, kwargs in inputs.raw_loads(folder)
     )
-
-
-#: How often the memory of the process tree is sampled (reading smaps_rollup is not free for the process).
-SAMPLE_SECONDS = 0.2
-
-
-def _proportional_kb(pid: int) -> tuple[int, int]:
-    """``(Pss, Pss_Anon)`` of a process in kB: its share of the pages it maps (a page shared after a fork
-    counts once across the tree), all of them and the anonymous ones (heap, not mapped files)."""
-    values = {"Pss:": 0, "Pss_Anon:": 0}
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as rollup:
-            for line in rollup:
-                name, _, rest = line.partition(" ")
-                if name in values:
-                    values[name] = int(rest.split()[0])
-    except OSError:
-        pass
-    return values["Pss:"], values["Pss_Anon:"]
-
-
-def measure(
-    command: list[str], env: dict[str, str] | None = None, memory: bool = True, warm: Sequence[Path] = ()
-) -> dict[str, float]:
-    """Run ``command``; its seconds and the sampled peaks of the process tree's memory (MB): ``pss_mb``, all
-    its pages (file-backed ones included, such as memory-mapped Arrow files), and ``anon_mb``, its heap.
-    The files ``warm`` are read first, so that every run finds its inputs in the page cache.
-
-    Sampling slows what it samples, the more the more processes and mappings it has (``smaps_rollup`` walks
-    every mapping under the process's memory lock: a 1M-row ``build --num-proc 2`` took 10.4–10.9 s sampled,
-    8.0–8.2 s not): with ``memory=False`` nothing is sampled and the peaks are NaN.
-    """
-    import resource
-
-    import psutil
-
-    def cpu() -> float:
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return usage.ru_utime + usage.ru_stime
-
-    # Start from clean pages: the run before wrote ~1 GB (shards, Arrow cache) that the kernel would otherwise
-    # write back during this one, on the cores it measures.
-    os.sync()
-    # And from inputs in the page cache: this machine drops cached pages of files read a minute before (a
-    # timed build read 16-25 MB/s from the disk, vmstat), which would time the disk rather than the build.
-    for path in warm:
-        with open(path, "rb") as handle:
-            while handle.read(16 * 2**20):
-                pass
-    cpu_before = cpu()
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    peaks = {"pss": 0, "anon": 0}
-    done = threading.Event()
-
-    def sample() -> None:
-        root = psutil.Process(process.pid)
-        while not done.is_set():
-            try:
-                tree = [root.pid, *(child.pid for child in root.children(recursive=True))]
-            except psutil.Error:
-                tree = []
-            totals = [sum(values) for values in zip((0, 0), *(_proportional_kb(pid) for pid in tree))]
-            peaks["pss"], peaks["anon"] = max(peaks["pss"], totals[0]), max(peaks["anon"], totals[1])
-            done.wait(SAMPLE_SECONDS)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    if memory:
-        sampler.start()
-    stdout, stderr = process.communicate()
-    seconds = time.perf_counter() - start
-    done.set()
-    if memory:
-        sampler.join()
-    if process.returncode:
-        raise RuntimeError(f"{' '.join(command)} failed ({process.returncode}):\n{stderr[-3000:]}")
-    return {
-        "seconds": seconds,
-        "cpu_seconds": cpu() - cpu_before,
-        "pss_mb": peaks["pss"] / 1024 if memory else math.nan,
-        "anon_mb": peaks["anon"] / 1024 if memory else math.nan,
-        "stdout": stdout,
-    }
-
-
-#: Iterations of the pure-Python loop of ``--modes cpu-loop``: about a second in one process here.
-CPU_LOOP_ITERATIONS = 12_000_000
-_CPU_LOOP = """
-import sys, time
-start = time.perf_counter()
-total = 0
-for i in range(int(sys.argv[1])):
-    total += i
-print(time.perf_counter() - start)
-"""
-
-
-def cpu_loop(processes: int) -> float:
-    """Seconds of :data:`CPU_LOOP_ITERATIONS` of pure-Python arithmetic shared by ``processes`` processes at
-    once (each timing its own share, from inside: their start-up is not counted): what ``processes`` CPUs
-    give work that shares no memory and no data, the ceiling of ``build --num-proc``'s speed-up.
-
-    On a virtual machine the CPUs it is given may share physical cores with each other or with other
-    machines: on this one two such processes at once took 0.7-2.0x the time of one alone just before.
-    """
-    share = str(CPU_LOOP_ITERATIONS // processes)
-    children = [
-        subprocess.Popen([sys.executable, "-c", _CPU_LOOP, share], stdout=subprocess.PIPE, text=True)
-        for _ in range(processes)
-    ]
-    return max(float(child.communicate()[0]) for child in children)
 
 
 def round_ratios(results: Sequence[dict[str, Any]], rows: int, top: str, bottom: str) -> list[float]:
@@ -435,11 +160,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-build-", dir=args.scratch) as scratch:
             folder = Path(scratch)
             started = time.perf_counter()
-            inputs = (
-                {"recipe": sources.write_sources(folder, n), "rows": n}
-                if args.inputs == "realistic"
-                else write_inputs(folder, n)
-            )
+            inputs = {"recipe": (sources if args.inputs == "realistic" else mixed_sources).write_sources(folder, n)}
             input_files = [path for path in folder.rglob("*") if path.is_file()]
             size = sum(path.stat().st_size for path in input_files)
             print(
