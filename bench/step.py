@@ -16,7 +16,8 @@ For each: optimizer steps per second and samples (rows) per second over the time
 on a GPU; the peak resident set of the process on the CPU — each row runs in a fresh process), and the
 ratios to ``float32`` and to ``stock``. Then the precision check: one batch's loss and gradients under bf16
 autocast against float32 (relative difference of the loss, cosine of the flattened gradients). With
-``--profile`` on CUDA, ``torch.profiler`` over one step: GPU kernel time against host (CPU) time.
+``--profile``, ``torch.profiler`` over one step of the ``defaults`` row, after its timed ones: on CUDA GPU kernel
+time against host (CPU) time, on the CPU the host's operators.
 
     .venv/bin/python bench/step.py                                  # the bundled sample, MiniLM, this machine
     .venv/bin/python bench/step.py --device cuda --random-weights --profile   # a GPU without the real weights
@@ -43,6 +44,7 @@ all-MiniLM-L6-v2's shape with its tokenizer (the lent GPU machines cannot carry 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -159,31 +161,38 @@ def recipe_for(mode: str, options: argparse.Namespace, data: Path, model: str | 
     return recipe
 
 
-def run_mode(mode: str, options: argparse.Namespace, data: str, model: str | None, output: str) -> dict[str, Any]:
-    """One row, in a fresh process: train the recipe for warmup + steps optimizer steps and time them."""
+def run_mode(
+    mode: str, options: argparse.Namespace, data: str, model: str | None, output: str, profiled: bool = False
+) -> dict[str, Any]:
+    """One row, in a fresh process: train the recipe for warmup + steps optimizer steps and time them; with
+    ``profiled``, one more step under ``torch.profiler`` (its table in ``"profile"``)."""
     import torch
 
     from hf_unified_embed.recipe import recipe_from_dict, train_from_recipe
 
     recipe = recipe_for(mode, options, Path(data), model, Path(output))
+    if profiled:  # one step more, after the timed ones, under the profiler (which slows the step it watches)
+        recipe["training_args"]["max_steps"] += 1
     if options.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     timer = step_timer(options.device)
+    profiler = step_profiler(options.warmup + options.steps, options.device)
     begun = time.time()
-    with every_trainer_calls(timer):
+    with every_trainer_calls(timer), every_trainer_calls(profiler) if profiled else contextlib.nullcontext():
         train_from_recipe(recipe_from_dict(recipe, origin=f"bench/step.py:{mode}"), overwrite=True)
     ended = time.time()
-    timed = timer.stamps[options.warmup :]
+    last = options.warmup + options.steps
+    timed = timer.stamps[options.warmup : last]
     seconds = timed[-1] - timed[0] if len(timed) > 1 else float("nan")
     steps = max(len(timed) - 1, 0)
     # Each timed step's wait for its batch: from the previous step's end to its own beginning.
-    waits = [begin - end for end, begin in zip(timer.stamps[options.warmup : -1], timer.begins[options.warmup + 1 :])]
+    waits = [
+        begin - end
+        for end, begin in zip(timer.stamps[options.warmup : last - 1], timer.begins[options.warmup + 1 : last])
+    ]
     rows = recipe["training_args"]["per_device_train_batch_size"]
-    peak = (
-        torch.cuda.max_memory_allocated() / 2**20
-        if options.device.startswith("cuda")
-        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    )
+    # The profiler's own records would count in the peak (on the CPU they doubled it): taken before its step.
+    peak = profiler.peak_before if profiled else peak_mb(options.device)
     return {
         "mode": mode,
         "steps_per_s": steps / seconds,
@@ -195,6 +204,7 @@ def run_mode(mode: str, options: argparse.Namespace, data: str, model: str | Non
         if steps
         else float("nan"),
         "waits_ms": [round(1e3 * wait, 2) for wait in waits],
+        "profile": profiler.table,
         # Wall-clock stamps (time.time()) of the run's phases; run_row turns them into seconds per phase.
         "train_begun": begun,
         "train_ended": ended,
@@ -248,45 +258,58 @@ def precision_check(options: argparse.Namespace, data: Path, model: str | None, 
     }
 
 
-def profile_step(options: argparse.Namespace, data: Path, model: str | None, output: Path) -> str:
-    """``torch.profiler`` over one training step of the default recipe on CUDA: kernel time against host time."""
+def peak_mb(device: str) -> float:
+    """The process's peak memory so far: allocated on the GPU, or resident on the CPU (MiB)."""
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def step_profiler(step: int, device: str) -> Any:
+    """A trainer callback that runs ``torch.profiler`` over optimizer step ``step`` (0-based) and keeps its table:
+    on CUDA GPU kernel time against host time, sorted both ways (the kernels that fill the GPU, and the
+    operators whose launching fills the host); on the CPU the host's operators. ``peak_before``: the process's
+    peak memory when that step began."""
     import torch
     from torch.profiler import ProfilerActivity, profile
     from transformers import TrainerCallback
 
-    from hf_unified_embed.recipe import recipe_from_dict, train_from_recipe
+    cuda = device.startswith("cuda")
 
     class OneStep(TrainerCallback):
         def __init__(self) -> None:
             self.profiler: Any = None
             self.table = ""
+            self.peak_before = float("nan")
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if state.global_step == options.warmup:
-                self.profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            if state.global_step == step:
+                self.peak_before = peak_mb(device)
+                activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+                self.profiler = profile(activities=activities)
                 self.profiler.__enter__()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if self.profiler is not None and not self.table:
-                torch.cuda.synchronize()
+                if cuda:
+                    torch.cuda.synchronize()
                 self.profiler.__exit__(None, None, None)
                 events = self.profiler.key_averages()
-                cuda = sum(event.self_device_time_total for event in events) / 1e3
-                cpu = sum(event.self_cpu_time_total for event in events) / 1e3
-                # Both orders: the kernels that fill the GPU, and the operators whose launching fills the host.
+                host = sum(event.self_cpu_time_total for event in events) / 1e3
+                kernels = sum(event.self_device_time_total for event in events) / 1e3
                 self.table = "\n".join(
                     [
-                        f"one step: GPU kernels {cuda:.1f} ms, host {cpu:.1f} ms",
-                        events.table(sort_by="self_cuda_time_total", row_limit=12),
+                        f"one step: GPU kernels {kernels:.1f} ms, host {host:.1f} ms"
+                        if cuda
+                        else f"one step: host {host:.1f} ms",
+                        *([events.table(sort_by="self_cuda_time_total", row_limit=12)] if cuda else []),
                         events.table(sort_by="self_cpu_time_total", row_limit=15),
                     ]
                 )
 
-    recipe = recipe_for("defaults", options, data, model, output)
-    callback = OneStep()
-    with every_trainer_calls(callback):
-        train_from_recipe(recipe_from_dict(recipe, origin="bench/step.py:profile"), overwrite=True)
-    return callback.table
+    return OneStep()
 
 
 def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -303,12 +326,21 @@ def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run_row(mode: str, options: argparse.Namespace, data: Path, model: str | None, work: Path) -> dict[str, Any]:
+def run_row(
+    mode: str, options: argparse.Namespace, data: Path, model: str | None, work: Path, profiled: bool = False
+) -> dict[str, Any]:
     """``run_mode`` in a fresh interpreter, as a user's ``hf-unified-embed train`` runs: its own peak memory,
     and dataloader workers started as the platform starts them (a ``multiprocessing`` child would make
     them spawned, and on CUDA the defaults start workers)."""
     result = work / f"{mode}.json"
-    row = {"mode": mode, "data": str(data), "model": model, "output": str(work / "runs"), "result": str(result)}
+    row = {
+        "mode": mode,
+        "data": str(data),
+        "model": model,
+        "output": str(work / "runs"),
+        "result": str(result),
+        "profiled": profiled,
+    }
     command = [sys.executable, __file__, *sys.argv[1:], "--row", json.dumps(row)]
     started = time.time()
     if subprocess.run(command, check=False).returncode != 0:
@@ -377,7 +409,7 @@ def main() -> None:
         help="one more row: the defaults with these training arguments added (a candidate default), e.g. torch_compile=true",
     )
     parser.add_argument("--repeat", type=int, default=1, help="rounds of the three rows, interleaved (medians)")
-    parser.add_argument("--profile", action="store_true", help="torch.profiler over one step (CUDA)")
+    parser.add_argument("--profile", action="store_true", help="torch.profiler over one more step of the defaults row")
     parser.add_argument("--smoke", action="store_true", help="seconds on the CPU: 2 + 2 steps, small tasks")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--row", help=argparse.SUPPRESS)  # one row, in the process run_row starts
@@ -392,7 +424,7 @@ def main() -> None:
         options.random_weights = options.random_weights or options.model is None
     if options.row:
         row = json.loads(options.row)
-        figures = run_mode(row["mode"], options, row["data"], row["model"], row["output"])
+        figures = run_mode(row["mode"], options, row["data"], row["model"], row["output"], row["profiled"])
         Path(row["result"]).write_text(json.dumps(figures))
         return
 
@@ -405,15 +437,13 @@ def main() -> None:
         for _ in range(options.repeat):
             rounds.append([])
             for mode in modes:
-                rounds[-1].append(run_row(mode, options, Path(data), model, work))
+                # The profile: one step of the first round's defaults row, after its timed steps.
+                profiled = options.profile and mode == "defaults" and len(rounds) == 1
+                rounds[-1].append(run_row(mode, options, Path(data), model, work, profiled))
                 if options.json:  # what is measured so far, should a time limit end the run here
                     write_figures(options.json, rounds=rounds, complete=False)
         check = precision_check(options, data, model, work / "precision")
-        table = (
-            profile_step(options, data, model, work / "profile")
-            if options.profile and options.device.startswith("cuda")
-            else ""
-        )
+    table = next((row["profile"] for row in rounds[0] if row["profile"]), "")
 
     results = [median_row([round_[index] for round_ in rounds]) for index in range(len(modes))]
     by_mode = {row["mode"]: row for row in results}

@@ -1,5 +1,5 @@
 """``bench/step.py --smoke``: the step benchmark runs end to end on the CPU and prints its rows (the three, and a
-candidate for the defaults) and the check."""
+candidate for the defaults), the check and the profile of one step."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def test_the_step_benchmark_runs_in_smoke_mode(tmp_path: Path) -> None:
     result = subprocess.run(
         [
             *(sys.executable, str(REPO / "bench" / "step.py"), "--smoke", "--device", "cpu", "--json", str(out)),
+            "--profile",
             *("--candidate", "logging_nan_inf_filter=false,max_grad_norm=0.5"),
         ],
         capture_output=True,
@@ -43,6 +44,10 @@ def test_the_step_benchmark_runs_in_smoke_mode(tmp_path: Path) -> None:
     assert all(row["steps_per_s"] > 0 and row["peak_mb"] > 0 and row["median_step_ms"] > 0 for row in figures["rows"])
     assert 0.99 < figures["precision"]["grad_cosine"] <= 1.0 + 1e-9
     assert figures["complete"] is True
+    # The profile: one step of the defaults row after its timed ones, which stay as many as asked.
+    assert figures["profile"].startswith("one step: host ") and "one step: host " in result.stdout
+    assert [bool(row["profile"]) for row in figures["rounds"][0]] == [False, True, False, False]
+    assert all(len(row["waits_ms"]) == 1 for row in figures["rounds"][0])  # --smoke: 2 timed steps, 1 wait
     for row in figures["rounds"][0]:  # where each row's process spent its time, said as the row ended
         phases = row["phases_s"]
         assert min(phases.values()) >= 0 and phases["process"] == pytest.approx(
