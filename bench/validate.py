@@ -6,7 +6,7 @@ in the same run and alternating so that load from other processes falls on both 
 - ``read``: a fresh Python process reading every Parquet shard whole with ``pyarrow.parquet.read_table``
   (all columns), the baseline;
 - ``validate``: ``hf-unified-embed validate FOLDER`` (``python -m hf_unified_embed validate``), a fresh
-  process: card, layout, every shard's schema and every row (``data/layout_check.py``);
+  process: card, layout, every shard's schema (``data/layout_check.py``) and every row (``data/row_check.py``);
 - ``check``: the same check in process (``validate_unified_folder``), without the interpreter and import
   start-up, with the file cache warm from the runs before.
 
@@ -38,7 +38,7 @@ def timed(command: list[str]) -> float:
 
 
 def check_in_process(folder: Path) -> float:
-    from hf_unified_embed.data.layout_check import validate_unified_folder
+    from hf_unified_embed.data.row_check import validate_unified_folder
 
     start = time.perf_counter()
     validate_unified_folder(folder)

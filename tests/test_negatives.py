@@ -16,7 +16,7 @@ from sentence_transformers.util import mine_hard_negatives as st_mine_hard_negat
 
 from hf_unified_embed.cli.main import main
 from hf_unified_embed.data import load_unified, save_unified
-from hf_unified_embed.data.layout_check import validate_unified_folder
+from hf_unified_embed.data.row_check import validate_unified_folder
 from hf_unified_embed.errors import UsageError
 from hf_unified_embed.negatives import (
     Corpus,

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hf_unified_embed.cli.main import main
-from hf_unified_embed.data.layout_check import ROW_BATCH, check_task_rows
+from hf_unified_embed.data.row_check import ROW_BATCH, check_task_rows
 from hf_unified_embed.errors import UnifiedSchemaError
 from hf_unified_embed.schema import TASK_TYPES, InstructionTracker, unified_features, validate_row
 
@@ -315,7 +315,7 @@ def test_the_run_checks_the_rows_it_trains_on(clean_dir: Path, tiny_model_path: 
 def test_a_hub_dataset_is_checked_once_loaded(clean_dir: Path) -> None:
     """Rows that do not come from a local folder go through the same check on the loaded ``Dataset``."""
     from hf_unified_embed.data import load_unified
-    from hf_unified_embed.data.layout_check import check_dataset_rows
+    from hf_unified_embed.data.row_check import check_dataset_rows
 
     dataset = load_unified(clean_dir, tasks=["sts"])["sts"]
     assert check_dataset_rows(dataset, "sts", "me/data/data/sts/train-*.parquet") == ROWS_PER_TASK
@@ -346,7 +346,7 @@ def test_the_row_check_reads_large_data_by_columns(tmp_path: Path) -> None:
     )
     path = tmp_path / "train-00000-of-00001.parquet"
     pq.write_table(table, path)
-    from hf_unified_embed.data.layout_check import _shard_batches
+    from hf_unified_embed.data.row_check import _shard_batches
 
     with pytest.raises(UnifiedSchemaError, match=rf"row {rows - 1}, field 'positive_scores': contains 1\.5"):
         check_task_rows(_shard_batches([path]), "t")
@@ -355,14 +355,14 @@ def test_the_row_check_reads_large_data_by_columns(tmp_path: Path) -> None:
 
 def test_a_blank_text_is_what_python_strips() -> None:
     """The column scan's whitespace is ``str.isspace``'s, which ``validate_row``'s ``text.strip()`` removes."""
-    from hf_unified_embed.data.layout_check import PYTHON_WHITESPACE
+    from hf_unified_embed.data.row_check import PYTHON_WHITESPACE
 
     assert set(PYTHON_WHITESPACE) == {code for code in range(0x110000) if chr(code).isspace()}
 
 
 def test_every_blank_lead_byte_is_a_candidate() -> None:
     """The first-byte filter of the blank check keeps every text that starts with Python whitespace."""
-    from hf_unified_embed.data.layout_check import _BLANK_LEADS, PYTHON_WHITESPACE
+    from hf_unified_embed.data.row_check import _BLANK_LEADS, PYTHON_WHITESPACE
 
     leads = set(_BLANK_LEADS.to_pylist())
     assert b"" in leads
@@ -370,7 +370,7 @@ def test_every_blank_lead_byte_is_a_candidate() -> None:
 
 
 def _text_characters() -> st.SearchStrategy[str]:
-    from hf_unified_embed.data.layout_check import PYTHON_WHITESPACE
+    from hf_unified_embed.data.row_check import PYTHON_WHITESPACE
 
     return st.sampled_from([chr(code) for code in PYTHON_WHITESPACE] + ["a", "é", "\u201c", "\u3001", "🙂"])
 
@@ -384,7 +384,7 @@ def _text_characters() -> st.SearchStrategy[str]:
 def test_blank_texts_are_what_strip_empties(texts: list[str | None], start: int, large: bool) -> None:
     """The vectorised blank check flags exactly the texts that are missing or that ``str.strip()`` empties,
     for any mix of whitespace, lead-byte look-alikes (U+201C, U+3001) and text, sliced or large."""
-    from hf_unified_embed.data.layout_check import _missing_or_blank
+    from hf_unified_embed.data.row_check import _missing_or_blank
 
     array = pa.array(texts, pa.large_string() if large else pa.string()).slice(min(start, len(texts)))
     expected = [text is None or not text.strip() for text in texts[min(start, len(texts)) :]]

@@ -72,7 +72,7 @@ def test_a_local_folder_is_checked_once(folder: Path, monkeypatch: pytest.Monkey
 
         monkeypatch.setattr(hub_layout, name, counted)
     monkeypatch.setattr(
-        "hf_unified_embed.data.layout_check.check_layout",
+        "hf_unified_embed.data.row_check.check_layout",
         lambda *args, **kwargs: pytest.fail("the row check checked the layout again"),
     )
     tasks = reader(folder)

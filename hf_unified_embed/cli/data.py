@@ -139,7 +139,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from hf_unified_embed.data.layout_check import validate_unified_folder
+    from hf_unified_embed.data.row_check import validate_unified_folder
 
     # Layout, Parquet files and every row are checked with pyarrow in one pass that also gathers the
     # summary: datasets never loads (or copies into its cache) anything.

@@ -55,7 +55,7 @@ _EXPORTS = {
     "stream_unified": "hf_unified_embed.data.hub_layout",
     "task_summary": "hf_unified_embed.data.hub_layout",
     "write_unified": "hf_unified_embed.data.hub_layout",
-    "validate_unified_folder": "hf_unified_embed.data.layout_check",
+    "validate_unified_folder": "hf_unified_embed.data.row_check",
     "AdapterContext": "hf_unified_embed.data.source_formats",
     "SourceFormat": "hf_unified_embed.data.source_formats",
     "SourceRow": "hf_unified_embed.data.source_formats",
@@ -85,7 +85,7 @@ if TYPE_CHECKING:
         task_summary,
         write_unified,
     )
-    from hf_unified_embed.data.layout_check import validate_unified_folder
+    from hf_unified_embed.data.row_check import validate_unified_folder
     from hf_unified_embed.data.source_formats import (
         AdapterContext,
         SourceFormat,

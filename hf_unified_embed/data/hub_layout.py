@@ -29,16 +29,14 @@ from hf_unified_embed.data.build_recipe import SourceSpec
 from hf_unified_embed.data.layout_check import (
     FolderLayout,
     arrow_types_fit,
-    check_dataset_rows,
     check_layout,
     check_shard_schemas,
-    check_task_rows,
-    check_unified_rows,
     read_card,
     unified_tasks,
 )
 from hf_unified_embed.data.parquet_stream import bounded_stream
 from hf_unified_embed.data.provenance import card_license, card_notes, notes_of, task_notes, with_source_notes
+from hf_unified_embed.data.row_check import check_dataset_rows, check_task_rows, check_unified_rows
 from hf_unified_embed.data.shard_writer import (
     DEFAULT_MAX_SHARD_BYTES,
     arrow_nbytes,
@@ -240,7 +238,7 @@ def check_rows(splits: Mapping[str, Mapping[str, Dataset]], max_shard_bytes: int
     """Check every row of every task, as :func:`~hf_unified_embed.schema.validate_unified` does.
 
     The same first problem and message (source: the task), found by ``validate``'s vectorised row check
-    (:func:`~hf_unified_embed.data.layout_check.check_task_rows`) a shard at a time through its own memory
+    (:func:`~hf_unified_embed.data.row_check.check_task_rows`) a shard at a time through its own memory
     map, so memory does not grow with the dataset; columns of types that check cannot scan go row by row.
     """
     for tasks in splits.values():

@@ -106,7 +106,7 @@ def _load_streams(recipe: TrainRecipe) -> tuple[Any, DatasetDict]:
     from datasets import Dataset
 
     from hf_unified_embed.data import stream_unified
-    from hf_unified_embed.data.layout_check import check_dataset_rows
+    from hf_unified_embed.data.row_check import check_dataset_rows
     from hf_unified_embed.utils.locations import looks_local
 
     data = recipe.data
