@@ -92,7 +92,7 @@ def no_data_load(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("data were loaded before the recipe was checked")
 
-    monkeypatch.setattr("hf_unified_embed.recipe.run._load_tasks", refuse)
+    monkeypatch.setattr("hf_unified_embed.recipe.run.load_tasks", refuse)
 
 
 @pytest.mark.parametrize(
