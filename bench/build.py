@@ -57,7 +57,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mixed_sources  # bench/mixed_sources.py: nine short synthetic sources
 import sources  # bench/sources.py: the realistic inputs
-from _processes import cpu_loop, measure
+from _process_measure import cpu_loop, measure  # not _processes: tests/ has one, on sys.path in a test run
 
 
 def load_raw_files(folder: Path, cache: Path) -> int:

@@ -63,7 +63,8 @@ def test_the_printed_ratio_is_the_median_of_the_rounds(bench: ModuleType, capsys
 
 
 def test_the_cpu_loop_runs_in_one_and_in_several_processes(bench: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys.modules[bench.cpu_loop.__module__], "CPU_LOOP_ITERATIONS", 200_000)  # bench/_processes.py
+    measuring = sys.modules[bench.cpu_loop.__module__]  # bench/_process_measure.py
+    monkeypatch.setattr(measuring, "CPU_LOOP_ITERATIONS", 200_000)
     for processes in (1, 2):
         seconds = bench.cpu_loop(processes)
         assert 0.0 < seconds < 30.0
