@@ -443,7 +443,7 @@ def main() -> None:
                 if options.json:  # what is measured so far, should a time limit end the run here
                     write_figures(options.json, rounds=rounds, complete=False)
         check = precision_check(options, data, model, work / "precision")
-    table = next((row["profile"] for row in rounds[0] if row["profile"]), "")
+    table = next((row["profile"] for row in rounds[0] if row.get("profile")), "")  # a failed row has none
 
     results = [median_row([round_[index] for round_ in rounds]) for index in range(len(modes))]
     by_mode = {row["mode"]: row for row in results}

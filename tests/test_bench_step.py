@@ -100,3 +100,44 @@ def test_a_run_cut_short_keeps_the_rows_it_measured(tmp_path: Path, monkeypatch:
     figures = json.loads(out.read_text())
     assert figures["complete"] is False
     assert [[row["mode"] for row in round_] for round_ in figures["rounds"]] == [["float32"]]
+
+
+@pytest.mark.parametrize("profile", [True, False], ids=["profile", "no-profile"])
+def test_a_failed_candidate_row_leaves_the_table_and_the_profile(
+    profile: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A candidate row whose process fails (a compiler missing, say) is reported as NaN; the three rows, the
+    check and the defaults row's profile still print."""
+    import json
+    import time
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import step
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+
+    def row_process(command: list[str], check: bool) -> subprocess.CompletedProcess[str]:
+        row = json.loads(command[command.index("--row") + 1])
+        if row["mode"].startswith(step.CANDIDATE):
+            return subprocess.CompletedProcess(command, 1)
+        figures = {
+            "mode": row["mode"],
+            **dict.fromkeys(("steps_per_s", "samples_per_s", "peak_mb", "data_wait_ms", "median_step_ms"), 10.0),
+            "waits_ms": [1.0],
+            "profile": "one step: host 12.0 ms" if row["profiled"] else "",
+            "train_begun": time.time(),
+            "train_ended": time.time(),
+        }
+        Path(row["result"]).write_text(json.dumps(figures))
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(step.subprocess, "run", row_process)
+    check = {"task": "stsb", "loss_fp32": 1.0, "loss_bf16": 1.0, "loss_rel_diff": 0.0, "grad_cosine": 1.0}
+    monkeypatch.setattr(step, "precision_check", lambda *args: check)
+    arguments = ["--data", str(tmp_path), "--model", "m", "--device", "cpu", "--candidate", "x=1"]
+    monkeypatch.setattr(sys, "argv", ["step.py", *arguments, *(["--profile"] if profile else [])])
+    step.main()
+    out = capsys.readouterr().out
+    assert "| defaults+x=1 | nan |" in out and "| stock | 10.00 |" in out
+    assert out.count("one step: host 12.0 ms") == int(profile)
