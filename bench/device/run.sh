@@ -2,7 +2,7 @@
 # On the lent GPU machine (see prepare.sh): install the carried wheels, draw MiniLM-shaped random weights,
 # then bench/step.py (the recipe's batch sizes with a profile, and batch 128) and bench/large_batch.py.
 # Each benchmark runs under its own time limit; logs and JSON go to $OUT (the device tool brings them back).
-# A fresh machine takes ~40 s per step.py row (a process each), ~200 s per step stage: split the four over two calls.
+# A fresh machine takes 30-40 s per step.py row (a process each), ~200 s per step stage: split the four over two calls.
 # STAGES picks among step, step128, bert-base and large (default: all four; STEP_REPEAT=K runs the step stage's rows in K interleaved rounds; transient: step128 with workers that end with each epoch, as before they persisted by default; nobf16: every row without bf16 autocast, so `defaults` shows the rest of the defaults; nosync: the recipe's step without the trainer's per-step NaN check; PROFILE= leaves out the profile); LARGE_ARGS adds arguments to large_batch.py (e.g. --configs ...); STEP_ARGS adds arguments to every step.py stage (e.g. --candidate torch_compile=true: one more row, the defaults with that setting).
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
