@@ -9,6 +9,9 @@
   sentence_transformers.x import _y``, a private module in the path) or reaches one through a name it
   imported (``gradcache._y``): those change without notice between releases.
 
+* Nor does importing the command line change the garbage collector's thresholds: only the console
+  script's own process (``cli.main.run``) collects less often.
+
 ``tests/test_wheel.py`` runs the same import check on the installed wheel.
 """
 
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import hf_unified_embed
+from hf_unified_embed.cli.main import YOUNG_GENERATION_THRESHOLD
 
 PACKAGE_DIR = Path(hf_unified_embed.__file__).resolve().parent
 #: Variables the test session sets (tests/conftest.py): removed, so that a ``setdefault`` at import shows.
@@ -229,3 +233,28 @@ def test_every_sentence_transformers_name_the_package_takes_exists() -> None:
         f"sentence-transformers {sentence_transformers.__version__} lacks names this package imports:\n"
         + "\n".join(missing)
     )
+
+
+#: Run in a fresh process: the collector's thresholds after importing the command line, then in the console
+#: script (``run``: ``--version`` exits from argparse, after the script has set up its process).
+CONSOLE_SCRIPT_THRESHOLDS = """
+import gc, json, sys
+default = gc.get_threshold()
+import hf_unified_embed.cli.main as cli
+imported = gc.get_threshold()
+sys.argv = ["hf-unified-embed", "--version"]
+try:
+    cli.run()
+except SystemExit:
+    pass
+print(json.dumps({"default": default, "imported": imported, "running": gc.get_threshold()}), file=sys.stderr)
+"""
+
+
+def test_only_the_console_script_collects_garbage_less_often() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", CONSOLE_SCRIPT_THRESHOLDS], capture_output=True, text=True, timeout=300, check=True
+    )
+    thresholds = json.loads(result.stderr.strip().splitlines()[-1])
+    assert thresholds["imported"] == thresholds["default"]  # a library import leaves the caller's collector
+    assert thresholds["running"] == [YOUNG_GENERATION_THRESHOLD, *thresholds["default"][1:]]

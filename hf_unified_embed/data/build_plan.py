@@ -17,9 +17,13 @@ from hf_unified_embed.utils.readers import resolve_inputs
 from hf_unified_embed.utils.table_blocks import can_split
 
 #: A file is read in parts when it would take more than this share of one process's fair share: the pieces
-#: are dealt out whole, so a piece of a quarter share leaves a process at most a quarter share behind (1M
-#: rows, two processes: a triplets file of 0.4 share read whole ended the reading 1.3 s after the other).
-_LARGEST_PIECE = 0.25
+#: are dealt out whole, so the largest piece bounds how far one process can end its reading behind another
+#: (1M rows, two processes: a triplets file of 0.4 share read whole ended the reading 1.3 s after the other;
+#: with a quarter share, the STS file of 0.08 share read whole still ended one process 0.25-0.28 s after the
+#: other, 0.03-0.11 s once it too was read in halves). A part of a line format costs next to nothing more
+#: (it reads the lines that start in its byte range); a BEIR part shares the folder's parsing but reads every
+#: id of it (~0.1 s at 1M rows), and no file is cut into more parts than processes for balance alone.
+_LARGEST_PIECE = 0.05
 #: Input bytes of one part of a large file at most, when several processes build. A part's working memory
 #: grows with its share of the file (a BEIR part holds its queries' links and ids): parts of at most this
 #: size, as many per process, keep each process's peak the same as the folder grows (bench/build.py's 5M
@@ -143,8 +147,8 @@ def _cut_into_pieces(planned: Sequence[Planned], num_proc: int) -> None:
 def _parts(share: _Share, num_proc: int, fair: float) -> int:
     """Into how many parts to cut a share: one, unless several processes build and it is a single file of
     a ``splittable`` format (read by its vectorised reader) larger than :data:`_LARGEST_PIECE` of one
-    process's ``fair`` share or than :data:`_LARGEST_PART_BYTES`. Then into parts of at most a quarter
-    share, at most one per process (a part of some formats, BEIR's, re-reads what every part shares), or
+    process's ``fair`` share or than :data:`_LARGEST_PART_BYTES`. Then into parts of at most that share,
+    at most one per process (a part of some formats, BEIR's, re-reads what every part shares), or
     more, as many per process, where a part would exceed :data:`_LARGEST_PART_BYTES`."""
     spec, entry = share.item.spec, share.files[0]
     if (
