@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from hf_unified_embed.data.adapters.beir_records import NEGATIVES_SCHEMA, POSITIVE, mined_negative_rows, qrels_links
+from hf_unified_embed.data.adapters.id_positions import IdPositions
 from hf_unified_embed.data.adapters.shared_ranges import shared_ranges
 from hf_unified_embed.utils.readers import is_json_array, iter_json_records
 from hf_unified_embed.utils.table_blocks import Part, iter_text_chunks, json_lines_table
@@ -29,6 +30,8 @@ from hf_unified_embed.utils.table_blocks import Part, iter_text_chunks, json_lin
 _PLAIN_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"
 #: Links whose ids are looked up together (see _Links).
 _LOOKUP = 4_000_000
+#: The positions of ids in queries.jsonl and corpus.jsonl.
+_Lookups = tuple[IdPositions, IdPositions]
 _QRELS_READ = pa_csv.ReadOptions(autogenerate_column_names=True, use_threads=False, block_size=1 << 24)
 _QRELS_PARSE = pa_csv.ParseOptions(delimiter="\t", quote_char=False, double_quote=False, newlines_in_values=False)
 #: The columns of the links, as :meth:`_Links.columns` gives them.
@@ -60,8 +63,10 @@ def read_links(
     each range of the files is read by one part only.
     """
     negatives = paths.get("negatives")
+    # Built once: the buckets of the files' ids are found on the first lookup and kept for every range.
+    lookups = (IdPositions(query_ids), IdPositions(corpus_ids))
     if shared is None or part is None or part[1] == 1:
-        links = _Links(query_ids, corpus_ids)
+        links = _Links(lookups)
         if not _add_qrels(links, paths["qrels"], zero_grade_as_negatives):
             _judgements_row_by_row(links, paths["qrels"], zero_grade_as_negatives)
         if negatives is not None:
@@ -75,18 +80,18 @@ def read_links(
         f"links-{zero_grade_as_negatives}-{ranged}",
         shared,
         part,
-        partial(_save_links, paths["qrels"], ranged, query_ids, corpus_ids, zero_grade_as_negatives),
+        partial(_save_links, paths["qrels"], ranged, lookups, zero_grade_as_negatives),
     )
     # Each piece of links in order: a saved range, or links this part read itself.
     pieces: LinkPieces = [folder / _JUDGEMENTS for folder in folders]
     if any((folder / _ROW_WAY).exists() for folder in folders):
-        links = _Links(query_ids, corpus_ids)
+        links = _Links(lookups)
         _judgements_row_by_row(links, paths["qrels"], zero_grade_as_negatives)
         pieces = [links.columns()]
     if ranged is not None:
         pieces += [folder / _NEGATIVES for folder in folders]
     elif negatives is not None:  # one JSON document: not read in ranges
-        links = _Links(query_ids, corpus_ids)
+        links = _Links(lookups)
         _add_mined_negatives(links, negatives)
         pieces.append(links.columns())
     return pieces
@@ -104,15 +109,14 @@ def piece_columns(piece: Path | _Columns) -> _Columns:
 def _save_links(
     qrels: Path,
     negatives: Path | None,
-    query_ids: pa.Array,
-    corpus_ids: pa.Array,
+    lookups: _Lookups,
     zero_grade_as_negatives: bool,
     folder: Path,
     part: Part,
 ) -> None:
     """``part`` of the judgements into ``folder``/judgements (or the :data:`_ROW_WAY` mark where a block of
     it must go the row way) and ``part`` of the mined negatives into ``folder``/negatives."""
-    links = _Links(query_ids, corpus_ids)
+    links = _Links(lookups)
     if not _add_qrels(links, qrels, zero_grade_as_negatives, part):
         links.clear()
         (folder / _ROW_WAY).touch()
@@ -135,11 +139,12 @@ class _Links:
     in queries.jsonl or corpus.jsonl (-1: not there), so a link costs a few bytes, not two strings. Grades
     are kept for the judgements only, which come first: a mined negative's is 0 and never read.
 
-    Ids are looked up :data:`_LOOKUP` links at a time: each lookup hashes the whole file's ids once, so a
-    lookup per block of a large file would cost that many times the corpus."""
+    Ids are looked up :data:`_LOOKUP` links at a time: each lookup hashes the whole file's ids once (bucket
+    by bucket, :mod:`.id_positions`), so a lookup per block of a large file would cost that many times the
+    corpus."""
 
-    def __init__(self, query_ids: pa.Array, corpus_ids: pa.Array) -> None:
-        self.universe = (query_ids, corpus_ids)
+    def __init__(self, lookups: _Lookups) -> None:
+        self.lookups = lookups
         self.pending: list[tuple[pa.Array, pa.Array]] = []
         self.queries: list[np.ndarray] = []
         self.documents: list[np.ndarray] = []
@@ -162,14 +167,18 @@ class _Links:
             self.grades.append(grades.astype(np.float64))
         if sum(len(ids) for ids, _ in self.pending) >= _LOOKUP:
             self._look_up()
+            # More links follow: give back the lookup's hash tables and the links' ids, which pyarrow's
+            # allocator would keep beside the next block's (10M rows: 100 MB less at the peak). After the
+            # last lookup the caller gives back what the whole read kept (release_unused).
+            pa.default_memory_pool().release_unused()
 
     def _look_up(self) -> None:
         if self.pending:
             query_ids = pa.chunked_array([ids for ids, _ in self.pending], pa.string()).combine_chunks()
             corpus_ids = pa.chunked_array([ids for _, ids in self.pending], pa.string()).combine_chunks()
             self.pending = []
-            self.queries.append(_codes(query_ids, self.universe[0]))
-            self.documents.append(_codes(corpus_ids, self.universe[1]))
+            self.queries.append(self.lookups[0](query_ids))
+            self.documents.append(self.lookups[1](corpus_ids))
 
     def add_rows(self, rows: Iterator[tuple[Any, ...]], judgements: bool) -> None:
         """Links read by the row path's generators: ``(query id, corpus id, kind, grade, file, line)``."""
@@ -287,9 +296,3 @@ def _add_mined_negatives(links: _Links, path: Path, part: Part | None = None) ->
             np.zeros(count, dtype=bool),
             None,
         )
-
-
-def _codes(values: pa.Array, universe: pa.Array) -> np.ndarray:
-    """The position of each value in ``universe`` (-1 where absent)."""
-    positions = pc.fill_null(pc.index_in(values, value_set=universe), -1)
-    return positions.to_numpy(zero_copy_only=False).astype(np.int32)
