@@ -45,14 +45,24 @@ def sliced(texts: list[str | None], skip: int) -> pa.Array:
     picks=st.lists(st.integers(0, 10**6), max_size=60),
     bucket=st.integers(1, 7),
     skips=st.tuples(st.integers(0, 3), st.integers(0, 3)),
+    cut=st.one_of(st.none(), st.integers(0, 40)),
 )
 def test_bucketed_lookups_find_what_one_table_finds(
-    ids: list[str], others: list[str | None], picks: list[int], bucket: int, skips: tuple[int, int]
+    ids: list[str],
+    others: list[str | None],
+    picks: list[int],
+    bucket: int,
+    skips: tuple[int, int],
+    cut: int | None,
 ) -> None:
+    """Ids as one array or, as a file's mapped ranges give them, a chunked array cut anywhere."""
     values = [ids[pick % len(ids)] for pick in picks] if ids else []
     values += others
-    universe, looked_up = sliced(ids, skips[0]), sliced(values, skips[1])
-    expected = reference(looked_up, universe)
+    whole, looked_up = sliced(ids, skips[0]), sliced(values, skips[1])
+    expected = reference(looked_up, whole)
+    universe: pa.Array | pa.ChunkedArray = whole
+    if cut is not None:
+        universe = pa.chunked_array([whole.slice(0, cut), whole.slice(cut)], pa.string())
     with patch.object(id_positions, "_ONE_TABLE", 0), patch.object(id_positions, "BUCKET", bucket):
         lookup = IdPositions(universe)
         assert lookup(looked_up).tolist() == expected

@@ -48,8 +48,8 @@ _JUDGEMENTS, _NEGATIVES = "judgements", "negatives"
 
 def read_links(
     paths: dict[str, Path],
-    query_ids: pa.Array,
-    corpus_ids: pa.Array,
+    query_ids: pa.ChunkedArray,
+    corpus_ids: pa.ChunkedArray,
     zero_grade_as_negatives: bool,
     *,
     shared: Path | None = None,

@@ -57,9 +57,11 @@ class IdPositions:
     hashed into buckets once however many blocks of links are looked up in them.
     """
 
-    def __init__(self, ids: pa.Array) -> None:
-        self.ids = ids
+    def __init__(self, ids: pa.Array | pa.ChunkedArray) -> None:
         self.count = 1 if len(ids) <= _ONE_TABLE else max(1, -(-len(ids) // BUCKET))
+        # ``index_in`` takes one array: a file of one table is joined (a copy of at most _ONE_TABLE ids),
+        # buckets are taken from the chunks where they lie (a mapped file's ids stay in the page cache).
+        self.ids = _one_array(ids) if self.count == 1 else ids
         self._members: list[np.ndarray] | None = None
 
     def __call__(self, values: pa.Array) -> np.ndarray:
@@ -75,13 +77,13 @@ class IdPositions:
             # A pass over the buckets per bucket, not a sort: no array of 8 bytes a value is held.
             which = np.flatnonzero(buckets == number)
             if len(which) and len(members):
-                local = _index_in(values.take(pa.array(which)), self.ids.take(pa.array(members)))
+                local = _index_in(values.take(pa.array(which)), _one_array(self.ids.take(pa.array(members))))
                 found = local >= 0
                 positions[which[found]] = members[local[found]]
         return positions
 
 
-def id_buckets(ids: pa.Array, count: int) -> np.ndarray:
+def id_buckets(ids: pa.Array | pa.ChunkedArray, count: int) -> np.ndarray:
     """A bucket in ``range(count)`` for each of ``ids`` (``string``), from its length and three windows of
     its bytes: equal ids share a bucket, whatever array they are in.
 
@@ -89,6 +91,8 @@ def id_buckets(ids: pa.Array, count: int) -> np.ndarray:
     prefix and suffix: a window in each place spreads them all. Ids alike in all three only crowd a bucket,
     which costs memory (its table is larger), never a wrong position.
     """
+    if isinstance(ids, pa.ChunkedArray):
+        return np.concatenate([np.zeros(0, dtype=np.uint16), *(id_buckets(chunk, count) for chunk in ids.chunks)])
     if len(ids) == 0:
         return np.zeros(0, dtype=np.uint16)
     offsets = np.frombuffer(ids.buffers()[1], dtype=np.int32, count=len(ids) + 1, offset=4 * ids.offset)
@@ -115,6 +119,10 @@ def id_buckets(ids: pa.Array, count: int) -> np.ndarray:
         # The high 32 bits scaled to range(count): a multiply and a shift, where % divides.
         buckets[first : first + _HASHED] = ((hashed >> np.uint64(32)) * np.uint64(count)) >> np.uint64(32)
     return buckets
+
+
+def _one_array(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
 
 
 def _index_in(values: pa.Array, ids: pa.Array) -> np.ndarray:
