@@ -112,6 +112,7 @@ def normal(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     slice_rows=st.sampled_from([1, 2, 3, 50_000]),
     block_bytes=st.sampled_from([1, 40, table_blocks.CHUNK_BYTES]),
     bucket=st.sampled_from([None, 1, 3]),
+    tables_sorted=st.sampled_from([1, 2, 16]),
 )
 def test_the_column_path_reads_what_the_row_path_reads(
     tmp_path_factory: pytest.TempPathFactory,
@@ -125,15 +126,18 @@ def test_the_column_path_reads_what_the_row_path_reads(
     slice_rows: int,
     block_bytes: int,
     bucket: int | None,
+    tables_sorted: int,
 ) -> None:
     """Any folder, whole or in 1-4 parts, read in blocks of one line, about 40 bytes or the default 4 MB
     (each file is read a block at a time) and joined in tables of 1, 2, 3 or 50,000 rows (the join works
-    a table at a time), its ids looked up in one table or, as a corpus of millions of ids is, in buckets
-    (here of 1 or 3 ids). The parts share a scratch folder, as a build's do: the first parses the corpus
-    and queries in ranges, one per part, and the others read its ranges."""
+    a table at a time; the links of 1, 2 or 16 tables are sorted together), its ids looked up in one
+    table or, as a corpus of millions of ids is, in buckets (here of 1 or 3 ids). The parts share a
+    scratch folder, as a build's do: the first parses the corpus and queries in ranges, one per part, and
+    the others read its ranges."""
     one_table = id_positions._ONE_TABLE if bucket is None else 0
     with (
         patch.object(beir_join, "_SLICE", slice_rows),
+        patch.object(beir_join, "_TABLES_SORTED", tables_sorted),
         patch.object(table_blocks, "CHUNK_BYTES", block_bytes),
         patch.object(id_positions, "_ONE_TABLE", one_table),
         patch.object(id_positions, "BUCKET", bucket or id_positions.BUCKET),

@@ -44,6 +44,8 @@ from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatErr
 #: tables of 20,000 rows built a 1M folder's join in two processes 0.7-0.9 s sooner than tables of 50,000
 #: (fresh huge pages 610-670 -> 420), as fast in one; 10,000 were slower in one (docs/data.md).
 _SLICE = 20_000
+#: Output tables whose links are sorted together (see _links_by_table): 16 tables of 20,000 rows.
+_TABLES_SORTED = 16
 
 
 def _same_text_documents(texts: Documents, groups: np.ndarray, documents: np.ndarray) -> np.ndarray:
@@ -117,17 +119,20 @@ def part_links(pieces: LinkPieces, queries: int, part: tuple[int, int] | None) -
     if part is not None:
         index, count = part
         low, high = index * len(query_rows) // count, (index + 1) * len(query_rows) // count
-    kept: list[list[np.ndarray]] = [[], [], [], []]
-    for codes, documents, positive, grades in columns if unknown is None else []:
+    read = columns if unknown is None else []
+    # Which links of each piece are the part's (None: all), then its columns filled in place: each piece's
+    # kept links joined at the end were held twice (~120 MB for a part of a 10M folder).
+    masks: list[np.ndarray | None] = []
+    for codes, _, _, _ in read:
         rank = rank_of[codes]
         mine = (rank >= low) & (rank < high)
-        if mine.all():  # one part, or a piece of this part's queries alone: no copy of the columns
-            values = (rank, documents, positive, grades)
-        else:
-            values = (rank[mine], documents[mine], positive[mine], grades[mine[: len(grades)]])
-        for column, value in zip(kept, values):
-            column.append(np.asarray(value))
-    rank, documents, positive, grades = (_joined_column(values, dtype) for values, dtype in zip(kept, _TYPES))
+        masks.append(None if mine.all() else mine)
+    if len(read) == 1 and masks[0] is None:  # one part of one piece: its mapped columns, not copied
+        codes, documents, positive, grades = read[0]
+        kept = (rank_of[codes], *(np.asarray(column) for column in (documents, positive, grades)))
+    else:
+        kept = _kept_links(read, masks, rank_of)
+    rank, documents, positive, grades = (column.astype(dtype, copy=False) for column, dtype in zip(kept, _TYPES))
     return PartLinks(rank, documents, positive, grades, query_rows, (low, high), top, unknown)
 
 
@@ -135,10 +140,30 @@ def part_links(pieces: LinkPieces, queries: int, part: tuple[int, int] | None) -
 _TYPES = (np.int32, np.int32, bool, np.float64)
 
 
-def _joined_column(pieces: list[np.ndarray], dtype: Any) -> np.ndarray:
-    if len(pieces) == 1:  # the links of one piece, not copied (concatenate would)
-        return pieces[0].astype(dtype, copy=False)
-    return np.concatenate(pieces).astype(dtype, copy=False) if pieces else np.zeros(0, dtype)
+def _kept_links(columns: list[Any], masks: list[np.ndarray | None], rank_of: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The links ``masks`` keep of each piece (``None``: all), in order, as the columns of
+    :class:`PartLinks` (each link's query as its rank), each allocated once at its size."""
+    sizes = [len(piece[0]) if mine is None else int(np.count_nonzero(mine)) for piece, mine in zip(columns, masks)]
+    graded = [
+        len(piece[3]) if mine is None else int(np.count_nonzero(mine[: len(piece[3])]))
+        for piece, mine in zip(columns, masks)
+    ]
+    kept = (*(np.empty(sum(sizes), dtype) for dtype in _TYPES[:3]), np.empty(sum(graded), np.float64))
+    at = graded_at = 0
+    for (codes, documents, positive, grades), mine, size, grades_size in zip(columns, masks, sizes, graded):
+        for out, column, start, length in (
+            (kept[0], rank_of[codes], at, size),
+            (kept[1], documents, at, size),
+            (kept[2], positive, at, size),
+            (kept[3], grades, graded_at, grades_size),
+        ):
+            target = out[start : start + length]
+            if mine is None:
+                target[:] = column
+            else:
+                np.compress(mine[: len(column)], column, out=target)
+        at, graded_at = at + size, graded_at + grades_size
+    return kept
 
 
 def _list_array(offsets: np.ndarray, values: pa.Array) -> pa.Array:
@@ -208,36 +233,37 @@ def _joined(
         context.skip("query without a positive judgement")
     # The part's rows: its queries that have a positive, by rank; the others' links are dropped.
     row_ranks = (first + np.flatnonzero(has_positive[first:last])).astype(np.int32)
-    slices = _links_by_slice(rank, row_ranks, queries_in_order)
+    table_links = _links_by_table(rank, row_ranks, queries_in_order)
     join = _Join(rank, documents, positive, grades, top, corpus, max_negatives)
     # A slice of rows at a time: the links grouped, compared and taken from the mapped texts are those
     # of one table, so the join's working memory does not grow with the folder.
-    for number, start in enumerate(range(0, len(row_ranks), _SLICE)):
+    for start, its_links in zip(range(0, len(row_ranks), _SLICE), table_links):
         ranks = row_ranks[start : start + _SLICE]
-        its_links = slices.order[slices.bounds[number] : slices.bounds[number + 1]]
         yield join.table(ranks, its_links, queries.take(query_rows[ranks - first]))
         corpus.drop_pages()
         queries.drop_pages()
 
 
-class _Slices(NamedTuple):
-    order: np.ndarray  # the links of the part's rows, a table's after another's, each in file order
-    bounds: np.ndarray  # table k's links: order[bounds[k] : bounds[k + 1]]
+def _links_by_table(rank: np.ndarray, row_ranks: np.ndarray, queries: int) -> Iterator[np.ndarray]:
+    """The links of each output table (:data:`_SLICE` of the rows ``row_ranks``), each table's in file order.
 
-
-def _links_by_slice(rank: np.ndarray, row_ranks: np.ndarray, queries: int) -> _Slices:
-    """The links of the rows ``row_ranks`` bucketed by output table (:data:`_SLICE` rows each) with one
-    stable sort, so each table's links are found without a pass over every link."""
+    Each link's table is kept (4 bytes a link) and the links are sorted by table :data:`_TABLES_SORTED`
+    tables at a time: one sort of every link held the links' positions three times over (8 bytes each,
+    ~280 MB for a 10M folder's part), the largest step of a part's memory once its ids were looked up."""
     table_of_rank = np.full(queries, -1, dtype=np.int32)
     table_of_rank[row_ranks] = np.arange(len(row_ranks), dtype=np.int32) // _SLICE
     link_tables = table_of_rank[rank]
     del table_of_rank
-    selected = np.flatnonzero(link_tables >= 0).astype(np.int32)
-    tables = link_tables[selected]
-    del link_tables
-    by_table = np.argsort(tables, kind="stable")
-    counts = np.bincount(tables, minlength=-(-len(row_ranks) // _SLICE))
-    return _Slices(selected[by_table], np.concatenate([[0], np.cumsum(counts)]))
+    tables = -(-len(row_ranks) // _SLICE)
+    for low in range(0, tables, _TABLES_SORTED):
+        high = min(low + _TABLES_SORTED, tables)
+        selected = np.flatnonzero((link_tables >= low) & (link_tables < high))
+        its_tables = link_tables[selected]
+        order = selected[np.argsort(its_tables, kind="stable")]
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(its_tables - low, minlength=high - low))])
+        del selected, its_tables
+        for number in range(high - low):
+            yield order[bounds[number] : bounds[number + 1]]
 
 
 class _Join:
