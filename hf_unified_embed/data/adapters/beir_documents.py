@@ -147,8 +147,9 @@ class _Range:
 class Documents:
     """The ids and texts of a corpus or queries file, as parsed ranges (one unless the file was read in parts).
 
-    ``ids`` are the ranges' ids, mapped (a chunked array); texts are taken by position with :meth:`take`, their byte lengths read with
-    :meth:`lengths`, and :meth:`drop_pages` takes the texts read so far out of this process's memory.
+    ``ids`` are the ranges' ids, mapped (a chunked array); texts are taken by position with :meth:`take`,
+    their byte lengths read with :meth:`lengths`, and :meth:`drop_pages` takes the texts read so far out of
+    this process's memory.
     """
 
     def __init__(self, folders: list[Path]) -> None:

@@ -151,6 +151,8 @@ def _kept_links(columns: list[Any], masks: list[np.ndarray | None], rank_of: np.
     kept = (*(np.empty(sum(sizes), dtype) for dtype in _TYPES[:3]), np.empty(sum(graded), np.float64))
     at = graded_at = 0
     for (codes, documents, positive, grades), mine, size, grades_size in zip(columns, masks, sizes, graded):
+        # Each piece's ranks are gathered again here rather than kept from the masks' pass: one piece's
+        # at a time, not every piece's (4 bytes a link) beside the columns being filled.
         for out, column, start, length in (
             (kept[0], rank_of[codes], at, size),
             (kept[1], documents, at, size),

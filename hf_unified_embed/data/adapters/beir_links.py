@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
+from hf_unified_embed.data.adapters.beir_documents import release_unused
 from hf_unified_embed.data.adapters.beir_records import NEGATIVES_SCHEMA, POSITIVE, mined_negative_rows, qrels_links
 from hf_unified_embed.data.adapters.id_positions import IdPositions
 from hf_unified_embed.data.adapters.shared_ranges import shared_ranges
@@ -169,8 +170,8 @@ class _Links:
             self._look_up()
             # More links follow: give back the lookup's hash tables and the links' ids, which pyarrow's
             # allocator would keep beside the next block's (10M rows: 100 MB less at the peak). After the
-            # last lookup the caller gives back what the whole read kept (release_unused).
-            pa.default_memory_pool().release_unused()
+            # last lookup the caller gives back what the whole read kept.
+            release_unused()
 
     def _look_up(self) -> None:
         if self.pending:
