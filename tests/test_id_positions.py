@@ -4,6 +4,7 @@ queries lines) against one ``pyarrow.compute.index_in`` over all the ids: the sa
 
 from __future__ import annotations
 
+from itertools import pairwise
 from unittest.mock import patch
 
 import numpy as np
@@ -38,6 +39,12 @@ def sliced(texts: list[str | None], skip: int) -> pa.Array:
     return pa.array(["x" * 9] * skip + texts + ["tail"], pa.string()).slice(skip, len(texts))
 
 
+def chunked(array: pa.Array, cuts: list[int]) -> pa.ChunkedArray:
+    """``array`` cut at ``cuts`` (taken within its length; repeated cuts give empty chunks)."""
+    bounds = [0, *sorted(cut % (len(array) + 1) for cut in cuts), len(array)]
+    return pa.chunked_array([array.slice(low, high - low) for low, high in pairwise(bounds)], pa.string())
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     ids=st.lists(id_text, unique=True, max_size=40),
@@ -45,7 +52,8 @@ def sliced(texts: list[str | None], skip: int) -> pa.Array:
     picks=st.lists(st.integers(0, 10**6), max_size=60),
     bucket=st.integers(1, 7),
     skips=st.tuples(st.integers(0, 3), st.integers(0, 3)),
-    cut=st.one_of(st.none(), st.integers(0, 40)),
+    cuts=st.one_of(st.none(), st.lists(st.integers(0, 60), max_size=3)),
+    value_cuts=st.one_of(st.none(), st.lists(st.integers(0, 80), max_size=4)),
 )
 def test_bucketed_lookups_find_what_one_table_finds(
     ids: list[str],
@@ -53,16 +61,18 @@ def test_bucketed_lookups_find_what_one_table_finds(
     picks: list[int],
     bucket: int,
     skips: tuple[int, int],
-    cut: int | None,
+    cuts: list[int] | None,
+    value_cuts: list[int] | None,
 ) -> None:
-    """Ids as one array or, as a file's mapped ranges give them, a chunked array cut anywhere."""
+    """Ids as one array or, as a file's mapped ranges give them, a chunked array cut anywhere; the ids
+    looked up as one array or, as the blocks of links read, a chunked array cut anywhere."""
     values = [ids[pick % len(ids)] for pick in picks] if ids else []
     values += others
     whole, looked_up = sliced(ids, skips[0]), sliced(values, skips[1])
     expected = reference(looked_up, whole)
-    universe: pa.Array | pa.ChunkedArray = whole
-    if cut is not None:
-        universe = pa.chunked_array([whole.slice(0, cut), whole.slice(cut)], pa.string())
+    universe = whole if cuts is None else chunked(whole, cuts)
+    if value_cuts is not None:
+        looked_up = chunked(looked_up, value_cuts)
     with patch.object(id_positions, "_ONE_TABLE", 0), patch.object(id_positions, "BUCKET", bucket):
         lookup = IdPositions(universe)
         assert lookup(looked_up).tolist() == expected

@@ -175,8 +175,9 @@ class _Links:
 
     def _look_up(self) -> None:
         if self.pending:
-            query_ids = pa.chunked_array([ids for ids, _ in self.pending], pa.string()).combine_chunks()
-            corpus_ids = pa.chunked_array([ids for _, ids in self.pending], pa.string()).combine_chunks()
+            # Looked up block by block where they lie: joined, the blocks' ids were held twice at the peak.
+            query_ids = pa.chunked_array([ids for ids, _ in self.pending], pa.string())
+            corpus_ids = pa.chunked_array([ids for _, ids in self.pending], pa.string())
             self.pending = []
             self.queries.append(self.lookups[0](query_ids))
             self.documents.append(self.lookups[1](corpus_ids))
