@@ -12,7 +12,11 @@ Each measurement runs in a fresh process, back to back:
   ``HF_DATASETS_CACHE`` pointing at an empty folder, which must stay empty;
 * ``cpu-loop`` (on request): a pure-Python loop, once in one process and once shared by N processes at once
   (:func:`cpu_loop`): the speed-up this machine gives work that shares nothing, in the same round as the
-  builds — on a virtual machine whose CPUs may share physical cores, the ceiling of ``build N``'s.
+  builds — on a virtual machine whose CPUs may share physical cores, the ceiling of ``build N``'s;
+* ``startup`` (on request): ``build 1`` and ``build N`` of the same recipe at :data:`STARTUP_ROWS` rows, what a
+  build costs whatever its size (starting Python, importing ``datasets``, planning, the processes, the card,
+  exiting), which no number of processes divides; printed with the speed-up of the rest, each round's build
+  less its own round's start-up (:func:`net_ratios`).
 
 With ``--repeat``, the modes run in rounds, one after another, and each ratio is the median of the rounds'
 ratios (each round's shown): the two modes of a round run back to back, on the machine as it is then.
@@ -38,6 +42,7 @@ last build with ``pyarrow.parquet.read_table``: the baseline ``validate`` is mea
     .venv/bin/python bench/build.py --sizes 10000000 --modes build-N   # 10M, the parallel build only
     .venv/bin/python bench/build.py --sizes 1000000 --repeat 3 --no-memory   # timings: three interleaved rounds, unsampled
     .venv/bin/python bench/build.py --sizes 1000000 --repeat 5 --no-memory --modes cpu-loop build-1 build-N
+    .venv/bin/python bench/build.py --sizes 1000000 5000000 --repeat 3 --no-memory --modes startup build-1 build-N
 """
 
 from __future__ import annotations
@@ -59,6 +64,9 @@ import mixed_sources  # bench/mixed_sources.py: nine short synthetic sources
 import sources  # bench/sources.py: the realistic inputs
 from _process_measure import cpu_loop, measure  # not _processes: tests/ has one, on sys.path in a test run
 
+#: Rows of the ``startup`` mode's build: a build this small is its fixed cost (a 10k-row build takes ~0.1 s more).
+STARTUP_ROWS = 100
+
 
 def load_raw_files(folder: Path, cache: Path) -> int:
     """``datasets.load_dataset`` of every raw file of the recipe; returns the records read."""
@@ -79,10 +87,28 @@ def round_ratios(results: Sequence[dict[str, Any]], rows: int, top: str, bottom:
     return [seconds[top, r] / seconds[bottom, r] for r in rounds if (bottom, r) in seconds]
 
 
+def net_ratios(
+    results: Sequence[dict[str, Any]], rows: int, top: str, bottom: str, top_less: str, bottom_less: str
+) -> list[float]:
+    """Round by round, ``top``'s seconds less ``top_less``'s over ``bottom``'s less ``bottom_less``'s (each less
+    the same round's): the speed-up of what a build does beyond its fixed cost."""
+    seconds = {(row["mode"], row["round"]): row["seconds"] for row in results if row["rows"] == rows}
+    rounds = sorted({round_ for mode, round_ in seconds if mode == top})
+    return [
+        (seconds[top, r] - seconds[top_less, r]) / (seconds[bottom, r] - seconds[bottom_less, r])
+        for r in rounds
+        if all((mode, r) in seconds for mode in (bottom, top_less, bottom_less))
+        and seconds[bottom, r] > seconds[bottom_less, r]
+    ]
+
+
 def print_ratio(name: str, results: Sequence[dict[str, Any]], rows: int, top: str, bottom: str) -> None:
     """The median of the rounds' ratios, and each round's: this machine's speed drifts by a third within
     minutes, and a ratio of medians would pair one mode's fast round with the other's slow one."""
-    ratios = round_ratios(results, rows, top, bottom)
+    _print_ratios(name, round_ratios(results, rows, top, bottom))
+
+
+def _print_ratios(name: str, ratios: Sequence[float]) -> None:
     if ratios:
         each = ", ".join(f"{ratio:.2f}" for ratio in ratios)
         rounds = f" (rounds: {each})" if len(ratios) > 1 else ""
@@ -104,6 +130,20 @@ def digest(folder: Path) -> str:
     return sha.hexdigest()
 
 
+def _build_command(recipe: Path, out: Path, processes: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "hf_unified_embed",
+        "build",
+        str(recipe),
+        "-o",
+        str(out),
+        "--num-proc",
+        str(processes),
+    ]
+
+
 def load_average() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
@@ -118,9 +158,10 @@ def main() -> None:
         "--modes",
         nargs="+",
         default=["build-1", "build-N", "load_dataset"],
-        choices=["build-1", "build-N", "load_dataset", "validate", "read-shards", "cpu-loop"],
+        choices=["build-1", "build-N", "load_dataset", "validate", "read-shards", "cpu-loop", "startup"],
         help="validate: `hf-unified-embed validate` of the last build's folder, HF_DATASETS_CACHE an empty folder; "
-        "cpu-loop: a pure-Python loop in 1 and in N processes (the machine's own speed-up, see cpu_loop)",
+        "cpu-loop: a pure-Python loop in 1 and in N processes (the machine's own speed-up, see cpu_loop); "
+        f"startup: build 1 and build N of {STARTUP_ROWS} rows (the fixed cost of a build)",
     )
     parser.add_argument("--scratch", type=Path, default=None, help="where to generate inputs (default: a temp folder)")
     parser.add_argument("--inputs", choices=["realistic", "mixed"], default="realistic", help="see the docstring")
@@ -160,7 +201,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-build-", dir=args.scratch) as scratch:
             folder = Path(scratch)
             started = time.perf_counter()
-            inputs = {"recipe": (sources if args.inputs == "realistic" else mixed_sources).write_sources(folder, n)}
+            generator = sources if args.inputs == "realistic" else mixed_sources
+            inputs = {"recipe": generator.write_sources(folder, n)}
+            if "startup" in args.modes:
+                inputs["startup"] = generator.write_sources(folder / "startup", STARTUP_ROWS)
             input_files = [path for path in folder.rglob("*") if path.is_file()]
             size = sum(path.stat().st_size for path in input_files)
             print(
@@ -201,19 +245,19 @@ def main() -> None:
                         cache.mkdir()
                         run_env = {**env, "HF_DATASETS_CACHE": str(cache)}
                         command = [sys.executable, "-m", "hf_unified_embed", "validate", str(built)]
+                    elif mode == "startup":
+                        for processes in (1, num_proc):
+                            out = folder / f"startup-{processes}-{round_}"
+                            command = _build_command(inputs["startup"], out, processes)
+                            seconds = measure(command, run_env, memory=False, warm=input_files)["seconds"]
+                            label = f"startup {processes}"
+                            print(f"{n:>10,} {label:<13} {seconds:>8.2f}", flush=True)
+                            results.append({"rows": n, "mode": label, "round": round_, "seconds": seconds})
+                        continue
                     else:
                         processes = 1 if mode == "build-1" else num_proc
                         out = folder / f"out-{processes}-{round_}"
-                        command = [
-                            sys.executable,
-                            "-m",
-                            "hf_unified_embed",
-                            "build",
-                            str(inputs["recipe"]),
-                            "-o",
-                            str(out),
-                        ]
-                        command += ["--num-proc", str(processes)]
+                        command = _build_command(inputs["recipe"], out, processes)
                         built = out
                     result = measure(command, run_env, memory=args.memory, warm=input_files)
                     if mode.startswith("build"):
@@ -245,6 +289,10 @@ def main() -> None:
             ]
             for name, top, bottom in ratios:
                 print_ratio(name, results, n, top, bottom)
+            _print_ratios(
+                f"build 1 / build {num_proc}, each less its start-up (the speed-up of what divides)",
+                net_ratios(results, n, "build 1", f"build {num_proc}", "startup 1", f"startup {num_proc}"),
+            )
             if len(digests) > 1:
                 print(
                     f"# every build ({len(digests)}) wrote the same Parquet bytes: {len(set(digests.values())) == 1}"

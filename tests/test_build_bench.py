@@ -68,3 +68,31 @@ def test_the_cpu_loop_runs_in_one_and_in_several_processes(bench: ModuleType, mo
     for processes in (1, 2):
         seconds = bench.cpu_loop(processes)
         assert 0.0 < seconds < 30.0
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(1.0, 100.0), st.floats(1.0, 100.0), st.floats(0.0, 0.9), st.floats(0.0, 0.9)),
+        min_size=1,
+        max_size=7,
+    )
+)
+def test_the_net_speed_up_takes_each_rounds_start_up_from_its_own_builds(
+    bench: ModuleType, rounds: list[tuple[float, float, float, float]]
+) -> None:
+    results = []
+    for round_, (one, two, startup_one, startup_two) in enumerate(rounds):
+        for mode, seconds in (
+            ("build 1", one),
+            ("build 2", two),
+            ("startup 1", startup_one),
+            ("startup 2", startup_two),
+        ):
+            results.append({"rows": 1000, "mode": mode, "round": round_, "seconds": seconds})
+    # A round without its start-up and another size's rows are left out.
+    results.append({"rows": 1000, "mode": "build 1", "round": len(rounds), "seconds": 5.0})
+    results.append({"rows": 1000, "mode": "build 2", "round": len(rounds), "seconds": 3.0})
+    results += _rows(10, [(1.0, 50.0)])
+    ratios = bench.net_ratios(results, 1000, "build 1", "build 2", "startup 1", "startup 2")
+    assert ratios == [(one - s1) / (two - s2) for one, two, s1, s2 in rounds]
