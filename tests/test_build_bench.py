@@ -96,3 +96,51 @@ def test_the_net_speed_up_takes_each_rounds_start_up_from_its_own_builds(
     results += _rows(10, [(1.0, 50.0)])
     ratios = bench.net_ratios(results, 1000, "build 1", "build 2", "startup 1", "startup 2")
     assert ratios == [(one - s1) / (two - s2) for one, two, s1, s2 in rounds]
+
+
+_CEILING_MODES = ("build 1", "startup 1", "startup 2", "cpu loop 1", "cpu loop 2")
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(1.0, 100.0),  # build 1
+            st.floats(0.0, 1.0),  # startup 1
+            st.floats(0.0, 2.0),  # startup 2
+            st.floats(0.1, 10.0),  # cpu loop 1
+            st.floats(0.05, 10.0),  # cpu loop 2
+        ),
+        min_size=1,
+        max_size=7,
+    )
+)
+def test_the_ceiling_is_amdahls_bound_over_each_rounds_own_start_ups_and_loop(
+    bench: ModuleType, rounds: list[tuple[float, float, float, float, float]]
+) -> None:
+    results = [
+        {"rows": 1000, "mode": mode, "round": round_, "seconds": seconds}
+        for round_, values in enumerate(rounds)
+        for mode, seconds in zip(_CEILING_MODES, values)
+    ]
+    # A round without its cpu loop, and another size's rows, are left out.
+    results += [{"rows": 1000, "mode": mode, "round": len(rounds), "seconds": 1.0} for mode in _CEILING_MODES[:3]]
+    results += [{"rows": 10, "mode": mode, "round": 0, "seconds": 0.5} for mode in _CEILING_MODES]
+    ceilings = bench.ceiling_ratios(results, 1000, 2)
+    assert len(ceilings) == len(rounds)
+    for ceiling, (one, startup_one, startup_two, loop_one, loop_two) in zip(ceilings, rounds):
+        # The build at the machine's speed-up for what divides, its start-up in two processes undivided.
+        best_two = startup_two + max(one - startup_one, 0.0) / (loop_one / loop_two)
+        assert ceiling == pytest.approx(one / best_two)
+        if startup_two >= startup_one and loop_one >= loop_two:
+            assert ceiling <= loop_one / loop_two * (1 + 1e-9)  # never above what the machine gives
+
+
+def test_without_start_ups_the_ceiling_is_the_machines_speed_up(bench: ModuleType) -> None:
+    values = (10.0, 0.0, 0.0, 0.9, 0.5)
+    results = [{"rows": 1, "mode": mode, "round": 0, "seconds": s} for mode, s in zip(_CEILING_MODES, values)]
+    assert bench.ceiling_ratios(results, 1, 2) == [pytest.approx(0.9 / 0.5)]
+    # A build that is all start-up gains nothing from a second process.
+    values = (1.0, 1.0, 1.0, 0.9, 0.5)
+    results = [{"rows": 1, "mode": mode, "round": 0, "seconds": s} for mode, s in zip(_CEILING_MODES, values)]
+    assert bench.ceiling_ratios(results, 1, 2) == [pytest.approx(1.0)]
