@@ -82,10 +82,17 @@ def load_raw_files(folder: Path, cache: Path) -> int:
     )
 
 
+def _by_round(
+    results: Sequence[dict[str, Any]], rows: int, mode: str
+) -> tuple[dict[tuple[str, int], float], list[int]]:
+    """The seconds of ``rows``' measurements by ``(mode, round)``, and the rounds that measured ``mode``."""
+    seconds = {(row["mode"], row["round"]): row["seconds"] for row in results if row["rows"] == rows}
+    return seconds, sorted({round_ for measured, round_ in seconds if measured == mode})
+
+
 def round_ratios(results: Sequence[dict[str, Any]], rows: int, top: str, bottom: str) -> list[float]:
     """``top``'s seconds over ``bottom``'s, round by round (the two measured back to back)."""
-    seconds = {(row["mode"], row["round"]): row["seconds"] for row in results if row["rows"] == rows}
-    rounds = sorted({round_ for mode, round_ in seconds if mode == top})
+    seconds, rounds = _by_round(results, rows, top)
     return [seconds[top, r] / seconds[bottom, r] for r in rounds if (bottom, r) in seconds]
 
 
@@ -94,8 +101,7 @@ def net_ratios(
 ) -> list[float]:
     """Round by round, ``top``'s seconds less ``top_less``'s over ``bottom``'s less ``bottom_less``'s (each less
     the same round's): the speed-up of what a build does beyond its fixed cost."""
-    seconds = {(row["mode"], row["round"]): row["seconds"] for row in results if row["rows"] == rows}
-    rounds = sorted({round_ for mode, round_ in seconds if mode == top})
+    seconds, rounds = _by_round(results, rows, top)
     return [
         (seconds[top, r] - seconds[top_less, r]) / (seconds[bottom, r] - seconds[bottom_less, r])
         for r in rounds
@@ -109,9 +115,8 @@ def ceiling_ratios(results: Sequence[dict[str, Any]], rows: int, num_proc: int) 
     ``build 1`` over ``startup num_proc`` plus the rest of ``build 1`` (less ``startup 1``) divided by the
     round's ``cpu loop`` speed-up — the start-ups as measured, everything else as parallel as work that
     shares no memory (Amdahl's bound; memory-bound work scales worse, perfect packing is assumed)."""
-    seconds = {(row["mode"], row["round"]): row["seconds"] for row in results if row["rows"] == rows}
+    seconds, rounds = _by_round(results, rows, "build 1")
     modes = ("build 1", "startup 1", f"startup {num_proc}", "cpu loop 1", f"cpu loop {num_proc}")
-    rounds = sorted({round_ for mode, round_ in seconds if mode == "build 1"})
     ceilings = []
     for r in rounds:
         if not all((mode, r) in seconds for mode in modes):
