@@ -221,6 +221,8 @@ def main() -> None:
         f"{'rows':>10} {'mode':<13} {'seconds':>8} {'CPU s':>7} {'rows/s':>9} {'tree PSS MB':>12} {'tree anon MB':>13}"
     )
     results = []
+    if args.scratch is not None:
+        args.scratch.mkdir(parents=True, exist_ok=True)  # a folder named for the run may not exist yet
     for n in args.sizes:
         with tempfile.TemporaryDirectory(prefix="bench-build-", dir=args.scratch) as scratch:
             folder = Path(scratch)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -144,3 +146,20 @@ def test_without_start_ups_the_ceiling_is_the_machines_speed_up(bench: ModuleTyp
     values = (1.0, 1.0, 1.0, 0.9, 0.5)
     results = [{"rows": 1, "mode": mode, "round": 0, "seconds": s} for mode, s in zip(_CEILING_MODES, values)]
     assert bench.ceiling_ratios(results, 1, 2) == [pytest.approx(1.0)]
+
+
+def test_the_bench_runs_end_to_end_into_a_scratch_folder_it_creates(tmp_path: Path) -> None:
+    """A small run as a user starts it, ``--scratch`` naming a folder that does not exist yet: both builds
+    write the same bytes and the scratch keeps nothing of the run."""
+    scratch = tmp_path / "runs" / "today"
+    command = [sys.executable, str(REPO / "bench" / "build.py"), "--sizes", "300", "--no-memory", "--num-proc", "2"]
+    result = subprocess.run(
+        [*command, "--modes", "build-1", "build-N", "--scratch", str(scratch)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "every build (2) wrote the same Parquet bytes: True" in result.stdout
+    assert scratch.is_dir() and not any(scratch.iterdir())
