@@ -20,7 +20,8 @@ Each measurement runs in a fresh process, back to back:
   gain in each round (:func:`ceiling_ratios`): the start-ups as measured, the rest at the loop's speed-up.
 
 With ``--repeat``, the modes run in rounds, one after another, and each ratio is the median of the rounds'
-ratios (each round's shown): the two modes of a round run back to back, on the machine as it is then.
+ratios (each round's shown): the two modes of a round run back to back, on the machine as it is then, and
+``build-1`` and ``build-N`` swap places every other round (:func:`round_modes`), so neither always runs first.
 
 Reported per size: seconds, CPU seconds of the process and its workers (user + system: what the work
 costs whatever else the machine runs), rows/s (output rows, wall clock), the peak memory of the process
@@ -122,7 +123,9 @@ def ceiling_ratios(results: Sequence[dict[str, Any]], rows: int, num_proc: int) 
         if not all((mode, r) in seconds for mode in modes):
             continue
         one, startup_one, startup_n, loop_one, loop_n = (seconds[mode, r] for mode in modes)
-        ceilings.append(one / (startup_n + max(one - startup_one, 0.0) * loop_n / loop_one))
+        best_n = startup_n + max(one - startup_one, 0.0) * loop_n / loop_one
+        if best_n > 0:  # a round of nothing but a start-up timed at 0 s bounds nothing
+            ceilings.append(one / best_n)
     return ceilings
 
 
@@ -144,6 +147,19 @@ def read_shards(folder: Path) -> int:
     import pyarrow.parquet as pq
 
     return sum(pq.read_table(path).num_rows for path in sorted((folder / "data").rglob("*.parquet")))
+
+
+def round_modes(modes: Sequence[str], round_: int) -> list[str]:
+    """The modes of round ``round_`` (from 0): as given, with ``build-1`` and ``build-N`` swapped in odd rounds.
+
+    Each build leaves the machine in some state for the next (its output's pages cached, its memory given
+    back); a fixed order would put one of the two always after the other.
+    """
+    order = list(modes)
+    if round_ % 2 and "build-1" in order and "build-N" in order:
+        first, second = order.index("build-1"), order.index("build-N")
+        order[first], order[second] = order[second], order[first]
+    return order
 
 
 def digest(folder: Path) -> str:
@@ -247,7 +263,7 @@ def main() -> None:
             for round_ in range(args.repeat):
                 if args.repeat > 1:
                     print(f"# round {round_ + 1} of {args.repeat}", flush=True)
-                for mode in args.modes:
+                for mode in round_modes(args.modes, round_):
                     run_env = env
                     if mode == "cpu-loop":
                         for processes in (1, num_proc):

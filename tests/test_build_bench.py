@@ -109,7 +109,7 @@ _CEILING_MODES = ("build 1", "startup 1", "startup 2", "cpu loop 1", "cpu loop 2
         st.tuples(
             st.floats(1.0, 100.0),  # build 1
             st.floats(0.0, 1.0),  # startup 1
-            st.floats(0.0, 2.0),  # startup 2
+            st.floats(0.01, 2.0),  # startup 2: a process takes time to start
             st.floats(0.1, 10.0),  # cpu loop 1
             st.floats(0.05, 10.0),  # cpu loop 2
         ),
@@ -146,6 +146,10 @@ def test_without_start_ups_the_ceiling_is_the_machines_speed_up(bench: ModuleTyp
     values = (1.0, 1.0, 1.0, 0.9, 0.5)
     results = [{"rows": 1, "mode": mode, "round": 0, "seconds": s} for mode, s in zip(_CEILING_MODES, values)]
     assert bench.ceiling_ratios(results, 1, 2) == [pytest.approx(1.0)]
+    # All start-up, the parallel one timed at 0 s: no bound, and no division by zero.
+    values = (1.0, 1.0, 0.0, 0.9, 0.5)
+    results = [{"rows": 1, "mode": mode, "round": 0, "seconds": s} for mode, s in zip(_CEILING_MODES, values)]
+    assert bench.ceiling_ratios(results, 1, 2) == []
 
 
 def test_the_bench_runs_end_to_end_into_a_scratch_folder_it_creates(tmp_path: Path) -> None:
@@ -163,3 +167,26 @@ def test_the_bench_runs_end_to_end_into_a_scratch_folder_it_creates(tmp_path: Pa
     assert result.returncode == 0, result.stderr[-2000:]
     assert "every build (2) wrote the same Parquet bytes: True" in result.stdout
     assert scratch.is_dir() and not any(scratch.iterdir())
+
+
+_MODES = ["build-1", "build-N", "load_dataset", "validate", "read-shards", "cpu-loop", "startup"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.permutations(_MODES).flatmap(lambda modes: st.integers(1, len(modes)).map(lambda k: modes[:k])),
+    st.integers(0, 9),
+)
+def test_the_two_builds_take_turns_running_first(bench: ModuleType, modes: list[str], round_: int) -> None:
+    order = bench.round_modes(modes, round_)
+    assert sorted(order) == sorted(modes)
+    both = "build-1" in modes and "build-N" in modes
+    for index, mode in enumerate(modes):
+        if both and round_ % 2 and mode in ("build-1", "build-N"):
+            assert order[index] == ("build-N" if mode == "build-1" else "build-1")
+        else:
+            assert order[index] == mode  # every other mode keeps its place
+    if both:
+        builds = ("build-1", "build-N")
+        firsts = {next(m for m in bench.round_modes(modes, r) if m in builds) for r in (round_, round_ + 1)}
+        assert firsts == set(builds)  # two rounds in a row: each build runs first once
