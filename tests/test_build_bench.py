@@ -138,18 +138,20 @@ def test_the_ceiling_is_amdahls_bound_over_each_rounds_own_start_ups_and_loop(
             assert ceiling <= loop_one / loop_two * (1 + 1e-9)  # never above what the machine gives
 
 
+def _one_round(values: tuple[float, ...]) -> list[dict[str, Any]]:
+    """One round of ``_CEILING_MODES``' seconds, at one row."""
+    return [{"rows": 1, "mode": mode, "round": 0, "seconds": s} for mode, s in zip(_CEILING_MODES, values)]
+
+
 def test_without_start_ups_the_ceiling_is_the_machines_speed_up(bench: ModuleType) -> None:
     values = (10.0, 0.0, 0.0, 0.9, 0.5)
-    results = [{"rows": 1, "mode": mode, "round": 0, "seconds": s} for mode, s in zip(_CEILING_MODES, values)]
-    assert bench.ceiling_ratios(results, 1, 2) == [pytest.approx(0.9 / 0.5)]
+    assert bench.ceiling_ratios(_one_round(values), 1, 2) == [pytest.approx(0.9 / 0.5)]
     # A build that is all start-up gains nothing from a second process.
     values = (1.0, 1.0, 1.0, 0.9, 0.5)
-    results = [{"rows": 1, "mode": mode, "round": 0, "seconds": s} for mode, s in zip(_CEILING_MODES, values)]
-    assert bench.ceiling_ratios(results, 1, 2) == [pytest.approx(1.0)]
+    assert bench.ceiling_ratios(_one_round(values), 1, 2) == [pytest.approx(1.0)]
     # All start-up, the parallel one timed at 0 s: no bound, and no division by zero.
     values = (1.0, 1.0, 0.0, 0.9, 0.5)
-    results = [{"rows": 1, "mode": mode, "round": 0, "seconds": s} for mode, s in zip(_CEILING_MODES, values)]
-    assert bench.ceiling_ratios(results, 1, 2) == []
+    assert bench.ceiling_ratios(_one_round(values), 1, 2) == []
 
 
 def test_the_bench_runs_end_to_end_into_a_scratch_folder_it_creates(tmp_path: Path) -> None:
