@@ -205,6 +205,12 @@ def main() -> None:
     )
     parser.add_argument("--scratch", type=Path, default=None, help="where to generate inputs (default: a temp folder)")
     parser.add_argument("--inputs", choices=["realistic", "mixed"], default="realistic", help="see the docstring")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=sources.DATA,
+        help="the real texts the realistic inputs are drawn from (default: ../shared/data)",
+    )
     parser.add_argument("--read-worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument(
         "--no-memory",
@@ -221,6 +227,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--load-worker", nargs=2, metavar=("FOLDER", "CACHE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.inputs == "realistic" and not args.data.is_dir():
+        # Before anything is generated or built: a traceback from deep inside the generator said less.
+        parser.error(
+            f"--data {args.data}: no such folder; the realistic inputs draw their texts from it (or: --inputs mixed)"
+        )
     if args.load_worker:
         print(load_raw_files(Path(args.load_worker[0]), Path(args.load_worker[1])))
         return
@@ -244,8 +255,9 @@ def main() -> None:
             folder = Path(scratch)
             started = time.perf_counter()
             generator = sources if args.inputs == "realistic" else mixed_sources
-            inputs = {"recipe": generator.write_sources(folder, n)}
-            inputs["startup"] = generator.write_sources(folder / "startup", STARTUP_ROWS)
+            data = {"data": args.data} if args.inputs == "realistic" else {}
+            inputs = {"recipe": generator.write_sources(folder, n, **data)}
+            inputs["startup"] = generator.write_sources(folder / "startup", STARTUP_ROWS, **data)
             input_files = [path for path in folder.rglob("*") if path.is_file()]
             size = sum(path.stat().st_size for path in input_files)
             print(

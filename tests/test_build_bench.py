@@ -154,13 +154,14 @@ def test_without_start_ups_the_ceiling_is_the_machines_speed_up(bench: ModuleTyp
     assert bench.ceiling_ratios(_one_round(values), 1, 2) == []
 
 
-def test_the_bench_runs_end_to_end_into_a_scratch_folder_it_creates(tmp_path: Path) -> None:
+def test_the_bench_runs_end_to_end_into_a_scratch_folder_it_creates(tmp_path: Path, shared_data: Path) -> None:
     """A small run as a user starts it, ``--scratch`` naming a folder that does not exist yet: both builds
-    write the same bytes and the scratch keeps nothing of the run."""
+    write the same bytes and the scratch keeps nothing of the run. (The generator draws its texts from
+    ``shared_data``, the folder it reads by default; without it the test is skipped.)"""
     scratch = tmp_path / "runs" / "today"
     command = [sys.executable, str(REPO / "bench" / "build.py"), "--sizes", "300", "--no-memory", "--num-proc", "2"]
     result = subprocess.run(
-        [*command, "--modes", "build-1", "build-N", "--scratch", str(scratch)],
+        [*command, "--modes", "build-1", "build-N", "--scratch", str(scratch), "--data", str(shared_data)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -169,6 +170,25 @@ def test_the_bench_runs_end_to_end_into_a_scratch_folder_it_creates(tmp_path: Pa
     assert result.returncode == 0, result.stderr[-2000:]
     assert "every build (2) wrote the same Parquet bytes: True" in result.stdout
     assert scratch.is_dir() and not any(scratch.iterdir())
+
+
+def test_without_the_real_texts_the_bench_says_so_in_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    scratch, missing = tmp_path / "runs", tmp_path / "no-data"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "build.py"), "--scratch", str(scratch), "--data", str(missing)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            f"--data {missing}: no such folder; the realistic inputs draw their texts from it (or: --inputs mixed)"
+        )
+    )
+    assert result.stdout == "" and not scratch.exists()
 
 
 _MODES = ["build-1", "build-N", "load_dataset", "validate", "read-shards", "cpu-loop", "startup"]
