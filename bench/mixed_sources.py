@@ -58,6 +58,7 @@ def write_sources(folder: Path, rows: int, *, seed: int = 0) -> Path:
 
     rng = random.Random(seed)
     counts = shares(rows)
+    folder.mkdir(parents=True, exist_ok=True)  # as bench/sources.py: the bench's start-up inputs go in a sub-folder
     with open(folder / "stsb.tsv", "w") as out:
         for i in range(counts["stsb"]):
             extra = "\tsource-a\tsource-b" if i % 10 == 0 else ""

@@ -172,6 +172,25 @@ def test_the_bench_runs_end_to_end_into_a_scratch_folder_it_creates(tmp_path: Pa
     assert scratch.is_dir() and not any(scratch.iterdir())
 
 
+def test_every_mode_runs_in_rounds_each_removing_what_it_no_longer_needs(tmp_path: Path) -> None:
+    """Two rounds of every timed mode (the mixed inputs: no real texts needed): validate and read-shards find
+    the folder the last build wrote although each build removes the one before it, and ``--num-proc 1`` gives
+    build-1 and build-N folders of their own."""
+    command = [sys.executable, str(REPO / "bench" / "build.py"), "--sizes", "300", "--no-memory", "--num-proc", "1"]
+    modes = ["startup", "build-1", "build-N", "load_dataset", "validate", "read-shards"]
+    result = subprocess.run(
+        [*command, "--inputs", "mixed", "--repeat", "2", "--modes", *modes, "--scratch", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.count("# validate left 0 entries in HF_DATASETS_CACHE") == 2
+    assert "every build (4) wrote the same Parquet bytes: True" in result.stdout
+    assert not any((tmp_path / "runs").iterdir())
+
+
 def test_without_the_real_texts_the_bench_says_so_in_one_line_and_writes_nothing(tmp_path: Path) -> None:
     scratch, missing = tmp_path / "runs", tmp_path / "no-data"
     result = subprocess.run(
