@@ -48,3 +48,39 @@ def test_an_open_process_group_is_closed() -> None:
     completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert completed.stdout.strip() == "closed"
+
+
+_QUIET = """
+import os, warnings
+import datasets, huggingface_hub.utils, transformers.utils.logging
+from hf_unified_embed.utils.processes import quiet_progress_bars
+before = dict(os.environ)
+with warnings.catch_warnings():
+    warnings.simplefilter("error")  # a warning would be printed by every process but rank 0
+    quiet_progress_bars()
+print(
+    transformers.utils.logging.is_progress_bar_enabled(),
+    datasets.is_progress_bar_enabled(),
+    huggingface_hub.utils.are_progress_bars_disabled(),
+    dict(os.environ) == before,
+)
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "shown"),
+    [({}, "False False True True"), ({"HF_HUB_DISABLE_PROGRESS_BARS": "0"}, "False False False True")],
+)
+def test_quiet_progress_bars_turns_off_the_libraries_bars_and_leaves_the_environment(
+    env: dict[str, str], shown: str
+) -> None:
+    """In a fresh interpreter (the libraries' bars are process state): transformers', datasets' and the Hub's
+    bars are off, the environment unchanged; a user who forced the Hub's bars on keeps those, and no warning."""
+    import os
+
+    environment = {k: v for k, v in os.environ.items() if not k.endswith("_DISABLE_PROGRESS_BARS")}
+    result = subprocess.run(
+        [sys.executable, "-c", _QUIET], capture_output=True, text=True, timeout=120, env={**environment, **env}
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == shown.split()

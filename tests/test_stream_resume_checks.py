@@ -166,3 +166,5 @@ def test_a_non_streaming_checkpoint_or_another_recipe_s_is_refused_with_one_line
     assert "Traceback" not in result.stderr and "ChildFailedError" not in result.stderr, result.stderr[-3000:]
     errors = _errors(result)
     assert len(errors) == 1 and "names task(s) ['other-task'] that this run does not stream" in errors[0], errors
+    # Only rank 0 draws progress bars: another process's half-drawn bar could hold the start of the error's line.
+    assert result.stderr.count("Loading weights: 100%") <= 1, result.stderr[-3000:]

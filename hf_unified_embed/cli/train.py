@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from hf_unified_embed.cli.arg_types import integer, path
-from hf_unified_embed.utils.processes import end_process_group, is_main_process
+from hf_unified_embed.utils.processes import end_process_group, is_main_process, quiet_progress_bars
 
 
 def register(subparsers: Any) -> None:
@@ -44,6 +44,8 @@ def run_train(args: argparse.Namespace) -> int:
         recipe.training_args["max_steps"] = args.max_steps
     # A typo is reported before the training stack (torch, transformers, sentence-transformers) is imported.
     quick_preflight(recipe)
+    if not is_main_process():
+        quiet_progress_bars()  # rank 0 draws the run's bars, and its error line starts a line of its own
     from hf_unified_embed.recipe.run import check_recipe, train_from_recipe
 
     if args.check:
