@@ -1,7 +1,8 @@
 """Benchmark: time and peak memory of ``hf-unified-embed build`` on a recipe of several sources, single-process and
 parallel, beside ``datasets.load_dataset`` of the same raw files.
 
-Each measurement runs in a fresh process, back to back:
+Each measurement runs in a fresh process, back to back, and what it wrote is removed once no later run needs it
+(the last build's folder stays for ``validate`` and ``read-shards``), so every run finds the machine alike:
 
 * ``build 1``: ``hf-unified-embed build recipe.yaml -o OUT --num-proc 1`` (read, validate, write the
   Parquet shards and the card);
