@@ -287,13 +287,8 @@ def main() -> None:
                             results.append({"rows": n, "mode": label, "round": round_, "seconds": seconds})
                         continue
                     if mode == "load_dataset":
-                        command = [
-                            sys.executable,
-                            __file__,
-                            "--load-worker",
-                            str(folder),
-                            str(folder / f"cache-load-{round_}"),
-                        ]
+                        cache = folder / f"cache-load-{round_}"
+                        command = [sys.executable, __file__, "--load-worker", str(folder), str(cache)]
                     elif mode == "read-shards":
                         if built is None:
                             raise SystemExit("--modes read-shards needs a build mode before it")
@@ -330,12 +325,11 @@ def main() -> None:
                         if built is not None:
                             shutil.rmtree(built)
                         built = out
-                    elif mode == "load_dataset":
-                        shutil.rmtree(command[-1])
                     elif mode == "validate":
                         left = [path for path in cache.rglob("*")]
                         print(f"# validate left {len(left)} entries in HF_DATASETS_CACHE", flush=True)
-                        shutil.rmtree(cache)
+                    if mode in ("load_dataset", "validate"):
+                        shutil.rmtree(cache)  # the cache the run was given
                     label = f"build {num_proc}" if mode == "build-N" else mode.replace("-", " ")
                     print(
                         f"{n:>10,} {label:<13} {result['seconds']:>8.1f} {result['cpu_seconds']:>7.1f} "

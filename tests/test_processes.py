@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -76,8 +77,6 @@ def test_quiet_progress_bars_turns_off_the_libraries_bars_and_leaves_the_environ
 ) -> None:
     """In a fresh interpreter (the libraries' bars are process state): transformers', datasets' and the Hub's
     bars are off, the environment unchanged; a user who forced the Hub's bars on keeps those, and no warning."""
-    import os
-
     environment = {k: v for k, v in os.environ.items() if not k.endswith("_DISABLE_PROGRESS_BARS")}
     result = subprocess.run(
         [sys.executable, "-c", _QUIET], capture_output=True, text=True, timeout=120, env={**environment, **env}
