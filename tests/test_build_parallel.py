@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import codecs
 import json
-import os
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -27,7 +26,7 @@ from hf_unified_embed.data import (
     task_summary,
     write_unified,
 )
-from hf_unified_embed.data.build_plan import Piece, available_cpus, balanced_groups
+from hf_unified_embed.data.build_plan import Piece, balanced_groups
 from hf_unified_embed.data.source_rows import build_source
 from hf_unified_embed.errors import HfUnifiedEmbedError
 from hf_unified_embed.utils import table_blocks
@@ -450,22 +449,6 @@ def test_errors_are_those_of_the_row_by_row_build(tmp_path: Path, case: str):
 
 def test_python_whitespace_is_what_str_strip_removes():
     assert "".join(c for c in map(chr, range(0x110000)) if c.isspace()) == table_blocks.PY_WHITESPACE
-
-
-def test_num_proc_default_and_refusals(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys):
-    if hasattr(os, "sched_getaffinity") and not hasattr(os, "process_cpu_count"):
-        assert available_cpus() == len(os.sched_getaffinity(0))
-    seen = {}
-
-    def fake(recipe, **kwargs):
-        seen.update(kwargs)
-        raise HfUnifiedEmbedError("stop here")
-
-    monkeypatch.setattr("hf_unified_embed.data.build_unified_with_report", fake)
-    assert main(["build", str(SAMPLE_RECIPE), "-o", str(tmp_path / "out")]) == 2
-    assert seen["num_proc"] == available_cpus()
-    with pytest.raises(SystemExit):
-        main(["build", str(SAMPLE_RECIPE), "-o", str(tmp_path / "out"), "--num-proc", "0"])
 
 
 def test_sources_that_start_processes_or_load_datasets_build_alike(tmp_path: Path):

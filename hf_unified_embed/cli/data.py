@@ -33,8 +33,8 @@ def register(subparsers: Any) -> None:
         type=positive_int,
         default=None,
         metavar="N",
-        help="processes reading sources and files in parallel (default: the CPUs this process may use); "
-        "the output does not depend on it",
+        help="processes reading sources and writing shards in parallel (default: one per ~128 MB of input, "
+        "at most the CPUs this process may use); the output does not depend on it",
     )
     build.add_argument(
         "--max-shard-size",
@@ -84,7 +84,7 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
 
 def run_build(args: argparse.Namespace) -> int:
     from hf_unified_embed.data import build_unified_with_report, load_build_recipe
-    from hf_unified_embed.data.build_plan import available_cpus
+    from hf_unified_embed.data.build_plan import processes_worth
     from hf_unified_embed.data.hub_layout import DEFAULT_MAX_SHARD_BYTES, write_unified
     from hf_unified_embed.data.source_formats import get_source_format
     from hf_unified_embed.errors import HfUnifiedEmbedError
@@ -93,6 +93,7 @@ def run_build(args: argparse.Namespace) -> int:
 
     recipe = load_build_recipe(args.recipe)
     inputs: list[str | Path] = [args.recipe]
+    resolved = []
     for index, spec in enumerate(recipe.sources):
         try:
             files = resolve_inputs(
@@ -101,8 +102,10 @@ def run_build(args: argparse.Namespace) -> int:
         except HfUnifiedEmbedError as error:  # a missing file: say which recipe and source name it
             raise error.within(f"{recipe.origin}: sources[{index}] ({spec.name})") from None
         inputs += local_files(files)
+        resolved.append((spec, files))
     splits, sources, skipped, notes, summaries = {}, {}, {}, {}, {}
-    processes = args.num_proc or available_cpus()  # read the sources, then write the shards
+    # They read the sources, then write the shards; a small input is not worth starting processes for.
+    processes = args.num_proc or processes_worth(resolved)
     # The staging folder exists before the first row is read: an unwritable output fails at once, and
     # datasets' Arrow cache and every temporary file live inside it, so nothing outlives a killed build.
     with StagedOutput(args.output, overwrite=args.overwrite, inputs=inputs) as stage:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import heapq
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +30,12 @@ _LARGEST_PIECE = 0.05
 #: and 10M BEIR folders, 1.2 and 2.3 GB: two and four parts of ~600 MB, docs/data.md). Each part beyond
 #: one per process re-reads what every part shares (a BEIR part: the ids, ~1 s at 10M).
 _LARGEST_PART_BYTES = 640 * 2**20
+#: Input per process a build starts when not told how many (bytes times the formats' ``read_cost``): each
+#: process beyond the first costs a fixed time to start, join and end (its pool, its Arrow files joined,
+#: its share of the shard writers), which only a large enough share of the reading repays. The generator's
+#: shape (bench/sources.py) on two cores: 100k rows (116 MiB of it) as fast in two processes as in one,
+#: 10k rows (11 MiB) 1.2-1.5x slower, 300k rows (350 MiB) 1.2x faster (docs/data.md).
+_INPUT_PER_PROCESS = 128 * 2**20
 
 
 def available_cpus() -> int:
@@ -55,6 +61,25 @@ class Piece:
     weight: float
     #: ``(index, count)``: only this part of the one file (a ``splittable`` format's large input).
     part: tuple[int, int] | None = None
+
+
+def processes_worth(sources: Iterable[tuple[SourceSpec, Sequence[Path | str]]], cpus: int | None = None) -> int:
+    """How many processes build ``sources`` (each recipe source with its resolved inputs) when the user gave no
+    number: one per :data:`_INPUT_PER_PROCESS` of weighed input, at least one and at most ``cpus`` (default
+    :func:`available_cpus`). A source of the Hub, whose size is not known here, may take every CPU."""
+    limit = available_cpus() if cpus is None else cpus
+    weight = 0.0
+    for spec, files in sources:
+        if any(isinstance(entry, str) for entry in files):
+            return limit
+        weight += _read_cost(spec) * sum(input_size(entry) for entry in files)
+    return max(1, min(limit, int(weight // _INPUT_PER_PROCESS)))
+
+
+def _read_cost(spec: SourceSpec) -> float:
+    """Time per input byte of a source's format, to weigh its inputs (an unmarked adapter: a row-by-row
+    reader's)."""
+    return float(getattr(get_source_format(spec.format).read, "read_cost", 1.5))
 
 
 def input_size(entry: Path | str) -> float:
@@ -129,8 +154,7 @@ def _cut_into_pieces(planned: Sequence[Planned], num_proc: int) -> None:
         if item.error is not None:
             continue
         read = get_source_format(item.spec.format).read
-        # Time per input byte, to share the pieces out evenly (an unmarked adapter: a row-by-row reader's).
-        cost = getattr(read, "read_cost", 1.5)
+        cost = _read_cost(item.spec)  # to share the pieces out evenly
         one_by_one = getattr(read, "per_file", False) and item.spec.max_rows is None and len(item.files) > 1
         groups = [[entry] for entry in item.files] if one_by_one else [item.files]
         shares += [_Share(item, tuple(files), cost * sum(input_size(entry) for entry in files)) for files in groups]
