@@ -32,6 +32,11 @@ ratios. "waiting for data" is the mean wait for a batch per timed step and, afte
 added, a candidate for the defaults (``--candidate torch_compile=true``); a candidate row that fails is reported
 and the others stand. Each row also prints its median step, which a step that compiles or re-plans does not move.
 
+Every row but a candidate trains one more step after the timed ones, in which every operator whose result the
+host reads is counted with the line that asked for it (``hf_unified_embed.training.host_reads``; on a GPU each
+such read waits for the kernels queued before it): the table's last column, and where for ``defaults`` and
+``stock`` below it.
+
 As each row ends it prints one line: its steps/s and where its process's wall time went (starting, the whole
 ``train_from_recipe``, ending); ``--json`` is rewritten after every row (``"complete": false`` until the end),
 so a run that a time limit ends keeps the rows it measured.
@@ -49,7 +54,6 @@ import itertools
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -64,6 +68,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO / "bench") not in sys.path:
     sys.path.insert(0, str(REPO / "bench"))
 
+from _step_probes import peak_mb, step_profiler, step_reads  # noqa: E402
 from _timing import every_trainer_calls, step_timer  # noqa: E402
 
 RECIPE = REPO / "examples" / "recipes" / "train.yaml"
@@ -171,17 +176,23 @@ def run_mode(
     from hf_unified_embed.recipe import recipe_from_dict, train_from_recipe
 
     recipe = recipe_for(mode, options, Path(data), model, Path(output))
-    if profiled:  # one step more, after the timed ones, under the profiler (which slows the step it watches)
-        recipe["training_args"]["max_steps"] += 1
+    last = options.warmup + options.steps
+    # Steps after the timed ones, each watched by a probe that slows it: the profiler's (with ``profiled``),
+    # then the host reads' (not in a candidate row, whose settings may compile the step: a dispatch mode
+    # would be traced into it).
+    profiler = step_profiler(last, options.device) if profiled else None
+    reads = None if mode.startswith(CANDIDATE) else step_reads(last + int(profiled), options.device)
+    probes = [probe for probe in (profiler, reads) if probe is not None]
+    recipe["training_args"]["max_steps"] += len(probes)
     if options.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     timer = step_timer(options.device)
-    profiler = step_profiler(options.warmup + options.steps, options.device)
     begun = time.time()
-    with every_trainer_calls(timer), every_trainer_calls(profiler) if profiled else contextlib.nullcontext():
+    with contextlib.ExitStack() as watching:
+        for callback in (timer, *probes):
+            watching.enter_context(every_trainer_calls(callback))
         train_from_recipe(recipe_from_dict(recipe, origin=f"bench/step.py:{mode}"), overwrite=True)
     ended = time.time()
-    last = options.warmup + options.steps
     timed = timer.stamps[options.warmup : last]
     seconds = timed[-1] - timed[0] if len(timed) > 1 else float("nan")
     steps = max(len(timed) - 1, 0)
@@ -191,8 +202,8 @@ def run_mode(
         for end, begin in zip(timer.stamps[options.warmup : last - 1], timer.begins[options.warmup + 1 : last])
     ]
     rows = recipe["training_args"]["per_device_train_batch_size"]
-    # The profiler's own records would count in the peak (on the CPU they doubled it): taken before its step.
-    peak = profiler.peak_before if profiled else peak_mb(options.device)
+    # The probes' own records would count in the peak (on the CPU the profiler's doubled it): taken before them.
+    peak = probes[0].peak_before if probes else peak_mb(options.device)
     return {
         "mode": mode,
         "steps_per_s": steps / seconds,
@@ -204,7 +215,10 @@ def run_mode(
         if steps
         else float("nan"),
         "waits_ms": [round(1e3 * wait, 2) for wait in waits],
-        "profile": profiler.table,
+        "profile": profiler.table if profiler is not None else "",
+        # Operators of one step whose result the host reads (each a wait for the GPU's queue), and where.
+        "host_reads": len(reads.reads.reads) if reads is not None else None,
+        "host_reads_where": reads.reads.summary() if reads is not None else "",
         # Wall-clock stamps (time.time()) of the run's phases; run_row turns them into seconds per phase.
         "train_begun": begun,
         "train_ended": ended,
@@ -258,60 +272,6 @@ def precision_check(options: argparse.Namespace, data: Path, model: str | None, 
     }
 
 
-def peak_mb(device: str) -> float:
-    """The process's peak memory so far: allocated on the GPU, or resident on the CPU (MiB)."""
-    import torch
-
-    if device.startswith("cuda"):
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def step_profiler(step: int, device: str) -> Any:
-    """A trainer callback that runs ``torch.profiler`` over optimizer step ``step`` (0-based) and keeps its table:
-    on CUDA GPU kernel time against host time, sorted both ways (the kernels that fill the GPU, and the
-    operators whose launching fills the host); on the CPU the host's operators. ``peak_before``: the process's
-    peak memory when that step began."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    from transformers import TrainerCallback
-
-    cuda = device.startswith("cuda")
-
-    class OneStep(TrainerCallback):
-        def __init__(self) -> None:
-            self.profiler: Any = None
-            self.table = ""
-            self.peak_before = float("nan")
-
-        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if state.global_step == step:
-                self.peak_before = peak_mb(device)
-                activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
-                self.profiler = profile(activities=activities)
-                self.profiler.__enter__()
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if self.profiler is not None and not self.table:
-                if cuda:
-                    torch.cuda.synchronize()
-                self.profiler.__exit__(None, None, None)
-                events = self.profiler.key_averages()
-                host = sum(event.self_cpu_time_total for event in events) / 1e3
-                kernels = sum(event.self_device_time_total for event in events) / 1e3
-                self.table = "\n".join(
-                    [
-                        f"one step: GPU kernels {kernels:.1f} ms, host {host:.1f} ms"
-                        if cuda
-                        else f"one step: host {host:.1f} ms",
-                        *([events.table(sort_by="self_cuda_time_total", row_limit=12)] if cuda else []),
-                        events.table(sort_by="self_cpu_time_total", row_limit=15),
-                    ]
-                )
-
-    return OneStep()
-
-
 def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One mode's rounds as one row: the median of each figure, and the median wait over every timed step."""
     waits = sorted(wait for row in rows for wait in row["waits_ms"])
@@ -323,6 +283,8 @@ def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
         },
         "peak_mb": max(row["peak_mb"] for row in rows),
         "median_wait_ms": statistics.median(waits) if waits else float("nan"),
+        "host_reads": rows[0].get("host_reads"),  # the same code path in every round
+        "host_reads_where": rows[0].get("host_reads_where", ""),
     }
 
 
@@ -453,16 +415,18 @@ def main() -> None:
         f"batch size {options.batch_size or 'as the recipe'}; {options.repeat} round(s), medians"
     )
     print(
-        f"| row | steps/s | samples/s | {memory} | waiting for data | median step | step time × float32 | step time × stock |"
+        f"| row | steps/s | samples/s | {memory} | waiting for data | median step | step time × float32 | "
+        "step time × stock | host reads in a step |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in results:
         versus32 = by_mode["float32"]["steps_per_s"] / row["steps_per_s"]
         versus_stock = by_mode["stock"]["steps_per_s"] / row["steps_per_s"]
+        reads = "—" if row.get("host_reads") is None else row["host_reads"]
         print(
             f"| {row['mode']} | {row['steps_per_s']:.2f} | {row['samples_per_s']:.1f} | {row['peak_mb']:,.0f} MB | "
             f"{row['data_wait_ms']:.1f} / {row['median_wait_ms']:.1f} ms/step | {row['median_step_ms']:.1f} ms | "
-            f"{versus32:.2f} | {versus_stock:.2f} |"
+            f"{versus32:.2f} | {versus_stock:.2f} | {reads} |"
         )
     if options.repeat > 1:
         for round_ in rounds:
@@ -478,6 +442,10 @@ def main() -> None:
         f"bf16 vs float32 on one {check['task']} batch: loss {check['loss_fp32']:.5f} vs {check['loss_bf16']:.5f} "
         f"(relative difference {check['loss_rel_diff']:.2e}), gradient cosine {check['grad_cosine']:.5f}"
     )
+    for mode in ("defaults", "stock"):  # where the host read a value in one step (on a GPU, a wait each)
+        if by_mode[mode].get("host_reads_where"):
+            print(f"host reads in one step of the {mode} row (reads, operator, asked for at):")
+            print(by_mode[mode]["host_reads_where"])
     if table:
         print(table)
     if options.json:

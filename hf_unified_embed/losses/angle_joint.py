@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.common.citations import ANGLE
-from hf_unified_embed.losses.common.input_checks import as_float, require_labels, require_pairs, zero_loss
+from hf_unified_embed.losses.common.input_checks import as_float, masked_mean, require_labels, require_pairs
 from hf_unified_embed.losses.common.text_identity import text_ids_of
 from hf_unified_embed.losses.embedding_loss import EmbeddingLoss, MemoryBudget, MiniBatchOption, NonNegative, Positive
 from hf_unified_embed.losses.parts import LossParts
@@ -167,8 +167,6 @@ class AnglEJointLoss(EmbeddingLoss):
     ) -> Tensor:
         anchors = labels >= self.positive_threshold
         logits = cos_sim(sentences1, sentences2) * self.ibn_scale
-        if not bool(anchors.any()):
-            return zero_loss(logits)
         positives = torch.eye(len(labels), dtype=torch.bool, device=logits.device)
         if text_ids is not None and self.mask_false_negatives:
             ids1, ids2 = (ids.to(logits.device) for ids in text_ids)
@@ -176,7 +174,8 @@ class AnglEJointLoss(EmbeddingLoss):
             positives |= ids2.unsqueeze(0) == ids1.unsqueeze(1)  # candidate identical to the anchor x1
             positives |= (ids1.unsqueeze(0) == ids1.unsqueeze(1)) & anchors.unsqueeze(0)  # positive of the same x1
         log_positive = torch.logsumexp(logits.masked_fill(~positives, float("-inf")), dim=1)
-        return (torch.logsumexp(logits, dim=1) - log_positive)[anchors].mean()
+        # The mean over the anchors (0 without any), each row's positive set holding at least its own pair.
+        return masked_mean(torch.logsumexp(logits, dim=1) - log_positive, anchors)
 
     def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
         """Sentence pairs with the gold score as label, whatever the task type."""

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.common.citations import DATA_CUBE
-from hf_unified_embed.losses.common.input_checks import as_float, require_columns, require_labels, zero_loss
+from hf_unified_embed.losses.common.input_checks import as_float, masked_mean, require_columns, require_labels
 from hf_unified_embed.losses.common.text_identity import same_text, text_ids_of
 from hf_unified_embed.losses.embedding_loss import EmbeddingLoss, MemoryBudget, MiniBatchOption, Positive
 
@@ -155,10 +155,8 @@ class CurriculumInfoNCELoss(EmbeddingLoss):
         if self.difficulty_threshold is None:
             return F.cross_entropy(logits, targets)
         difficulty = require_labels(name, labels, len(queries), "the difficulty φ of each row")
-        kept = difficulty >= self.difficulty_threshold
-        if not bool(kept.any()):
-            return zero_loss(logits)
-        return F.cross_entropy(logits[kept], targets[kept])
+        # The mean over the rows kept (0 without any), each row's own target never masked.
+        return masked_mean(F.cross_entropy(logits, targets, reduction="none"), difficulty >= self.difficulty_threshold)
 
     def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
         """The query, its positive, ``negatives_per_query`` hard negatives and the row's φ as label."""

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from hf_unified_embed.errors import LossOptionError, shown
 from hf_unified_embed.losses.columns import ColumnLayout
+from hf_unified_embed.losses.common.label_values import labels_checked
 from hf_unified_embed.losses.gradcache.auto_mini_batch import AUTO, AutoMiniBatch, choose_auto
 from hf_unified_embed.losses.gradcache.cached_loss import cached_loss
 from hf_unified_embed.losses.gradcache.protocol import FINAL, Embedded
@@ -147,7 +148,10 @@ class EmbeddingLoss(nn.Module, ABC):
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> LossOutput:
         features = list(sentence_features)
-        return self.loss_from_features(features, labels, self.loss_inputs(features))
+        # Labels and the inputs read from the tokens first: on a GPU, reading a value on the host after the
+        # forward pass would wait for the whole pass (losses/common/label_values.py).
+        with labels_checked(type(self).__name__, labels):
+            return self.loss_from_features(features, labels, self.loss_inputs(features))
 
     def loss_from_features(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from sentence_transformers.util import cos_sim
 from torch import Tensor, nn
@@ -11,7 +12,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.common.citations import CODIEMB
 from hf_unified_embed.losses.common.hidden_states import embed_columns_with_layer
-from hf_unified_embed.losses.common.input_checks import as_float, require_labels, require_pairs, zero_loss
+from hf_unified_embed.losses.common.input_checks import as_float, masked_mean, require_labels, require_pairs
 from hf_unified_embed.losses.common.text_identity import copies_elsewhere, text_ids_of
 from hf_unified_embed.losses.embedding_loss import (
     FINAL,
@@ -41,12 +42,11 @@ def thresholded_infonce(
     """
     anchors = labels >= positive_threshold
     logits = cos_sim(as_float(sentences1), as_float(sentences2)) / temperature
-    if not bool(anchors.any()):
-        return zero_loss(logits)
     if second_ids is not None:
         logits = logits.masked_fill(copies_elsewhere(second_ids), float("-inf"))
-    targets = anchors.nonzero().squeeze(1)
-    return F.cross_entropy(logits[anchors], targets)
+    # Every row's loss, then the mean over the anchors: selecting the anchors first would read them on the host.
+    per_row = F.cross_entropy(logits, torch.arange(len(logits), device=logits.device), reduction="none")
+    return masked_mean(per_row, anchors)
 
 
 class MidLayerInfoNCELoss(EmbeddingLoss):

@@ -85,12 +85,15 @@ class PearsonLoss(PairScoreLoss):
         super().__init__(model, mini_batch_size, mini_batch_num_tokens, mini_batch_memory_budget)
 
     def loss_from_scores(self, scores: Tensor, labels: Tensor) -> Tensor:
-        if labels.numel() < 2 or bool((labels == labels[0]).all()):
+        if labels.numel() < 2:
             return zero_loss(scores)
         centred_scores = scores - scores.mean()
         centred_labels = labels - labels.mean()
         spread = torch.sqrt(((centred_scores**2).sum() * (centred_labels**2).sum()).clamp_min(_MIN_SPREAD))
-        return 1.0 - (centred_scores * centred_labels).sum() / spread
+        loss = 1.0 - (centred_scores * centred_labels).sum() / spread
+        # Labels all equal: no correlation to learn, 0. Chosen on the device: an ``if`` would read the labels on
+        # the host, which on a GPU waits for the forward pass queued before (losses/common/label_values.py).
+        return torch.where((labels != labels[0]).any(), loss, zero_loss(scores))
 
     @property
     def citation(self) -> str:

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from hf_unified_embed.losses.common.citations import CODIEMB
-from hf_unified_embed.losses.common.input_checks import zero_loss
+from hf_unified_embed.losses.common.input_checks import masked_mean
 from hf_unified_embed.losses.common.pair_scores import PairScoreLoss
 from hf_unified_embed.losses.embedding_loss import MemoryBudget, MiniBatchOption, Positive
 
@@ -97,13 +97,12 @@ class PROLoss(PairScoreLoss):
         gaps = labels.unsqueeze(1) - labels.unsqueeze(0)  # gaps[i, j] = y_i - y_j
         lower = gaps > 0
         anchors = lower.any(dim=1)
-        if not bool(anchors.any()):
-            return zero_loss(scores)
         inverse_temperatures = gaps.clamp_min(0) / self.temperature  # 1 / T_i^j
         anchor_logits = scores * inverse_temperatures.max(dim=1).values  # ŷ_i / T_i^i
         tail_logits = (scores.unsqueeze(0) * inverse_temperatures).masked_fill(~lower, float("-inf"))
         log_partition = torch.logsumexp(torch.cat([anchor_logits.unsqueeze(1), tail_logits], dim=1), dim=1)
-        return (log_partition - anchor_logits)[anchors].mean()
+        # A row with no lower-scored row has only its own term: 0, with a finite gradient; left out of the mean.
+        return masked_mean(log_partition - anchor_logits, anchors)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"temperature": self.temperature, **super().get_config_dict()}

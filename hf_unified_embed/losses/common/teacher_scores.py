@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.common.input_checks import as_float, require_columns
+from hf_unified_embed.losses.common.label_values import checked_before_embedding
 from hf_unified_embed.losses.embedding_loss import EmbeddingLoss, MemoryBudget, MiniBatchOption
 
 
@@ -48,7 +49,7 @@ class TeacherScoreLoss(EmbeddingLoss):
                 "UnifiedDataCollator with rows that carry positive_scores and negative_scores (mine-negatives)."
             )
         teacher = labels.to(student.dtype)
-        if not bool(torch.isfinite(teacher).all()):
+        if not checked_before_embedding(labels) and not bool(torch.isfinite(teacher).all()):
             raise ValueError(f"{name} got non-finite teacher scores.")
         return self.loss_from_scores(student, teacher)
 
