@@ -41,6 +41,10 @@ COLUMNS: dict[str, tuple[str, str]] = {
 
 STEP_COLUMN = "step time (× ST)"
 
+#: The choice rule's floor on "kept": the base's neighbour overlap that the previous default (one epoch)
+#: kept. A row below it gave away general retrieval that the six-column mean does not show.
+KEPT_FLOOR = 0.80
+
 #: The settings' tables and their rows (the recipe table: the base and every recipe row measured, see ``report``).
 SETTINGS = {"main": MAIN_ROWS + KEEP_ROWS, "many": MANY_ROWS}
 
@@ -83,6 +87,48 @@ def aggregate(rows: Iterable[Mapping[str, float]]) -> dict[str, tuple[float, flo
     }
 
 
+def rule_violations(
+    row: Mapping[str, tuple[float, float | None]], base: Mapping[str, tuple[float, float | None]] | None
+) -> list[str]:
+    """Why ``row`` fails the choice rule (empty when it passes): ``kept`` below :data:`KEPT_FLOOR`, or a
+    quality column below the base's by more than one seed spread (the larger of the two rows' spreads; with
+    one seed, any drop counts)."""
+    problems = []
+    if FORGETTING_COLUMN in row and row[FORGETTING_COLUMN][0] < KEPT_FLOOR:
+        problems.append(f"kept {row[FORGETTING_COLUMN][0]:.4f} < {KEPT_FLOOR:.2f}")
+    for column, (mean, spread) in row.items():
+        if base is None or column in (FORGETTING_COLUMN, UNSEEN_COLUMN) or column not in base:
+            continue
+        base_mean, base_spread = base[column]
+        allowed = max(spread or 0.0, base_spread or 0.0)
+        if mean < base_mean - allowed:
+            problems.append(f"{column} {mean:.4f} < base {base_mean:.4f} - {allowed:.4f}")
+    return problems
+
+
+def chosen_row(table: Mapping[str, Mapping[str, tuple[float, float | None]]]) -> str | None:
+    """The row the choice rule picks: the best six-column mean among the trained rows (not ``base``) that
+    keep ``kept`` at or above :data:`KEPT_FLOOR` (when the table measures it) and have no quality column below
+    the base's by more than one seed spread; ``None`` when no row passes."""
+    measures_kept = any(FORGETTING_COLUMN in row for row in table.values())
+    base = table.get("base")
+    eligible = {
+        model: six_column_mean(row)
+        for model, row in table.items()
+        if model != "base"
+        and row
+        and (FORGETTING_COLUMN in row or not measures_kept)
+        and not rule_violations(row, base)
+    }
+    return max(eligible, key=eligible.__getitem__) if eligible else None
+
+
+def six_column_mean(row: Mapping[str, tuple[float, float | None]]) -> float:
+    """A row's mean over its quality columns (``kept`` and the unseen STS column are not quality columns)."""
+    quality = [column for column in row if column not in (FORGETTING_COLUMN, UNSEEN_COLUMN)]
+    return statistics.fmean(row[column][0] for column in quality) if quality else float("nan")
+
+
 def markdown_table(
     table: Mapping[str, Mapping[str, tuple[float, float | None]]],
     step_ratio: Mapping[str, float | None],
@@ -90,16 +136,13 @@ def markdown_table(
 ) -> str:
     """The rows (mean, ± standard deviation over seeds when several) with the best mean of each metric in
     bold, each row's mean over the six quality columns, then its step time relative to ST's — or, given
-    ``costs`` (``{column: {row: text}}``, :func:`cost_columns`), those columns instead."""
+    ``costs`` (``{column: {row: text}}``, :func:`cost_columns`), those columns instead — and below the table
+    the row the choice rule picks (:func:`chosen_row`)."""
     columns = list(dict.fromkeys(column for row in table.values() for column in row))
-    quality = [column for column in columns if column not in (FORGETTING_COLUMN, UNSEEN_COLUMN)]
     header = [*columns, "mean (6)"]
     tail = list(costs) if costs is not None else [STEP_COLUMN]
     lines = ["| model | " + " | ".join([*header, *tail]) + " |", "|---|" + "---:|" * (len(header) + len(tail))]
-    means = {
-        model: statistics.fmean(row[c][0] for c in quality if c in row) if row else float("nan")
-        for model, row in table.items()
-    }
+    means = {model: six_column_mean(row) if row else float("nan") for model, row in table.items()}
     best = {column: max(row[column][0] for row in table.values() if column in row) for column in columns}
     best["mean (6)"] = max(means.values())
     for model, row in table.items():
@@ -118,6 +161,12 @@ def markdown_table(
             ratio = step_ratio.get(model)
             cells.append("—" if ratio is None else f"{ratio:.2f}")
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    chosen = chosen_row(table)
+    lines += [
+        "",
+        f"Chosen by the rule (best six-column mean with kept ≥ {KEPT_FLOOR:.2f} and no column below the base by "
+        f"more than one seed spread): " + (f"**{chosen}**" if chosen else "no row passes"),
+    ]
     return "\n".join(lines)
 
 
@@ -207,6 +256,7 @@ def report(results: Mapping[str, Any], options: argparse.Namespace, argv: list[s
             setting: {row: {column: list(value) for column, value in table[row].items()} for row in table}
             for setting, table in tables.items()
         },
+        "chosen": {setting: chosen_row(table) for setting, table in tables.items()},
     }
     text = json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
     (options.output_dir / "quality.json").write_text(text, encoding="utf-8")

@@ -140,7 +140,7 @@ def test_report_tables_step_ratios_and_markdown_blocks(quality, tmp_path: Path) 
         {row: quality.aggregate([quality.summarize(result)]) for row, result in results.items()}, ratios
     )
     assert table.splitlines()[0].endswith("| mean (6) | step time (× ST) |")
-    assert table.splitlines()[-1] == (
+    assert table.splitlines()[4] == (
         "| codiemb | **0.5000** | **0.8000** | **0.7000** | **0.6000** | **0.7500** | **0.8500** | **0.7000** | 1.25 |"
     )
 
@@ -187,6 +187,36 @@ def test_seeds_aggregate_to_mean_and_spread_with_the_forgetting_column(quality) 
     assert lines[4].startswith("| codiemb | **0.8000 ± 0.1000** |")
     # The six-column mean leaves the forgetting column out.
     assert lines[4].split(" | ")[-2] == f"**{(0.8 + 0.8 + 0.7 + 0.6 + 0.75 + 0.85) / 6:.4f}**"
+
+
+def test_the_choice_rule_counts_what_is_kept_and_every_column_against_the_base(quality) -> None:
+    """The best six-column mean wins only with kept >= 0.80 and no column below the base by more than one
+    seed spread; the line under the table names the row."""
+
+    def row(sts: float, kept: float, spread: float | None = None, msmarco: float = 0.6) -> dict:
+        metrics = suite_metrics(quality, sts=sts)
+        metrics["msmarco-dl"] = {"metrics": {"cosine_ndcg@10": msmarco}}
+        metrics[quality.FORGETTING] = {"metrics": {"neighbour_overlap@10": kept, "similarity_spearman": 0.9}}
+        summary = quality.summarize({"results": metrics})
+        return {column: (value, spread) for column, value in summary.items()}
+
+    table = {
+        "base": row(0.5, 1.0),
+        "two-epochs": row(0.9, 0.78),  # the best mean, but it gives away kept
+        "merged": row(0.7, 0.82),
+        "forgets-msmarco": row(0.8, 0.85, msmarco=0.55),  # MS MARCO 0.05 below the base
+        "noisy": row(0.78, 0.81, spread=0.06, msmarco=0.55),  # the same drop, within one seed spread
+    }
+    assert quality.rule_violations(table["two-epochs"], table["base"]) == ["kept 0.7800 < 0.80"]
+    assert quality.rule_violations(table["forgets-msmarco"], table["base"]) == [
+        "MS MARCO nDCG@10 0.5500 < base 0.6000 - 0.0000"
+    ]
+    assert quality.chosen_row(table) == "noisy"
+    assert quality.markdown_table(table, {}).splitlines()[-1].endswith("**noisy**")
+    del table["noisy"]
+    assert quality.chosen_row(table) == "merged"
+    assert quality.chosen_row({"base": table["base"], "two-epochs": table["two-epochs"]}) is None
+    assert quality.markdown_table({"base": table["base"]}, {}).splitlines()[-1].endswith("no row passes")
 
 
 def test_unseen_sts_column_is_reported_outside_the_six_column_mean(quality) -> None:
