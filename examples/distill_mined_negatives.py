@@ -1,4 +1,4 @@
-"""Hub dataset → mined hard negatives → distillation: the three steps of issue 12 in one script.
+"""Hub dataset → mined hard negatives → distillation: the three steps in one script.
 
 1. A folder in the Hub layout (parquet under ``pair/`` plus a README whose ``configs`` YAML maps it,
    as ``sentence-transformers`` datasets are published) stands in for a Hub dataset: it is written

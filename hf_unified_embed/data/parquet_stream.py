@@ -6,7 +6,7 @@ folders the builder wrote (DESIGN.md):
 
 * a process that stops reading mid-file (a training run that ends at ``max_steps``, a script that
   takes the first rows) **hangs at interpreter exit** or aborts: datasets issue 7467 / Arrow issue 45214;
-  datasets' workaround (a ``gc.collect()``, its PR 8176) runs only for pyarrow ≤ 24;
+  datasets' workaround (a ``gc.collect()``, datasets PR 8176) runs only for pyarrow ≤ 24;
 * the reader holds at least one decoded row group per open shard, so its memory grows with the row
   groups a folder was written with (1.2 GB after 4,800 rows of three 40,000-row-group tasks).
 

@@ -3,7 +3,7 @@
 A suite is YAML (or a dict, or a bare list of entries)::
 
     name: shared-benchmarks          # optional, shown in results and cards
-    data_root: ../../../shared/data  # relative data paths resolve here (default: the suite's folder)
+    data_root: data                  # relative data paths resolve here (default: the suite's folder)
     batch_size: 64                   # encoding batch size of every evaluator
     diagnostics: {max_texts: 512}    # CoDiEmb §4 diagnostics per set; false to skip
     max_rows: null                   # evaluate on the first N rows of every set (a smoke run)

@@ -4,7 +4,7 @@ A mini-batch holds the same rows of every input column (they are embedded in one
 ``embed``). Padded rows are sorted by length, longest first, before they are cut, so a mini-batch pads its
 rows only up to the longest of similar lengths, and every column of a mini-batch is trimmed to its own
 longest row. With a token budget (``mini_batch_num_tokens``, the option of sentence-transformers' cached
-losses since its PR #3862) a mini-batch takes rows while its *padded* token count, summed over the
+losses since sentence-transformers PR 3862) a mini-batch takes rows while its *padded* token count, summed over the
 columns (rows × longest row of each column), stays within the budget, so every mini-batch costs about the
 same memory whatever the text lengths; a row longer than the budget on its own forms its own mini-batch.
 
