@@ -94,7 +94,8 @@ class CardConfig:
         model_name: the merged model's Hub id (used in the usage snippet and ``model-index``).
         evaluation_results: dicts of ``huggingface_hub.EvalResult`` fields (``task_type``,
             ``dataset_type``, ``dataset_name``, ``metric_type``, ``metric_value``, …).
-        language, license: copied into the card's metadata when given.
+        language: copied into the card's metadata when given.
+        license: copied into the card's metadata when given.
     """
 
     model_name: str | None = None

@@ -432,12 +432,18 @@ def search_merge(
     """Search merge parameters on dev sets and write the best merge; see :mod:`hf_unified_embed.merge.search`.
 
     Args:
-        models, method, output_dir, model_ids, model_name, overwrite, precise, **method_params: as
-            :func:`hf_unified_embed.merge.merge_models` (the fixed parameters).
+        models: as :func:`hf_unified_embed.merge.merge_models`.
+        method: as :func:`hf_unified_embed.merge.merge_models`.
+        output_dir: as :func:`hf_unified_embed.merge.merge_models`.
         suite: the evaluation suite of dev sets.
         search: candidate values per parameter (a list, or ``{"min", "max", "steps"}``).
         objective: ``{metric: weight}``, metrics named ``entry`` or ``entry/metric``.
         constraint: ``{"epsilon": ε, "metrics": [...]}``: keep the base (see :class:`SearchConfig`).
+        model_ids: as :func:`hf_unified_embed.merge.merge_models`.
+        model_name: as :func:`hf_unified_embed.merge.merge_models`.
+        overwrite: as :func:`hf_unified_embed.merge.merge_models`.
+        precise: as :func:`hf_unified_embed.merge.merge_models`.
+        **method_params: the method's fixed parameters, as :func:`hf_unified_embed.merge.merge_models`.
 
     Example::
 

@@ -181,7 +181,8 @@ def build_batch_plan(
         balance: ``"none"``, ``"equal"`` or ``"sqrt"``, see :func:`count_groups`.
         drop_last: drop a task's last incomplete step instead of padding it.
         difficulties: per-task arrays of φ (needed for ``easy_to_hard``).
-        seed, epoch: the plan is a pure function of these (and the arguments above).
+        seed: the plan is a pure function of the seed, the epoch and the arguments above.
+        epoch: the epoch whose plan to draw (see ``seed``).
         task_names: names for :class:`BatchPlan` (default ``"0"``, ``"1"``, ...).
     """
     n = np.asarray(sizes, dtype=np.int64)

@@ -84,20 +84,23 @@ class UnifiedDataCollator(SentenceTransformerDataCollator):
     has no negative columns and the loss uses in-batch negatives only.
 
     Args:
-        preprocess_fn: ``model.preprocess``.
         layouts: Column layout per task name. Tasks not listed use a layout from their ``task_type``
             (scored pairs for ``sts``/``pair_classification``, else 1 positive + ``negatives_per_query``).
         negatives_per_query: K− for tasks without a layout.
         seed: Seed of the draws (use the training arguments' seed).
         epoch: The current epoch; set by :meth:`set_epoch` (which :meth:`epoch_callback` calls at the start
             of every epoch).
-        prompts: ``{task: {column: instruction}}`` as from :func:`prompts_from_unified`; a key
-            ``"positive"`` / ``"negative"`` covers all numbered columns of that kind.
         valid_label_columns: sentence-transformers' label columns (``label``, ``score``, ...) plus
             :data:`NOT_COMPARED_COLUMNS`. The trainer hands this list to its batch samplers, and
             ``NoDuplicatesBatchSampler`` leaves these columns out when it looks for duplicates: it then
             compares each row's ``query`` and ``positives`` only. With the unified columns in, every row of
             a task would match every other on its task and instructions and each batch would hold one row.
+
+    Other Parameters:
+        preprocess_fn (Callable): ``model.preprocess`` (a field of sentence-transformers' collator).
+        prompts (dict[str, dict[str, str]] | None): ``{task: {column: instruction}}`` as from
+            :func:`prompts_from_unified`; a key ``"positive"`` / ``"negative"`` covers all numbered columns of
+            that kind (a field of sentence-transformers' collator).
 
     The collator pickles (for dataloader workers started with spawn or forkserver) without the model's
     weights: the copy tokenises with a weightless copy of the model.
