@@ -62,8 +62,9 @@ def search(
         queries: ``(q, dim)`` float32 embeddings of a block of queries.
         corpus: the documents, read ``corpus_block`` at a time.
         k: documents kept per query.
-        pair_query, pair_doc: ``(p,)`` query rows and document ids whose scores to return in
-            ``pair_scores`` (in the given order).
+        pair_query: ``(p,)`` query rows whose scores with ``pair_doc`` to return in ``pair_scores``
+            (in the given order).
+        pair_doc: ``(p,)`` document ids, one per entry of ``pair_query``.
         corpus_block: documents scored per matmul.
     """
     device = queries.device

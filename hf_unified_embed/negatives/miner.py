@@ -424,8 +424,9 @@ def mine_hard_negatives(
         cross_encoder: rescore the candidates and positives with it (sigmoid of its logit) before filtering.
         task_names: the tasks to mine (default: every ``retrieval`` task); the others pass through unchanged,
             each with the reason in :attr:`MiningResult.skipped`.
-        teacher_name, cross_encoder_name: names recorded in the reports (default: the models' paths), written
-            as :func:`~hf_unified_embed.utils.locations.public_name` gives them (a Hub id or a folder name).
+        teacher_name: the teacher's name recorded in the reports (default: its path), written as
+            :func:`~hf_unified_embed.utils.locations.public_name` gives it (a Hub id or a folder name).
+        cross_encoder_name: the cross-encoder's name recorded in the reports, as ``teacher_name``.
         scratch_dir: where embeddings and the new Arrow files go (default: a fresh temporary folder).
         device: where the search runs (default: the model's device).
         show_progress_bar: ``False`` to hide the progress bars.

@@ -132,8 +132,9 @@ class MultiTaskStream(IterableDataset):
         gradient_accumulation_steps: batches per optimizer step. Default (with :meth:`attach`): the trainer's.
         seed: seed of the task draws, shard orders and windows. Default (with :meth:`attach`): the trainer's.
         shuffle_window: rows of a task shuffled together (memory: one window per task).
-        rank, world_size: this process and the number of processes. Default: accelerate calls
-            :meth:`shard` on each process when it prepares the dataloader; 0 and 1 otherwise.
+        rank: this process. Default: accelerate calls :meth:`shard` on each process when it prepares
+            the dataloader; 0 otherwise.
+        world_size: the number of processes. Default: set by :meth:`shard` as ``rank``; 1 otherwise.
 
     Example:
         ::
