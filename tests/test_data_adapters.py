@@ -197,7 +197,10 @@ def test_pairs_jsonl_csv_parquet_with_score_range(tmp_path: Path):
         assert rows[0] == {"query": "x", "positives": ["y"], "positive_scores": [pytest.approx(0.8)]}
     with pytest.raises(SourceFormatError, match=r"p.jsonl:1, field 'anchor': column missing"):
         read("pairs", tmp_path / "p.jsonl")
-    with pytest.raises(SourceFormatError, match=r"p.jsonl:1, field 's': got 4 \(expected a number in \[0, 1\]\)"):
+    with pytest.raises(
+        SourceFormatError,
+        match=r"p.jsonl:1, field 's': got 4 \(expected a number in \[0, 1\]; set options.score_range",
+    ):
         read("pairs", tmp_path / "p.jsonl", anchor_column="a", positive_column="b", score_column="s")
 
 
@@ -285,7 +288,11 @@ def test_unified_passthrough_and_difficulty(tmp_path: Path):
 @pytest.mark.parametrize(
     ("format_name", "content", "match"),
     [
-        ("stsb", "g\tf\t2012\t1\t7.5\ta\tb\n", r"x.tsv:1, field 'score': got '7.5' \(expected a number in \[0, 5\]\)"),
+        (
+            "stsb",
+            "g\tf\t2012\t1\t7.5\ta\tb\n",
+            r"x.tsv:1, field 'score': got '7.5' \(expected a number in \[0, 5\]; for another range use format 'pairs'",
+        ),
         ("stsb", "g\tf\t2012\t1\t5\ta\n", r"x.tsv:1: found 6 tab-separated fields"),
         ("semeval-sts", "4\t\tb\n", r"x.tsv:1, field 'sentence1'"),
         ("answer-selection", "question\tcandidate\tlabel\nq\ta\tyes\n", r"x.tsv:2, field 'label': got 'yes'"),
@@ -294,7 +301,7 @@ def test_unified_passthrough_and_difficulty(tmp_path: Path):
             "question\tcandidate\tlabel\nq\ta\t1\nr\tb\t0\nq\tc\t0\n",
             r"x.tsv:4, field 'question': question appears again",
         ),
-        ("wikiqa", "QuestionID\tQ\tSentence\tLabel\n", r"x.tsv:1, field 'Question': column 'Question' not in header"),
+        ("wikiqa", "QuestionID\tQ\tSentence\tLabel\n", r"x.tsv:1, field 'Question': column not in the header row"),
     ],
 )
 def test_malformed_input_names_file_line_and_field(tmp_path: Path, format_name: str, content: str, match: str):

@@ -212,7 +212,7 @@ def test_cli_bad_input_exits_non_zero_without_partial_output(tmp_path: Path, cap
     out = tmp_path / "out"
     assert main(["build", str(recipe), "-o", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "stsb.tsv:301, field 'score': got '6.5' (expected a number in [0, 5])" in err
+    assert "stsb.tsv:301, field 'score': got '6.5' (expected a number in [0, 5]; for another range use" in err
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["r.yaml", "stsb.tsv"]
 
 

@@ -117,7 +117,8 @@ def test_stsb_layout_with_source_split_and_score_range(stsb: Path):
     rows = build_unified({"sources": [{**source, "split": "validation"}]})["stsb"]
     assert rows.split == "validation" and rows[1]["positive_scores"] == [pytest.approx(0.32)]
     with pytest.raises(
-        SourceFormatError, match=r"stsb\[default/dev\]:1, field 'score': got 1.0 \(expected a number in \[2, 5\]\)"
+        SourceFormatError,
+        match=r"stsb\[default/dev\]:1, field 'score': got 1.0 \(expected a number in \[2, 5\]; set options.score_range",
     ):
         build_unified({"sources": [{**source, "options": {**source["options"], "score_range": [2, 5]}}]})
 

@@ -15,13 +15,14 @@ import glob
 import json
 import math
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Annotated, Any, Literal, TextIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import StringConstraints
 
 from hf_unified_embed.errors import SourceFormatError, shown
 from hf_unified_embed.utils.locations import looks_local
@@ -32,8 +33,14 @@ Quoting = Literal[0, 1, 2, 3]  # csv.QUOTE_MINIMAL, QUOTE_ALL, QUOTE_NONNUMERIC,
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
-CSV_SUFFIXES = {".csv": ",", ".tsv": "\t"}
+#: The delimiter a delimited text file's extension implies when no ``delimiter`` option is given.
+CSV_SUFFIXES = {".csv": ",", ".tsv": "\t", ".tab": "\t", ".txt": "\t"}
 PARQUET_SUFFIXES = (".parquet",)
+
+#: A source format's ``delimiter`` option, as its adapter declares it: one character (``"\t"`` in YAML for a tab).
+Delimiter = Annotated[str, StringConstraints(min_length=1, max_length=1)]
+#: What a delimited text file must look like, for the errors that find it otherwise.
+_DELIMITED_HELP = "delimited text starts with a header row naming its columns"
 
 
 def resolve_files(data_files: str | Path | Sequence[str | Path], base_dir: Path | None = None) -> list[Path]:
@@ -154,18 +161,15 @@ def read_header(path: Path, *, delimiter: str, quoting: Quoting = csv.QUOTE_MINI
         return next(csv.reader(handle, delimiter=delimiter, quoting=quoting), [])
 
 
-def column_positions(header: Sequence[str], columns: Sequence[str], *, file: Path, expected: str) -> dict[str, int]:
-    """Index of each of ``columns`` in ``header``; a missing one is an error naming the file and field."""
+def column_positions(
+    header: Sequence[str], columns: Mapping[str, str | None], *, file: Path, delimiter: str = "\t"
+) -> dict[str, int]:
+    """Index in ``header`` of each of ``columns`` (``{column: the option that names it}``); a missing one is an
+    error naming the file, the header row, the delimiter and the option (:func:`missing_column_error`)."""
     positions = {}
-    for column in columns:
+    for column, option in columns.items():
         if column not in header:
-            raise SourceFormatError(
-                f"column {shown(column)} not in header {list(header)}",
-                file=file,
-                line=1,
-                field=column,
-                expected=expected,
-            )
+            raise missing_column_error(column, header, file=file, line=1, option=option, delimiter=delimiter)
         positions[column] = header.index(column)
     return positions
 
@@ -250,24 +254,137 @@ def _iter_json_array(path: Path, handle: Any, chunk_size: int = 1 << 20) -> Iter
         position = end
 
 
-def iter_table_records(
-    path: Path, *, delimiter: str | None = None, batch_size: int = 4_096
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Dict records of a JSON-lines/JSON, CSV/TSV (header row) or Parquet file, chosen by suffix."""
+def check_delimiter(delimiter: Any) -> str:
+    """A ``delimiter`` option's value if it is one character that can separate fields; an error naming the option."""
+    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in '\r\n"':
+        raise SourceFormatError(
+            f"got {shown(delimiter)}",
+            field="delimiter",
+            expected='options.delimiter to be one character other than a quote or a line end, e.g. "\\t" or ","',
+        )
+    return delimiter
+
+
+def file_delimiter(path: Path, delimiter: str | None = None) -> str | None:
+    """The delimiter ``path`` is read with: ``None`` for a JSON or Parquet file (chosen by suffix), else the
+    ``delimiter`` option, else the one its suffix implies (:data:`CSV_SUFFIXES`).
+
+    Raises:
+        SourceFormatError: a ``delimiter`` for a JSON or Parquet file, a bad ``delimiter``, or another
+            suffix without one (the message names the option).
+    """
     suffix = path.suffix.lower()
-    if suffix in JSON_SUFFIXES:
+    if suffix in JSON_SUFFIXES or suffix in PARQUET_SUFFIXES:
+        if delimiter is not None:
+            raise SourceFormatError(
+                f"options.delimiter {shown(delimiter)} is for delimited text, but a {suffix} file is read by its suffix",
+                file=path,
+                field="delimiter",
+                expected="no delimiter option for .jsonl/.json/.ndjson and .parquet files",
+            )
+        return None
+    if delimiter is not None:
+        return check_delimiter(delimiter)
+    if suffix in CSV_SUFFIXES:
+        return CSV_SUFFIXES[suffix]
+    raise SourceFormatError(
+        f"unsupported file type {shown(suffix)}",
+        file=path,
+        field="delimiter",
+        expected=".jsonl/.json/.ndjson, .parquet, .csv (comma), .tsv/.tab/.txt (tab), "
+        'or delimited text of any name with options.delimiter (e.g. "\\t")',
+    )
+
+
+def iter_table_records(
+    path: Path,
+    *,
+    delimiter: str | None = None,
+    columns: Mapping[str, str | None] | None = None,
+    batch_size: int = 4_096,
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Dict records of a JSON-lines/JSON, delimited text (header row) or Parquet file, chosen by suffix.
+
+    Args:
+        path: the file.
+        delimiter: the ``delimiter`` option (see :func:`file_delimiter`); ``None``: from the suffix.
+        columns: the columns the caller reads, each with the option that names it (``{column: option}``,
+            ``None`` where no option does): a delimited file's header row must name each (an error names the
+            header, the delimiter and the option).
+        batch_size: rows per Parquet batch.
+
+    Raises:
+        SourceFormatError: a file that cannot be read as its kind, located; a delimited record whose
+            field count differs from the header row's (a wrong delimiter, an unquoted delimiter in a text).
+    """
+    separator = file_delimiter(path, delimiter)
+    if path.suffix.lower() in JSON_SUFFIXES:
         yield from json_objects(path, iter_json_records(path))
-    elif suffix in CSV_SUFFIXES or delimiter is not None:
-        with open_text(path, newline="") as handle:
-            reader = csv.DictReader(handle, delimiter=delimiter or CSV_SUFFIXES[suffix])
-            for record in reader:
-                yield reader.line_num, record
-    elif suffix in PARQUET_SUFFIXES:
+    elif separator is None:
         yield from iter_parquet_records(path, batch_size=batch_size)
     else:
-        raise SourceFormatError(
-            f"unsupported file type {shown(suffix)}", file=path, expected=".jsonl/.json, .csv/.tsv or .parquet"
+        yield from _delimited_records(path, separator, columns or {})
+
+
+def _delimited_records(
+    path: Path, delimiter: str, columns: Mapping[str, str | None]
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    with open_text(path, newline="") as handle:
+        reader = csv.reader(handle, delimiter=delimiter)
+        header: list[str] | None = None
+        for fields in reader:
+            if not fields or (len(fields) == 1 and not fields[0].strip()):
+                continue
+            if header is None:
+                header = fields
+                for column, option in columns.items():
+                    if column not in header:
+                        raise missing_column_error(
+                            column, header, file=path, line=reader.line_num, option=option, delimiter=delimiter
+                        )
+                continue
+            extra = fields[len(header) :]
+            if len(fields) < len(header) or any(value.strip() for value in extra):
+                raise SourceFormatError(
+                    f"{len(fields)} field(s) split at {shown(delimiter)} where the header row has {len(header)}",
+                    file=path,
+                    line=reader.line_num,
+                    expected=f"{len(header)} fields like the header row; check options.delimiter, and quote a "
+                    "text that holds the delimiter",
+                )
+            yield reader.line_num, dict(zip(header, fields))
+
+
+def missing_column_error(
+    column: str,
+    columns: Sequence[str],
+    *,
+    file: str | Path,
+    line: int,
+    option: str | None = None,
+    delimiter: str | None = None,
+) -> SourceFormatError:
+    """The error for a record or header row without ``column``: it names the columns found, the option that
+    configures the column (``options.<option>``) and, for delimited text, the header row and delimiter rule."""
+    fix = f"options.{option} set to one of the columns" if option else "a column of that name"
+    if delimiter is None:
+        return SourceFormatError(
+            f"column missing; the record has {sorted(map(str, columns))}",
+            file=file,
+            line=line,
+            field=column,
+            expected=fix,
         )
+    # One field holding another common delimiter: the file is not split at this one.
+    other = next((c for c in ",\t;|" if c != delimiter and len(columns) == 1 and c in columns[0]), None)
+    hint = f"; the row holds {shown(other)}: set options.delimiter to {shown(other)}" if other else ""
+    return SourceFormatError(
+        f"column not in the header row {list(columns)} (fields split at {shown(delimiter)}){hint}",
+        file=file,
+        line=line,
+        field=column,
+        expected=f"{fix}; {_DELIMITED_HELP}",
+    )
 
 
 def json_objects(path: Path, records: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -312,29 +429,29 @@ def iter_parquet_records(path: Path, *, batch_size: int = PARQUET_BATCH) -> Iter
         yield from enumerate(batch.to_pylist(), start=rows_before + 1)
 
 
-def record_field(record: dict[str, Any], column: str, *, file: str | Path, line: int) -> Any:
-    """``record[column]``; a missing column is an error naming the record's columns."""
+def record_field(
+    record: dict[str, Any], column: str, *, file: str | Path, line: int, option: str | None = None
+) -> Any:
+    """``record[column]``; a missing column is an error naming the record's columns and ``options.<option>``,
+    the option that names the column."""
     if column not in record:
-        raise SourceFormatError(
-            f"column missing; the record has {sorted(record)}",
-            file=file,
-            line=line,
-            field=column,
-            expected="the configured column name",
-        )
+        raise missing_column_error(column, list(record), file=file, line=line, option=option)
     return record[column]
 
 
-def record_texts(record: dict[str, Any], column: str, *, file: str | Path, line: int) -> list[str]:
+def record_texts(
+    record: dict[str, Any], column: str, *, file: str | Path, line: int, option: str | None = None
+) -> list[str]:
     """The non-empty texts of ``record[column]``, a cell holding one text or a list of texts."""
-    value = record_field(record, column, file=file, line=line)
+    value = record_field(record, column, file=file, line=line, option=option)
     values = value if isinstance(value, list) else [value]
     return [require_text(text, file=file, line=line, field=column) for text in values]
 
 
-def record_text(record: dict[str, Any], column: str, *, file: str | Path, line: int) -> str:
+def record_text(record: dict[str, Any], column: str, *, file: str | Path, line: int, option: str | None = None) -> str:
     """The non-empty text of ``record[column]``, stripped."""
-    return require_text(record_field(record, column, file=file, line=line), file=file, line=line, field=column)
+    value = record_field(record, column, file=file, line=line, option=option)
+    return require_text(value, file=file, line=line, field=column)
 
 
 def require_text(value: Any, *, file: str | Path, line: int, field: str) -> str:
@@ -351,20 +468,38 @@ def score_bounds(score_range: Sequence[float]) -> tuple[float, float]:
     low, high = float(score_range[0]), float(score_range[1])
     if not high > low:
         raise SourceFormatError(
-            f"got {shown(score_range)}", field="score_range", expected="[low, high] with high > low"
+            f"got {shown(score_range)}",
+            field="score_range",
+            expected="options.score_range [low, high] with high > low",
         )
     return low, high
 
 
-def parse_score(value: Any, *, file: str | Path, line: int, field: str, low: float, high: float) -> float:
-    """Map a raw score in ``[low, high]`` linearly onto [0, 1]; anything else is an error."""
+def parse_score(
+    value: Any, *, file: str | Path, line: int, field: str, low: float, high: float, fix: str | None = "score_range"
+) -> float:
+    """Map a raw score in ``[low, high]`` linearly onto [0, 1]; anything else is an error.
+
+    ``fix`` says how to change the range in the error: the name of the option that sets it (default
+    ``score_range``, shown as ``options.score_range``) or, for a format whose range is fixed, a sentence.
+    """
     try:
         score = float(value)
     except (TypeError, ValueError):
         score = math.nan
     if not math.isfinite(score) or not low <= score <= high:
+        if fix is None:
+            how = ""
+        elif fix.isidentifier():
+            how = f"; set options.{fix} if the file's scores use another range"
+        else:
+            how = f"; {fix}"
         raise SourceFormatError(
-            f"got {shown(value)}", file=file, line=line, field=field, expected=f"a number in [{low:g}, {high:g}]"
+            f"got {shown(value)}",
+            file=file,
+            line=line,
+            field=field,
+            expected=f"a number in [{low:g}, {high:g}]{how}",
         )
     return (score - low) / (high - low)
 

@@ -79,6 +79,13 @@ def _in_words(annotation: Any) -> str:
             for name, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
             if getattr(item, name, None) is not None
         ]
+        shortest = max((getattr(item, "min_length", None) or 0 for item in metadata), default=0)
+        longest = min((n for item in metadata if (n := getattr(item, "max_length", None)) is not None), default=None)
+        if shortest == longest:
+            bounds.append(f"of exactly {shortest} character{'s' * (shortest != 1)}")
+        else:
+            bounds += [f"of at least {shortest} characters"] * bool(shortest)
+            bounds += [f"of at most {longest} characters"] * (longest is not None)
         return " ".join([_in_words(base), *bounds])
     if typing.get_origin(annotation) is typing.Literal:
         return " or ".join(repr(value) for value in typing.get_args(annotation))

@@ -17,7 +17,15 @@ from typing import Any, Literal
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
 from hf_unified_embed.errors import shown
-from hf_unified_embed.utils.readers import Quoting, column_positions, iter_delimited, read_header, require_text
+from hf_unified_embed.utils.readers import (
+    Delimiter,
+    Quoting,
+    check_delimiter,
+    column_positions,
+    iter_delimited,
+    read_header,
+    require_text,
+)
 from hf_unified_embed.utils.table_blocks import TableBatch, batched_rows, table_reader
 
 _QUOTING: dict[str, Quoting] = {"minimal": csv.QUOTE_MINIMAL, "none": csv.QUOTE_NONE}
@@ -117,7 +125,10 @@ def _runs(
                 context.skip(f"row with {len(fields)} fields instead of {len(header)}")
                 continue
             raise SourceFormatError(
-                f"found {len(fields)} fields", file=path, line=line, expected=f"{len(header)} like the header {header}"
+                f"found {len(fields)} fields split at {shown(options['delimiter'])}",
+                file=path,
+                line=line,
+                expected=f"{len(header)} like the header row {header}; check options.delimiter and options.quoting",
             )
         question = require_text(fields[positions[question_column]], file=path, line=line, field=question_column)
         candidate = require_text(fields[positions[candidate_column]], file=path, line=line, field=candidate_column)
@@ -163,7 +174,7 @@ def read_answer_selection(
     question_column: str = "question",
     candidate_column: str = "candidate",
     label_column: str = "label",
-    delimiter: str = "\t",
+    delimiter: Delimiter = "\t",
     quoting: Literal["minimal", "none"] = "minimal",
     positive_label: str = "1",
     negative_label: str = "0",
@@ -184,7 +195,7 @@ def read_answer_selection(
     if quoting not in _QUOTING:
         raise SourceFormatError(f"got {shown(quoting)}", field="quoting", expected=f"one of {list(_QUOTING)}")
     options = {
-        "delimiter": delimiter,
+        "delimiter": check_delimiter(delimiter),
         "quoting": quoting,
         "positive_label": positive_label,
         "negative_label": negative_label,
@@ -193,7 +204,8 @@ def read_answer_selection(
     columns = (question_column, candidate_column, label_column)
     for path in files:
         header = read_header(path, delimiter=delimiter, quoting=_QUOTING[quoting])
-        positions = column_positions(header, columns, file=path, expected="the configured column names")
+        named = dict(zip(columns, ("question_column", "candidate_column", "label_column")))
+        positions = column_positions(header, named, file=path, delimiter=delimiter)
         for line, question, candidates in _groups(path, header, positions, columns, options, context):
             positives = [candidate for candidate, correct in candidates if correct]
             negatives = [candidate for candidate, correct in candidates if not correct]

@@ -132,12 +132,20 @@ def read_hub(
         where = f"{path}[{config or 'default'}/{split}]"
         for line, record in enumerate(records, start=1):
             row: dict[str, Any] = {
-                "query": record_text(record, query_column, file=where, line=line),
-                "positives": [text for c in positives for text in record_texts(record, c, file=where, line=line)],
-                "negatives": [text for c in negatives for text in record_texts(record, c, file=where, line=line)],
+                "query": record_text(record, query_column, file=where, line=line, option="query_column"),
+                "positives": [
+                    text
+                    for c in positives
+                    for text in record_texts(record, c, file=where, line=line, option="positive_columns")
+                ],
+                "negatives": [
+                    text
+                    for c in negatives
+                    for text in record_texts(record, c, file=where, line=line, option="negative_columns")
+                ],
             }
             if score_column is not None:
-                value = record_field(record, score_column, file=where, line=line)
+                value = record_field(record, score_column, file=where, line=line, option="score_column")
                 score = parse_score(value, file=where, line=line, field=score_column, low=low, high=high)
                 row["positive_scores"] = [score] * len(row["positives"])
             yield f"{where}:{line}", row

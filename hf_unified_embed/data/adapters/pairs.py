@@ -1,7 +1,12 @@
-"""Generic pair and triplet tables (JSON lines / JSON, CSV / TSV or Parquet) with configurable columns.
+"""Generic pair and triplet tables (JSON lines / JSON, delimited text or Parquet) with configurable columns.
 
 ``pairs``: anchor + positive (+ optional score column, mapped from ``score_range`` onto [0, 1]).
 ``triplets``: anchor + positive + negative; a negative cell may hold one text or a list of texts.
+
+A file is read by its suffix: ``.jsonl`` / ``.json`` / ``.ndjson`` as JSON, ``.parquet`` as Parquet, any
+other as delimited text with a header row naming the columns. The ``delimiter`` option (one character;
+``"\t"`` in YAML for a tab) says how its fields are separated; without it ``.csv`` is comma-separated,
+``.tsv``, ``.tab`` and ``.txt`` tab-separated, and another suffix is refused (the error names the option).
 
 JSON-lines and Parquet files are also read a block at a time with pyarrow (``read_batches``, used by
 the builder); a block pyarrow cannot convert exactly as the per-record code would (a missing or null
@@ -25,6 +30,8 @@ import pyarrow.compute as pc
 from hf_unified_embed.data.source_formats import AdapterContext, SourceRow, register_source_format
 from hf_unified_embed.utils.readers import (
     PARQUET_SUFFIXES,
+    Delimiter,
+    file_delimiter,
     is_json_lines,
     iter_parquet_batches,
     iter_table_records,
@@ -119,11 +126,13 @@ def _json_columns(chunk: TextChunk, wanted: dict[str, str]) -> dict[str, pa.Arra
 
 
 def _record_batches(
-    path: Path, wanted: dict[str, str], part: Part | None = None
+    path: Path, wanted: dict[str, str], options: dict[str, str], delimiter: str | None, part: Part | None = None
 ) -> Iterator[tuple[dict[str, pa.Array] | None, Records]]:
     """``(columns, records)`` per block of ``path`` (of part ``part`` of it): the wanted columns read by
     pyarrow (``None`` where it cannot) and the block's records as :func:`iter_table_records` reads them
-    (lazily: read only if asked). Only JSON lines are read in parts; of another file part 0 is all of it."""
+    (lazily: read only if asked), ``options`` naming the option of each wanted column. Only JSON lines are
+    read in parts; of another file part 0 is all of it."""
+    file_delimiter(path, delimiter)  # a delimiter for a JSON or Parquet file is refused before any row
     if is_json_lines(path):
         for chunk in iter_text_chunks(path, part=part):
             yield _json_columns(chunk, wanted), json_objects(path, chunk.json_lines())
@@ -132,12 +141,20 @@ def _record_batches(
         return
     names = parquet_columns(path) if path.suffix.lower() in PARQUET_SUFFIXES else None
     if names is None or not set(wanted) <= set(names):
-        yield None, iter_table_records(path)
+        yield None, iter_table_records(path, delimiter=delimiter, columns=options)
         return
     for offset, batch in iter_parquet_batches(path, columns=list(wanted)):
         columns = {name: batch.column(name) for name in wanted}
         fine = not any(array.null_count for array in columns.values())
         yield (columns if fine else None), batch_records(batch, offset)
+
+
+def _pair_columns(anchor_column: str, positive_column: str, score_column: str | None) -> dict[str, str]:
+    """``{column: the option that names it}`` for pairs, the score column last."""
+    columns = {anchor_column: "anchor_column", positive_column: "positive_column"}
+    if score_column is not None:
+        columns.setdefault(score_column, "score_column")
+    return columns
 
 
 def _pair_rows(
@@ -151,12 +168,12 @@ def _pair_rows(
 ) -> Iterator[SourceRow]:
     for line, record in records:
         row: dict[str, Any] = {
-            "query": record_text(record, anchor_column, file=path, line=line),
-            "positives": record_texts(record, positive_column, file=path, line=line),
+            "query": record_text(record, anchor_column, file=path, line=line, option="anchor_column"),
+            "positives": record_texts(record, positive_column, file=path, line=line, option="positive_column"),
         }
         if score_column is not None:
             score = parse_score(
-                record_field(record, score_column, file=path, line=line),
+                record_field(record, score_column, file=path, line=line, option="score_column"),
                 file=path,
                 line=line,
                 field=score_column,
@@ -195,6 +212,7 @@ def _pair_batches(
     positive_column: str = "positive",
     score_column: str | None = None,
     score_range: tuple[float, float] = (0.0, 1.0),
+    delimiter: Delimiter | None = None,
     part: Part | None = None,
 ) -> Iterator[TableBatch]:
     check_part(files, part)
@@ -203,8 +221,9 @@ def _pair_batches(
     if score_column is not None:
         wanted.setdefault(score_column, SCORE)
     options = (anchor_column, positive_column, score_column, low, high)
+    named = _pair_columns(anchor_column, positive_column, score_column)
     for path in files:
-        for columns, records in _record_batches(path, wanted, part):
+        for columns, records in _record_batches(path, wanted, named, delimiter, part):
             table = None if columns is None else _pair_table(columns, *options)
             yield TableBatch(table, partial(_pair_rows, path, records, *options))
 
@@ -219,11 +238,25 @@ def read_pairs(
     positive_column: str = "positive",
     score_column: str | None = None,
     score_range: tuple[float, float] = (0.0, 1.0),
+    delimiter: Delimiter | None = None,
 ) -> Iterator[SourceRow]:
-    """(anchor, positive[, score]) records; ``score`` maps ``(s − low) / (high − low)`` with ``score_range``."""
+    """(anchor, positive[, score]) records; ``score`` maps ``(s − low) / (high − low)`` with ``score_range``.
+
+    ``delimiter`` (one character) separates the fields of a delimited text file of any suffix; default:
+    comma for ``.csv``, tab for ``.tsv`` / ``.tab`` / ``.txt``.
+    """
     low, high = score_bounds(score_range)
+    named = _pair_columns(anchor_column, positive_column, score_column)
     for path in files:
-        yield from _pair_rows(path, iter_table_records(path), anchor_column, positive_column, score_column, low, high)
+        records = iter_table_records(path, delimiter=delimiter, columns=named)
+        yield from _pair_rows(path, records, anchor_column, positive_column, score_column, low, high)
+
+
+def _triplet_columns(anchor_column: str, positive_column: str, negative_column: str) -> dict[str, str]:
+    """``{column: the option that names it}`` for triplets."""
+    columns = {anchor_column: "anchor_column", positive_column: "positive_column"}
+    columns.setdefault(negative_column, "negative_column")
+    return columns
 
 
 def _triplet_rows(
@@ -233,9 +266,9 @@ def _triplet_rows(
         yield (
             f"{path}:{line}",
             {
-                "query": record_text(record, anchor_column, file=path, line=line),
-                "positives": record_texts(record, positive_column, file=path, line=line),
-                "negatives": record_texts(record, negative_column, file=path, line=line),
+                "query": record_text(record, anchor_column, file=path, line=line, option="anchor_column"),
+                "positives": record_texts(record, positive_column, file=path, line=line, option="positive_column"),
+                "negatives": record_texts(record, negative_column, file=path, line=line, option="negative_column"),
             },
         )
 
@@ -257,13 +290,15 @@ def _triplet_batches(
     anchor_column: str = "anchor",
     positive_column: str = "positive",
     negative_column: str = "negative",
+    delimiter: Delimiter | None = None,
     part: Part | None = None,
 ) -> Iterator[TableBatch]:
     check_part(files, part)
     wanted = {positive_column: TEXTS, negative_column: TEXTS, anchor_column: TEXT}
     options = (anchor_column, positive_column, negative_column)
+    named = _triplet_columns(*options)
     for path in files:
-        for columns, records in _record_batches(path, wanted, part):
+        for columns, records in _record_batches(path, wanted, named, delimiter, part):
             table = None if columns is None else _triplet_table(columns, *options)
             yield TableBatch(table, partial(_triplet_rows, path, records, *options))
 
@@ -277,7 +312,13 @@ def read_triplets(
     anchor_column: str = "anchor",
     positive_column: str = "positive",
     negative_column: str = "negative",
+    delimiter: Delimiter | None = None,
 ) -> Iterator[SourceRow]:
-    """(anchor, positive, negative) records; list-valued positive/negative cells are kept whole."""
+    """(anchor, positive, negative) records; list-valued positive/negative cells are kept whole.
+
+    ``delimiter`` as for ``pairs``.
+    """
+    options = (anchor_column, positive_column, negative_column)
     for path in files:
-        yield from _triplet_rows(path, iter_table_records(path), anchor_column, positive_column, negative_column)
+        records = iter_table_records(path, delimiter=delimiter, columns=_triplet_columns(*options))
+        yield from _triplet_rows(path, records, *options)

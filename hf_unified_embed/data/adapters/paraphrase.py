@@ -40,7 +40,8 @@ _NOT_PARAPHRASE = "not a paraphrase"
 
 def _header(path: Path, columns: tuple[str, str, str]) -> tuple[list[str], dict[str, int]]:
     header = read_header(path, delimiter="\t", quoting=csv.QUOTE_NONE)
-    return header, column_positions(header, columns, file=path, expected="an MSRP header")
+    options = dict(zip(columns, ("label_column", "sentence1_column", "sentence2_column")))
+    return header, column_positions(header, options, file=path)
 
 
 def _rows(
@@ -56,7 +57,10 @@ def _rows(
     for line, fields in records:
         if len(fields) != len(header):
             raise SourceFormatError(
-                f"found {len(fields)} fields", file=path, line=line, expected=f"{len(header)} like the header"
+                f"found {len(fields)} tab-separated fields",
+                file=path,
+                line=line,
+                expected=f"{len(header)} like the header row, separated by tabs (the msrp format has no delimiter option)",
             )
         label = fields[positions[label_column]].strip()
         if label not in ("0", "1"):

@@ -38,6 +38,10 @@ from hf_unified_embed.utils.table_blocks import (
 )
 
 Records = Iterable[tuple[int, list[str]]]
+#: How to read scores of another range than a fixed-range format's (named in its score errors).
+_OTHER_RANGE = "for another range use format 'pairs' with options.score_column and options.score_range"
+#: What the tab formats' field-count errors expect besides the count (they take no delimiter option).
+_TABS = "fields separated by tabs (this format has no delimiter option; format 'pairs' takes one)"
 
 
 def _pair(path: Path, line: int, first: str, second: str, score: float) -> SourceRow:
@@ -67,9 +71,9 @@ def _stsb_rows(path: Path, records: Records) -> Iterator[SourceRow]:
                 f"found {len(fields)} tab-separated fields",
                 file=path,
                 line=line,
-                expected="at least 7 (genre, file, year, id, score, s1, s2)",
+                expected=f"at least 7 (genre, file, year, id, score, s1, s2) {_TABS}",
             )
-        score = parse_score(fields[4], file=path, line=line, field="score", low=0.0, high=5.0)
+        score = parse_score(fields[4], file=path, line=line, field="score", low=0.0, high=5.0, fix=_OTHER_RANGE)
         yield _pair(path, line, fields[5], fields[6], score)
 
 
@@ -101,9 +105,8 @@ def _sick_header(
     path: Path, sentence1_column: str, sentence2_column: str, score_column: str
 ) -> tuple[list[str], dict[str, int]]:
     header = read_header(path, delimiter="\t", quoting=csv.QUOTE_NONE)
-    positions = column_positions(
-        header, (sentence1_column, sentence2_column, score_column), file=path, expected="a SICK header"
-    )
+    options = {sentence1_column: "sentence1_column", sentence2_column: "sentence2_column"}
+    positions = column_positions(header, {**options, score_column: "score_column"}, file=path)
     return header, positions
 
 
@@ -114,10 +117,19 @@ def _sick_rows(
     for line, fields in records:
         if len(fields) < len(header):
             raise SourceFormatError(
-                f"found {len(fields)} fields", file=path, line=line, expected=f"{len(header)} like the header"
+                f"found {len(fields)} tab-separated fields",
+                file=path,
+                line=line,
+                expected=f"{len(header)} like the header row, {_TABS}",
             )
         score = parse_score(
-            fields[positions[score_column]], file=path, line=line, field=score_column, low=1.0, high=5.0
+            fields[positions[score_column]],
+            file=path,
+            line=line,
+            field=score_column,
+            low=1.0,
+            high=5.0,
+            fix=_OTHER_RANGE,
         )
         yield _pair(path, line, fields[positions[sentence1_column]], fields[positions[sentence2_column]], score)
 
@@ -175,11 +187,16 @@ _UNLABELED = "no gold score"
 def _semeval_rows(path: Path, records: Records, context: AdapterContext, max_score: float) -> Iterator[SourceRow]:
     for line, fields in records:
         if len(fields) < 3:
-            raise SourceFormatError(f"found {len(fields)} fields", file=path, line=line, expected="3 (score, s1, s2)")
+            raise SourceFormatError(
+                f"found {len(fields)} tab-separated fields",
+                file=path,
+                line=line,
+                expected=f"3 (score, s1, s2) {_TABS}",
+            )
         if not fields[0].strip():
             context.skip(_UNLABELED)
             continue
-        score = parse_score(fields[0], file=path, line=line, field="score", low=0.0, high=max_score)
+        score = parse_score(fields[0], file=path, line=line, field="score", low=0.0, high=max_score, fix="max_score")
         yield _pair(path, line, fields[1], fields[2], score)
 
 
