@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from hf_unified_embed.errors import shown
 from hf_unified_embed.utils.deprecation import install_finder
+from hf_unified_embed.utils.version import package_version
 
-__version__ = "0.1.0"
+__version__ = package_version()
 
 #: The headline names, by the sub-package that defines them.
 _EXPORTS: dict[str, tuple[str, ...]] = {

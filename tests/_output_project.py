@@ -171,6 +171,7 @@ COMMANDS: dict[str, tuple[Callable[[str], list[str]], list[str], str]] = {
         ["model", "suite.yaml", "data/stsb.jsonl", "unified"],
         "file",
     ),
+    "sample": (lambda out: ["sample", out], [], "folder"),  # reads the package's own copy of the sample
 }
 
 CWD = "<the current folder>"  # drawn as the project folder's absolute path

@@ -33,7 +33,7 @@ from hf_unified_embed.errors import HfUnifiedEmbedError, one_line
 from hf_unified_embed.utils.processes import is_main_process
 from hf_unified_embed.utils.redaction import RedactingFilter
 
-COMMAND_MODULES: tuple[str, ...] = ("data", "publish", "curriculum", "mine", "train", "merge", "evaluate")
+COMMAND_MODULES: tuple[str, ...] = ("sample", "data", "publish", "curriculum", "mine", "train", "merge", "evaluate")
 
 #: Exit code of an input error (argparse uses the same for bad options).
 INPUT_ERROR_EXIT_CODE = 2
