@@ -27,14 +27,14 @@ _LARGEST_PIECE = 0.05
 #: Input bytes of one part of a large file at most, when several processes build. A part's working memory
 #: grows with its share of the file (a BEIR part holds its queries' links and ids): parts of at most this
 #: size, as many per process, keep each process's peak the same as the folder grows (bench/build.py's 5M
-#: and 10M BEIR folders, 1.2 and 2.3 GB: two and four parts of ~600 MB, docs/data.md). Each part beyond
+#: and 10M BEIR folders, 1.2 and 2.3 GB: two and four parts of ~600 MB, measured with bench/build.py). Each part beyond
 #: one per process re-reads what every part shares (a BEIR part: the ids, ~1 s at 10M).
 _LARGEST_PART_BYTES = 640 * 2**20
 #: Input per process a build starts when not told how many (bytes times the formats' ``read_cost``): each
 #: process beyond the first costs a fixed time to start, join and end (its pool, its Arrow files joined,
 #: its share of the shard writers), which only a large enough share of the reading repays. The generator's
 #: shape (bench/sources.py) on two cores: 100k rows (116 MiB of it) as fast in two processes as in one,
-#: 10k rows (11 MiB) 1.2-1.5x slower, 300k rows (350 MiB) 1.2x faster (docs/data.md).
+#: 10k rows (11 MiB) 1.2-1.5x slower, 300k rows (350 MiB) 1.2x faster (measured with bench/build.py).
 _INPUT_PER_PROCESS = 128 * 2**20
 
 
@@ -97,7 +97,7 @@ def balanced_groups(pieces: Sequence[Piece], count: int) -> list[list[Piece]]:
     The parts of one file start together that way: a BEIR part parses its own range of the folder's files,
     then waits for the ranges its siblings claimed (:mod:`~hf_unified_embed.data.adapters.shared_ranges`).
     A part that started after a whole piece found its range claimed by a sibling that had started alone,
-    and waited while that sibling parsed it (0.4 s of a 1M build, docs/data.md)."""
+    and waited while that sibling parsed it (0.4 s of a 1M build, measured with bench/build.py)."""
     if count <= 1:
         return [list(pieces)]
     heap = [(0.0, group) for group in range(count)]

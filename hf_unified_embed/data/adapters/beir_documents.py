@@ -34,7 +34,7 @@ def release_unused() -> None:
 
     Called where a file has been read, not after each block: the blocks of one file reuse each other's
     freed memory, and memory given back is zeroed by the kernel again when the next block asks for it
-    (given back after every block, a 1M corpus's parse took 405 fresh huge pages; now 31: docs/data.md)."""
+    (given back after every block, a 1M corpus's parse took 405 fresh huge pages; now 31, bench/build.py)."""
     pa.default_memory_pool().release_unused()
 
 
@@ -191,7 +191,7 @@ class Documents:
         the texts are copied once, into a buffer of their exact size. pyarrow's ``take`` grows its output by
         reallocating it, and texts from several ranges were taken, joined and put back in order: three
         copies, each into memory the kernel first zeroes, which the two processes of a build share the
-        bandwidth for (docs/data.md).
+        bandwidth for (measured with bench/build.py).
         """
         views = np.zeros((len(positions), 4), dtype=np.int32)  # length, then the head or prefix, buffer, offset
         buffers: list[pa.Buffer] = []

@@ -11,7 +11,7 @@ texts themselves are memory-mapped from scratch files, :mod:`.beir_documents`) a
 positions and a flag (a judgement also keeps its grade); grouping, comparing and taking texts is done a
 table of rows at a time. The 10M-row folder of ``bench/sources.py`` (4M queries, 4M passages, 21M links)
 built in one process: 1.06 GB of heap at the peak, 1.4 GB PSS; one part of eight: 666 MB, as at 5M
-(docs/data.md).
+(measured with bench/build.py).
 
 A folder the row path would refuse (an unknown id, a duplicate id, a grade above ``max_grade``, a line
 it reads otherwise) raises :class:`~hf_unified_embed.data.source_formats.SourceFormatError` here without
@@ -42,7 +42,7 @@ from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatErr
 #: Rows (queries) per output table, and texts per slice compared: bounds the memory of the join's output.
 #: Each table's texts are fresh memory, which the kernel zeroes and two processes share the bandwidth for:
 #: tables of 20,000 rows built a 1M folder's join in two processes 0.7-0.9 s sooner than tables of 50,000
-#: (fresh huge pages 610-670 -> 420), as fast in one; 10,000 were slower in one (docs/data.md).
+#: (fresh huge pages 610-670 -> 420), as fast in one; 10,000 were slower in one (measured with bench/build.py).
 _SLICE = 20_000
 #: Output tables whose links are sorted together (see _links_by_table): 16 tables of 20,000 rows.
 _TABLES_SORTED = 16

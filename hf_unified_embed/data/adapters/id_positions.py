@@ -5,7 +5,7 @@ folder that is a table of ~200 MB, built afresh for each block of links, and 1.4
 table that large misses the caches on every insert. :class:`IdPositions` splits a file's ids once into
 buckets of about :data:`BUCKET` ids by a hash of their bytes (:func:`id_buckets`), and a lookup splits its
 ids the same way and calls ``index_in`` bucket by bucket: one bucket's table (~12 MB) is held at a time
-and fits the caches (4M ids among 4M: 1.1 s against 1.6-1.9 s, ~100 MB less; docs/data.md). A file of at
+and fits the caches (4M ids among 4M: 1.1 s against 1.6-1.9 s, ~100 MB less; bench/build.py). A file of at
 most :data:`_ONE_TABLE` ids is one bucket, looked up with one ``index_in`` as before: below ~1M ids the
 table fits the caches anyway, and splitting only costs (400k ids: 0.1 s -> 0.2 s).
 
