@@ -49,6 +49,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "device_training_args",
         "exclude_instructions_from_pooling",
         "losses_for_tasks",
+        "unified_training",
     ),
     "data": (
         "build_unified",
@@ -219,6 +220,7 @@ if TYPE_CHECKING:
         device_training_args,
         exclude_instructions_from_pooling,
         losses_for_tasks,
+        unified_training,
     )
 
 _NAME_TO_MODULE = {name: module for module, names in _EXPORTS.items() for name in names}

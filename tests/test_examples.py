@@ -27,7 +27,9 @@ EXAMPLES = REPO / "examples"
 SAMPLE = EXAMPLES / "data"
 #: The shared command line of the scripts, next to them; not an example itself.
 SHARED_CLI = "example_cli.py"
-SCRIPTS = sorted(path.name for path in EXAMPLES.glob("*.py") if path.name != SHARED_CLI)
+#: The README's quick start: no command line of its own (tests/test_quickstart.py runs it).
+QUICKSTART = "quickstart.py"
+SCRIPTS = sorted(path.name for path in EXAMPLES.glob("*.py") if path.name not in {SHARED_CLI, QUICKSTART})
 SHARED_OPTIONS = (
     "--base-model",
     "--data-root",

@@ -5,6 +5,8 @@
 * :func:`prompts_from_unified` and :func:`exclude_instructions_from_pooling` turn the per-task
   instructions into prompts that are not pooled;
 * :func:`losses_for_tasks` maps one loss per task type onto the task names the trainer dispatches on;
+* :func:`unified_training` returns all of these as the keyword arguments of a stock
+  ``SentenceTransformerTrainer`` (``SentenceTransformerTrainer(**unified_training(model, train, losses, args))``);
 * :func:`device_training_args` sets the training arguments that depend on the device (on CUDA bf16
   autocast where native, TF32, pinned memory, dataloader workers; on the CPU none of these);
 * :mod:`~hf_unified_embed.training.backbones` builds the model a recipe's ``model:`` section describes
@@ -31,6 +33,7 @@ _EXPORTS = {
     "losses_for_tasks": "hf_unified_embed.training.loss_mapping",
     "exclude_instructions_from_pooling": "hf_unified_embed.training.prompts",
     "prompts_from_unified": "hf_unified_embed.training.prompts",
+    "unified_training": "hf_unified_embed.training.trainer_arguments",
 }
 
 if TYPE_CHECKING:
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
     from hf_unified_embed.training.layout import column_layouts, layout_for_loss
     from hf_unified_embed.training.loss_mapping import losses_for_tasks
     from hf_unified_embed.training.prompts import exclude_instructions_from_pooling, prompts_from_unified
+    from hf_unified_embed.training.trainer_arguments import unified_training
 
 __all__ = sorted(_EXPORTS)
 

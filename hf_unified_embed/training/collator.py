@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from datasets import Dataset, DatasetDict
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.base.data_collator import DEFAULT_LABEL_COLUMNS
+from sentence_transformers.base.data_collator import DEFAULT_LABEL_COLUMNS, BaseDataCollator
 from sentence_transformers.sentence_transformer.data_collator import SentenceTransformerDataCollator
 from torch import nn
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -343,6 +343,34 @@ def _teacher_scores(row: Mapping[str, Any], positive_idx: np.ndarray, negative_i
     return values
 
 
+def check_unified_collator(dataloader: Any) -> None:
+    """Refuse a training dataloader that hands unified rows to sentence-transformers' own collator.
+
+    Without ``data_collator=`` the trainer builds its stock collator, which tokenises every column and
+    stops at the first list of texts (``positives``) with ``ValueError: Unsupported input type: list``, a
+    message that names nothing of this package. Called when training begins, before the first batch.
+
+    Args:
+        dataloader: The trainer's training dataloader (``None``: nothing to check).
+
+    Raises:
+        ValueError: The dataloader's rows have the unified columns and its collator is a
+            sentence-transformers collator other than :class:`UnifiedDataCollator`.
+    """
+    collate = getattr(dataloader, "collate_fn", None)
+    if not isinstance(collate, BaseDataCollator) or isinstance(collate, UnifiedDataCollator):
+        return
+    datasets = getattr(dataloader.dataset, "datasets", [dataloader.dataset])
+    if not any({"query", "positives"} <= set(getattr(dataset, "column_names", ())) for dataset in datasets):
+        return
+    raise ValueError(
+        f"the trainer collates unified rows with {type(collate).__name__}, which cannot read their lists of "
+        "positives and negatives; pass data_collator=UnifiedDataCollator.for_losses(model, train_dataset, losses) "
+        "to SentenceTransformerTrainer, or build the trainer as "
+        "SentenceTransformerTrainer(**unified_training(model, train_dataset, losses, args)), which passes it"
+    )
+
+
 class ResampleEachEpochCallback(TrainerCallback):
     """Hands the trainer's epoch to a :class:`UnifiedDataCollator` before each epoch's batches are drawn.
 
@@ -351,6 +379,10 @@ class ResampleEachEpochCallback(TrainerCallback):
     (``dataloader_persistent_workers``) keep the collator they were started with: for them the epoch
     goes into shared memory (:meth:`UnifiedDataCollator.share_epoch`) before the first epoch's workers
     start, and they read each new epoch from there.
+
+    When training begins it also checks that the trainer collates with a :class:`UnifiedDataCollator`
+    (:func:`check_unified_collator`): a trainer built without ``data_collator=`` stops there, with an error
+    that says what to pass.
     """
 
     def __init__(self, collator: UnifiedDataCollator) -> None:
@@ -359,6 +391,7 @@ class ResampleEachEpochCallback(TrainerCallback):
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
+        check_unified_collator(kwargs.get("train_dataloader"))
         if args.dataloader_num_workers > 0 and args.dataloader_persistent_workers:
             self.collator.share_epoch()
 
