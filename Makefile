@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast lint format bench clean lock lock-oldest test-oldest test-latest
+.PHONY: setup demo test test-fast lint format docs bench clean lock lock-oldest test-oldest test-latest wheel-check
 
 setup: $(STAMP)
 
@@ -62,7 +62,8 @@ test-oldest:
 	.venv-oldest/bin/python -m pytest -q
 
 # The drift check: the newest release of every requirement (upper bounds ignored; torch stays 2.13.0),
-# the suite, and one screen of what moved and what broke. Not part of CI, which runs the lock.
+# the suite, one screen of what moved and what broke, then the built wheel beside those releases
+# (wheel-check). Not part of CI, which runs the lock.
 test-latest:
 	rm -rf .venv-latest
 	$(PYTHON) -m venv .venv-latest
@@ -72,7 +73,25 @@ test-latest:
 	.venv-latest/bin/python -m pip install -q --upgrade $$($(PYTHON) $(DEPS) latest --extra dev)
 	-.venv-latest/bin/python -m pytest -q -p no:cacheprovider --junitxml=.venv-latest/junit.xml
 	.venv-latest/bin/python $(DEPS) drift $(LOCK) .venv-latest/junit.xml >.venv-latest/drift.txt; \
-		status=$$?; cat .venv-latest/drift.txt; exit $$status
+		status=$$?; cat .venv-latest/drift.txt; \
+		$(MAKE) --no-print-directory wheel-check WHEEL_VENV=.venv-latest || status=1; exit $$status
+
+# The built wheel (not the source tree) installed into WHEEL_VENV beside what is there: from a folder where
+# the source tree is not importable, the command-line quick start on the sample, two steps, the model reloaded.
+WHEEL_VENV ?= .venv-latest
+WHEEL_RUN  := $(WHEEL_VENV)/wheel-check
+wheel-check:
+	rm -rf $(WHEEL_RUN)
+	$(WHEEL_VENV)/bin/python -m build --wheel --outdir $(WHEEL_RUN)/dist .
+	$(WHEEL_VENV)/bin/python -m pip install -q --no-deps --force-reinstall $(WHEEL_RUN)/dist/*.whl
+	cd $(WHEEL_RUN) && bin=$(CURDIR)/$(WHEEL_VENV)/bin \
+		&& $$bin/hf-unified-embed --version \
+		&& $$bin/hf-unified-embed sample run >/dev/null \
+		&& $$bin/hf-unified-embed build run/recipes/sample.yaml -o run/outputs/data >/dev/null \
+		&& $$bin/hf-unified-embed train run/recipes/train_sample.yaml --max-steps 2 \
+		&& $$bin/python -c "import sys; from sentence_transformers import SentenceTransformer; \
+			vectors = SentenceTransformer('run/outputs/model').encode(['a query', 'a passage']); \
+			print('reloaded the trained model:', vectors.shape); sys.exit(vectors.shape[0] != 2)"
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py --output-dir outputs/demo
@@ -88,6 +107,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The documentation site into site/, strictly: a broken link or anchor, a missing reference, a docstring
+# that does not render or a snippet whose file is missing fails the build (mkdocs.yml, docs/hooks/).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
@@ -96,4 +120,4 @@ bench: $(STAMP)
 	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done
 
 clean:
-	rm -rf outputs build dist .pytest_cache .mypy_cache .ruff_cache .venv-lock .venv-latest .venv-oldest .venv-uv
+	rm -rf outputs build dist site .pytest_cache .mypy_cache .ruff_cache .venv-lock .venv-latest .venv-oldest .venv-uv
