@@ -261,7 +261,7 @@ def test_streaming_recipe_trains_checks_resumes_and_describes_the_stream_in_the_
 
 STREAMING_REFUSALS = [
     ({"sampler": {"kind": "proportional"}}, "sampler.kind 'proportional' does not apply with data.streaming"),
-    ({"sampler": {"interleave": "shuffled"}}, "sampler.interleave 'shuffled' does not apply"),
+    ({"sampler": {"interleave": "round_robin"}}, "sampler.interleave 'round_robin' does not apply"),
     ({"sampler": {"instance_order": "easy_to_hard"}}, "sampler.instance_order 'easy_to_hard' does not apply"),
     ({"sampler": {"batch_sizes": {"stsb": 8}}}, "sampler.batch_sizes does not apply"),
     ({"curriculum": {"plan": "plan.json"}}, "curriculum does not apply"),

@@ -127,7 +127,7 @@ class SamplerConfig:
     do not apply."""
 
     kind: str = "curriculum"
-    interleave: str = "round_robin"
+    interleave: str = "shuffled"
     instance_order: str = "random"
     batch_sizes: dict[str, int] = field(default_factory=dict)
     balance: str = "none"
