@@ -17,6 +17,7 @@ class                      meaning                                              
 ``EvaluationDataError``    an evaluation set's rows do not fit its kind (set, row)       ``SuiteError``
 ``MergeError``             inputs that cannot be merged (input, tensor)                  ``ValueError``
 ``LossOptionError``        a loss's options are out of range or do not fit together      ``ValueError``
+``LossFitError``           a task's rows lack what its loss reads (task, loss, field)    ``InputError``
 ``InputNotFoundError``     a named input (file, folder, model) does not exist            ``FileNotFoundError``
 ``OutputError``            the output cannot be written where asked                      ``OSError``
 ``OutputExistsError``      the output exists and ``overwrite`` was not given             ``FileExistsError``
@@ -167,6 +168,10 @@ class MergeError(HfUnifiedEmbedError, ValueError):
 
 class LossOptionError(HfUnifiedEmbedError, ValueError):
     """A loss's options are out of range or do not fit together; the message names the option and the value."""
+
+
+class LossFitError(InputError):
+    """A loss cannot read a task's rows: the message names the task, the loss, what the rows lack and which losses fit."""
 
 
 class InputNotFoundError(HfUnifiedEmbedError, FileNotFoundError):

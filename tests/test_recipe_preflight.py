@@ -439,7 +439,7 @@ def test_a_bug_keeps_its_traceback_and_exit_1(
         unified_dir,
         tiny_model_path,
         tmp_path / "out",
-        losses={"retrieval": "userlosses:BuggyLoss", "sts": "CoDiEmbSTSLoss"},
+        losses={"retrieval": "MultiPositiveInfoNCELoss", "sts": "userlosses:BuggyLoss"},  # a loss that fits the data
     )
     recipe.write_text(yaml.safe_dump(raw))
     completed = processes.run([CONSOLE_SCRIPT, "train", str(recipe)], expected=processes.Expected(steps=1))

@@ -66,8 +66,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _LineFormatter(logging.Formatter):
+    """A warning as ``warning: ...`` on one line, like the command's ``error: ...`` line; ``INFO ...`` with ``-v``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = super().format(record)
+        if record.levelno >= logging.WARNING:
+            return f"{record.levelname.lower()}: {message}"
+        return f"{record.levelname} {message}"
+
+
 def _configure_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    stderr = logging.StreamHandler()
+    stderr.setFormatter(_LineFormatter("%(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[stderr])
     for handler in logging.getLogger().handlers:
         handler.addFilter(RedactingFilter())
 

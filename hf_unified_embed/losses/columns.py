@@ -1,19 +1,32 @@
-"""The columns a loss reads: every loss of this package declares its own :class:`ColumnLayout`.
+"""What a loss reads and what a task's rows carry: every loss of this package declares its own :class:`ColumnLayout`.
 
 Unified rows hold variable-length lists of positives and negatives; a sentence-transformers loss
 reads a fixed number of columns. ``loss.column_layout(task_type, negatives_per_query)`` says how many
-of each the collator draws per row and which value it passes as ``labels``, so a new loss (in this
-package or in a user's module) needs no entry anywhere else.
+of each the collator draws per row, which value it passes as ``labels`` and what the rows must carry
+for that (scores, hard negatives, a difficulty, a task type), so a new loss (in this package or in a
+user's module) needs no entry anywhere else. :class:`TaskColumns` is the other side: what one task's
+rows carry, counted once from the data, and :meth:`ColumnLayout.missing` compares the two, so a loss
+that cannot read a task is refused before any model loads (:mod:`hf_unified_embed.losses.task_fit`).
+
+``column_layout`` may read the loss's constructor options (kept as attributes of the same name, such as
+``self.positives_per_query``) and nothing built from the model: a recipe's losses are described from
+their class and options before the model loads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from hf_unified_embed.errors import shown
 
+if TYPE_CHECKING:
+    from datasets import Dataset
+
 LabelSource = Literal["score", "difficulty", "teacher_scores"]
+
+#: Rows counted per Arrow batch when :meth:`TaskColumns.of` reads a task.
+_COUNT_BATCH_ROWS = 65_536
 
 
 @dataclass(frozen=True)
@@ -22,24 +35,42 @@ class ColumnLayout:
 
     Args:
         positives: Positives drawn per row (K+); rows with fewer are sampled with replacement.
-        negatives: Hard negatives drawn per row (K−); 0 for losses on scored pairs.
-        label: What becomes ``labels``: ``"score"`` (the score of ``positive_1``), ``"difficulty"``
-            (the curriculum's column), ``"teacher_scores"`` (per row the scores of ``positive_1..K+``
-            then ``negative_1..K−``, from ``positive_scores`` / ``negative_scores`` of the drawn texts:
-            a ``(batch, K+ + K−)`` label tensor for distillation losses) or ``None`` (no labels).
+        negatives: Hard negatives drawn per row (K−); 0 for losses on scored pairs. A row without hard
+            negatives borrows the other rows' of its batch (see ``hard_negatives``); a batch where no row
+            has any gets no negative columns.
+        label: What becomes ``labels``: ``"score"`` (the score of ``positive_1``: every row needs
+            ``positive_scores``), ``"difficulty"`` (the curriculum's column), ``"teacher_scores"`` (per
+            row the scores of ``positive_1..K+`` then ``negative_1..K−``, from ``positive_scores`` /
+            ``negative_scores`` of the drawn texts: a ``(batch, K+ + K−)`` label tensor for distillation
+            losses) or ``None`` (no labels).
+        hard_negatives: Every row must bring its own ``negatives`` (at least one is drawn): the loss
+            cannot do without them nor use texts borrowed from other rows.
+        task_types: The task types the loss fits; ``None``: any whose rows carry what it reads.
+
+    Raises:
+        ValueError: For a count below its minimum, an unknown label or task type.
     """
 
     positives: int = 1
     negatives: int = 0
     label: LabelSource | None = None
+    hard_negatives: bool = False
+    task_types: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        from hf_unified_embed.schema import TASK_TYPES
+
         if self.positives < 1:
             raise ValueError(f"a layout needs at least one positive column, got positives={self.positives}")
         if self.negatives < 0:
             raise ValueError(f"negatives must be >= 0, got {self.negatives}")
         if self.label not in (None, "score", "difficulty", "teacher_scores"):
             raise ValueError(f"label must be 'score', 'difficulty', 'teacher_scores' or None, got {shown(self.label)}")
+        if self.hard_negatives and self.negatives < 1:
+            raise ValueError("a layout that needs hard negatives draws at least one: negatives must be >= 1")
+        unknown = [t for t in self.task_types or () if t not in TASK_TYPES]
+        if unknown or self.task_types == ():
+            raise ValueError(f"task_types must name some of {list(TASK_TYPES)}, got {shown(self.task_types)}")
 
     @classmethod
     def scored_pair(cls) -> ColumnLayout:
@@ -60,6 +91,23 @@ class ColumnLayout:
             *(f"negative_{i}" for i in range(1, self.negatives + 1)),
         )
 
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The unified fields the rows must carry for this layout: ``query``, ``positives`` and what the
+        label and the hard negatives need (``positive_scores``, ``negatives``, ``negative_scores``, ``difficulty``)."""
+        fields = ["query", "positives"]
+        if self.label in ("score", "teacher_scores"):
+            fields.append("positive_scores")
+        if self.hard_negatives:
+            fields.append("negatives")
+        if self.label == "teacher_scores" and self.negatives:
+            fields += [f for f in ("negatives", "negative_scores") if f not in fields]
+        if self.label == "difficulty":
+            from hf_unified_embed.schema import DIFFICULTY_COLUMN
+
+            fields.append(DIFFICULTY_COLUMN)
+        return tuple(fields)
+
     def describe(self) -> str:
         """``query, positive_1, negative_1..2 (+ label: score)``: the layout in one line, for ``train --check``."""
         parts = ["query", "positive_1" if self.positives == 1 else f"positive_1..{self.positives}"]
@@ -67,3 +115,131 @@ class ColumnLayout:
             parts.append("negative_1" if self.negatives == 1 else f"negative_1..{self.negatives}")
         label = f" + label: {self.label}" if self.label else ""
         return ", ".join(parts) + label
+
+    def missing(self, task: TaskColumns) -> list[str]:
+        """What ``task``'s rows lack for this layout, one phrase per field (empty: the loss can read the task).
+
+        Mirrors what :class:`~hf_unified_embed.training.UnifiedDataCollator` would refuse at the first batch:
+        a row without positives, without the score its label needs, without its own negatives (or their
+        scores) where they cannot be borrowed, without a finite difficulty.
+        """
+        from hf_unified_embed.schema import DIFFICULTY_COLUMN
+
+        problems = []
+        if self.task_types is not None and task.task_type not in self.task_types:
+            problems.append(f"task_type {' or '.join(self.task_types)}")
+        if task.without_positives:
+            problems.append(task.empty("positives", task.without_positives))
+        if self.label in ("score", "teacher_scores") and task.without_positive_scores:
+            problems.append(task.empty("positive_scores", task.without_positive_scores))
+        # Teacher scores cannot be borrowed with a text, so a row reads its own negatives and their scores
+        # when the loss needs them, or when other rows of the task have some (then a batch mixes both).
+        own_negatives = self.hard_negatives or (
+            self.label == "teacher_scores" and self.negatives and task.with_negatives
+        )
+        if own_negatives and task.rows - task.with_negatives:
+            problems.append(task.empty("negatives", task.rows - task.with_negatives))
+        if self.label == "teacher_scores" and self.negatives and task.without_negative_scores:
+            problems.append(task.empty("negative_scores", task.without_negative_scores))
+        if self.label == "difficulty" and task.without_difficulty:
+            if task.without_difficulty == task.rows and not task.has_difficulty:
+                problems.append(f"{DIFFICULTY_COLUMN} (no such column: add it with hf-unified-embed curriculum)")
+            else:
+                problems.append(
+                    f"{DIFFICULTY_COLUMN} (not a finite number in {task.without_difficulty} of {task.rows} rows)"
+                )
+        return problems
+
+
+@dataclass(frozen=True)
+class TaskColumns:
+    """What the rows of one task carry, counted once: what :meth:`ColumnLayout.missing` compares a loss with.
+
+    Attributes:
+        task: The task name.
+        task_type: Its ``task_type``.
+        rows: Rows counted.
+        without_positives: Rows with an empty ``positives`` list.
+        without_positive_scores: Rows with an empty ``positive_scores`` list.
+        with_negatives: Rows with at least one hard negative.
+        without_negative_scores: Rows with hard negatives but an empty ``negative_scores`` list.
+        has_difficulty: Whether the task has the curriculum's ``difficulty`` column.
+        without_difficulty: Rows without a finite difficulty (all of them when the column is absent).
+    """
+
+    task: str
+    task_type: str
+    rows: int
+    without_positives: int = 0
+    without_positive_scores: int = 0
+    with_negatives: int = 0
+    without_negative_scores: int = 0
+    has_difficulty: bool = False
+    without_difficulty: int = 0
+
+    def empty(self, field: str, count: int) -> str:
+        """``positive_scores (empty in 3 of 16 rows)``: a field that ``count`` rows lack."""
+        return f"{field} (empty in {count} of {self.rows} rows)"
+
+    @classmethod
+    def of(cls, dataset: Dataset, task: str, *, difficulty_planned: bool = False) -> TaskColumns:
+        """Count what the rows of ``dataset`` (one unified task) carry, with pyarrow, a batch at a time.
+
+        Args:
+            dataset: The task's rows (a selection is counted as selected).
+            task: Its name, for messages.
+            difficulty_planned: The curriculum adds the ``difficulty`` column before training (a teacher is
+                named), so it counts as present.
+
+        Raises:
+            ValueError: If the task has no ``task_type`` column or more than one task type.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from hf_unified_embed.schema import DIFFICULTY_COLUMN
+
+        if "task_type" not in dataset.column_names:
+            raise ValueError(f"task {shown(task)}: no 'task_type' column; is this a unified dataset?")
+        has_difficulty = DIFFICULTY_COLUMN in dataset.column_names
+        names = ["task_type", "positives", "negatives", "positive_scores", "negative_scores"]
+        names += [DIFFICULTY_COLUMN] if has_difficulty else []
+        types: set[str] = set()
+        counts = dict.fromkeys(
+            ("rows", "positives", "positive_scores", "negatives", "negative_scores", "difficulty"), 0
+        )
+
+        def count(mask: pa.Array) -> int:
+            return int(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0)
+
+        for table in dataset.select_columns(names).with_format("arrow").iter(batch_size=_COUNT_BATCH_ROWS):
+            types.update(str(t) for t in pc.unique(table.column("task_type")).to_pylist())
+            lengths = {name: pc.fill_null(pc.list_value_length(table.column(name)), 0) for name in names[1:5]}
+            counts["rows"] += table.num_rows
+            counts["positives"] += count(pc.equal(lengths["positives"], 0))
+            counts["positive_scores"] += count(pc.equal(lengths["positive_scores"], 0))
+            with_negatives = pc.greater(lengths["negatives"], 0)
+            counts["negatives"] += count(with_negatives)
+            counts["negative_scores"] += count(pc.and_(with_negatives, pc.equal(lengths["negative_scores"], 0)))
+            if has_difficulty:
+                values = pc.cast(table.column(DIFFICULTY_COLUMN), pa.float64())
+                finite = pc.fill_null(pc.is_finite(values), False)
+                counts["difficulty"] += table.num_rows - count(finite)
+        if len(types) > 1:
+            raise ValueError(f"task {shown(task)}: expected one task_type per task, found {sorted(types)}")
+        rows = counts["rows"]
+        if difficulty_planned:
+            has_difficulty, without_difficulty = True, 0
+        else:
+            without_difficulty = counts["difficulty"] if has_difficulty else rows
+        return cls(
+            task=task,
+            task_type=next(iter(types), ""),
+            rows=rows,
+            without_positives=counts["positives"],
+            without_positive_scores=counts["positive_scores"],
+            with_negatives=counts["negatives"],
+            without_negative_scores=counts["negative_scores"],
+            has_difficulty=has_difficulty,
+            without_difficulty=without_difficulty,
+        )

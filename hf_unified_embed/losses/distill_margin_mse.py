@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torch import Tensor, nn
@@ -107,10 +108,10 @@ class DistillMarginMSELoss(TeacherScoreLoss):
         return (student_margins - teacher_margins).pow(2).mean()
 
     def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
-        """As for every teacher-score loss, with at least one hard negative per row."""
+        """As for every teacher-score loss, with at least one hard negative of its own per row: a margin needs one."""
         if negatives_per_query < 1:
             raise ValueError(f"{type(self).__name__} needs negatives_per_query >= 1, got {negatives_per_query}.")
-        return super().column_layout(task_type, negatives_per_query)
+        return dataclasses.replace(super().column_layout(task_type, negatives_per_query), hard_negatives=True)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {

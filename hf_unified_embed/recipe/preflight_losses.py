@@ -1,23 +1,33 @@
-"""Recipe preflight, losses: every loss name resolves and its keyword arguments fit its signature.
+"""Recipe preflight, losses: every loss name resolves, its keyword arguments fit its signature, and it can
+read the rows of every task it is given for.
 
 :func:`check_loss_in_source` reads the losses' source files (nothing imported) for the quick preflight;
 :func:`resolve_loss_class` and :func:`bind_loss_kwargs` import the class and check every value against its
-parameter's annotation (``temperature: "hot"`` is refused, naming the key).
+parameter's annotation (``temperature: "hot"`` is refused, naming the key). Once the data are loaded, and
+before any model (the base, a curriculum's teacher) loads, :func:`check_losses_fit_tasks` checks every
+(task, loss) pair: a loss whose columns or values the task lacks is refused in one line naming the task,
+the loss, what is missing and the losses that fit.
 """
 
 from __future__ import annotations
 
 import difflib
 import inspect
+import logging
 from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from hf_unified_embed.errors import RecipeError, shown
+from hf_unified_embed.errors import LossFitError, RecipeError, shown
 from hf_unified_embed.utils.plugins import import_object, is_import_path
 from hf_unified_embed.utils.typecheck import constructor_parameters, type_problem
 
 if TYPE_CHECKING:
+    from datasets import Dataset
     from torch import nn
+
+    from hf_unified_embed.recipe.train_recipe import TrainRecipe
+
+logger = logging.getLogger(__name__)
 
 
 def resolve_loss_class(name: str, where: str = "losses") -> type[nn.Module]:
@@ -109,6 +119,61 @@ def check_loss_in_source(spec: Mapping[str, Any], where: str) -> None:
         if key != "name" and key not in by_name:
             names = [p.name for p in parameters[1:]]
             raise _loss_kwargs_error(where, found.name, f"got an unexpected keyword argument {shown(key)}", names)
+
+
+def check_losses_fit_tasks(
+    recipe: TrainRecipe,
+    losses: Mapping[str, tuple[type[nn.Module], Mapping[str, Any]]],
+    tasks: Mapping[str, Dataset],
+) -> None:
+    """Every task's loss can read its rows; a loss for a task type no task has is a warning.
+
+    Runs after the data load and before any model does (the base model, a curriculum's teacher), in
+    ``train`` and ``train --check`` alike. A teacher-computed curriculum adds the ``difficulty`` column
+    later, so it counts as present then. A task without a loss is left to
+    :func:`~hf_unified_embed.training.losses_for_tasks`, which names the keys given.
+
+    Args:
+        recipe: The checked recipe (for its file name, ``negatives_per_query`` and curriculum).
+        losses: ``{task name or task type: (loss class, kwargs)}`` as preflight resolved them.
+        tasks: The loaded tasks (for a streaming run, the first rows of each).
+
+    Raises:
+        LossFitError: ``RECIPE: losses.KEY: task 'T' (TYPE) cannot train with LOSS: it needs FIELD (empty in
+            N of M rows); losses that fit this task: A, B`` for the first pair that does not fit.
+    """
+    from hf_unified_embed.losses.columns import TaskColumns
+    from hf_unified_embed.losses.task_fit import check_loss_fits, stand_in
+    from hf_unified_embed.schema import TASK_TYPES
+
+    origin = recipe.source or "<recipe>"
+    difficulty_planned = recipe.curriculum is not None and not recipe.curriculum.plan
+    k_neg = recipe.negatives_per_query
+    used = set()
+    for task, dataset in tasks.items():
+        try:
+            rows = TaskColumns.of(dataset, task, difficulty_planned=difficulty_planned)
+        except ValueError as error:
+            raise RecipeError(f"{origin}: data: {error}") from None
+        key = task if task in losses else rows.task_type
+        used.add(key)
+        if key not in losses:
+            continue
+        cls, kwargs = losses[key]
+        loss = stand_in(cls, kwargs)
+        if loss is None:
+            continue  # checked once built (losses_for_tasks)
+        try:
+            check_loss_fits(loss, rows, k_neg, f"losses.{key}")
+        except LossFitError as error:
+            raise error.within(origin) from None
+    if unused := [key for key in losses if key in TASK_TYPES and key not in used]:
+        # One recipe may serve several data folders (the shipped one names pair_classification for when
+        # msrp is added), so this is no error; but a loss silently left out is worth one line.
+        logger.warning(
+            "%s: losses given for task type(s) %s are not used: no task of %s has that type",
+            origin, ", ".join(unused), recipe.data.path,
+        )  # fmt: skip
 
 
 def yaml_number_hint(value: Any) -> str:

@@ -34,6 +34,7 @@ from torch import nn
 from hf_unified_embed.errors import AfterTrainingError, HfUnifiedEmbedError, HubError, InputError, RecipeError
 from hf_unified_embed.recipe.model_card import UnifiedModelCardData, attach_evaluation, card_data, describe_training
 from hf_unified_embed.recipe.preflight import ResolvedRecipe, check_sampler_tasks, preflight
+from hf_unified_embed.recipe.preflight_losses import check_losses_fit_tasks
 from hf_unified_embed.recipe.run_data import curriculum_for, load_streams, load_tasks
 from hf_unified_embed.recipe.train_recipe import TrainRecipe
 from hf_unified_embed.training.backbones import merge_adapter, without_cudnn_attention
@@ -99,6 +100,7 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
         else:
             tasks = load_tasks(recipe)
     check_sampler_tasks(recipe, list(tasks), origin)
+    check_losses_fit_tasks(recipe, resolved.losses, tasks)  # before any model: the curriculum's teacher, the base
     curriculum = None
     if recipe.curriculum is not None and (compute_curriculum or recipe.curriculum.plan):
         with _named(origin, "curriculum"):
@@ -117,7 +119,9 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
         with _named(origin, "evaluation"):
             check_suite_prompts(resolved.suite, model)
     try:
-        losses = losses_for_tasks(model, tasks, _losses_in_use(resolved.losses, tasks))
+        losses = losses_for_tasks(
+            model, tasks, _losses_in_use(resolved.losses, tasks), negatives_per_query=recipe.negatives_per_query
+        )
         if recipe.keep_base is not None:
             losses = recipe.keep_base.wrap(losses)  # after the losses, before the trainer: the base is untrained
     except (TypeError, ValueError) as error:
@@ -141,17 +145,16 @@ def _losses_in_use(losses: Mapping[str, T], tasks: DatasetDict) -> dict[str, T]:
     """The recipe's losses less those given for a task type that no task of this run trains with.
 
     One recipe may serve several data folders, so its loss map may name task types the data lacks (the
-    shipped recipe names ``pair_classification`` for when msrp is added): those are left out here, with
-    an INFO line, not a warning at every run. A key that names neither a task type nor a task stays, for
-    :func:`~hf_unified_embed.training.losses_for_tasks` to refuse.
+    shipped recipe names ``pair_classification`` for when msrp is added): those are left out here
+    (:func:`~hf_unified_embed.recipe.preflight_losses.check_losses_fit_tasks` has warned of them). A key
+    that names neither a task type nor a task stays, for :func:`~hf_unified_embed.training.losses_for_tasks`
+    to refuse.
     """
     from hf_unified_embed.schema import TASK_TYPES
     from hf_unified_embed.training.layout import task_type_of
 
     used = {name if name in losses else task_type_of(dataset, name) for name, dataset in tasks.items()}
     unused = [key for key in losses if key in TASK_TYPES and key not in used]
-    if unused:
-        logger.info("losses given for task type(s) %s are not used: no task of this run trains with them", unused)
     return {key: spec for key, spec in losses.items() if key not in unused}
 
 

@@ -22,7 +22,8 @@ from hf_unified_embed.schema import DIFFICULTY_COLUMN
 #: Task types whose rows are sentence pairs with a graded score (CoDiEmb's STS data organisation).
 SCORED_PAIR_TASK_TYPES: tuple[str, ...] = ("sts", "pair_classification")
 
-#: sentence-transformers' losses by class name: ``"scored_pair"`` or ``"contrastive"`` (query, positive, K− negatives).
+#: sentence-transformers' losses by class name: ``"scored_pair"``, ``"contrastive"`` (query, positive, K− negatives)
+#: or ``"triplet"`` (query, positive and exactly one hard negative of the row's own).
 SENTENCE_TRANSFORMERS_LAYOUTS: dict[str, str] = {
     **dict.fromkeys(
         ("CoSENTLoss", "AnglELoss", "CosineSimilarityLoss", "ContrastiveLoss", "OnlineContrastiveLoss"), "scored_pair"
@@ -35,10 +36,10 @@ SENTENCE_TRANSFORMERS_LAYOUTS: dict[str, str] = {
             "CachedMultipleNegativesSymmetricRankingLoss",
             "GISTEmbedLoss",
             "CachedGISTEmbedLoss",
-            "TripletLoss",
         ),
         "contrastive",
     ),
+    "TripletLoss": "triplet",
 }
 
 
@@ -74,6 +75,8 @@ def layout_for_loss(loss: nn.Module, task_type: str, negatives_per_query: int = 
         kind = "scored_pair" if task_type in SCORED_PAIR_TASK_TYPES else "contrastive"
     if kind == "scored_pair":
         return ColumnLayout.scored_pair()
+    if kind == "triplet":  # (anchor, positive, negative): never fewer or more columns
+        return ColumnLayout(positives=1, negatives=1, hard_negatives=True)
     return ColumnLayout(positives=1, negatives=negatives_per_query)
 
 

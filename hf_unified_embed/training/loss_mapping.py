@@ -2,7 +2,10 @@
 
 With a ``DatasetDict`` of tasks the trainer calls ``loss[dataset_name]`` for each batch, so every
 task needs an entry. Users think in task types ("retrieval", "sts"); :func:`losses_for_tasks` expands
-that to task names and builds each loss on the model being trained.
+that to task names and builds each loss on the model being trained, after checking that each loss
+can read its task's rows (:mod:`hf_unified_embed.losses.task_fit`): a loss on scored pairs for rows
+without scores is refused here, naming the task, the loss, what is missing and the losses that fit,
+not at the first batch.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from datasets import Dataset, DatasetDict
 from torch import nn
 
 from hf_unified_embed.errors import shown
+from hf_unified_embed.losses.columns import TaskColumns
+from hf_unified_embed.losses.task_fit import check_loss_fits, described
 from hf_unified_embed.schema import TASK_TYPES
-from hf_unified_embed.training.layout import task_type_of
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +52,13 @@ def losses_for_tasks(
     model: nn.Module,
     dataset_dict: DatasetDict | Mapping[str, Dataset],
     losses: Mapping[str, LossSpec],
+    *,
+    negatives_per_query: int | Mapping[str, int] = 1,
 ) -> dict[str, nn.Module]:
     """One loss per task of ``dataset_dict``, chosen by task name or else by task type.
+
+    Each loss is checked against its task's rows before it is built (a factory once built): the rows
+    must carry what its :class:`~hf_unified_embed.losses.ColumnLayout` reads.
 
     Args:
         model: The ``SentenceTransformer`` being trained; classes and factories are called with it.
@@ -57,9 +66,16 @@ def losses_for_tasks(
         losses: Keys are task names or task types (a task name wins). Values are a loss instance
             (shared by all tasks it covers), a class / factory ``f(model)`` (one instance per task),
             or ``(class, kwargs)`` for ``class(model, **kwargs)``.
+        negatives_per_query: K− the collator will draw, one number or one per task name (as given to
+            :meth:`~hf_unified_embed.training.UnifiedDataCollator.for_losses`).
 
     Returns:
         ``{task: loss}`` with every task of ``dataset_dict``, for ``SentenceTransformerTrainer(loss=...)``.
+
+    Raises:
+        LossFitError: A loss cannot read its task's rows (the message names the task, the loss, what
+            the rows lack and the losses that fit).
+        ValueError: A task has no loss, or a loss key matches no task name or task type.
 
     Example:
         ::
@@ -72,15 +88,21 @@ def losses_for_tasks(
     result = {}
     unused = set(losses)
     for task, dataset in dataset_dict.items():
-        task_type = task_type_of(dataset, task)
-        key = task if task in losses else task_type
+        rows = TaskColumns.of(dataset, task)
+        key = task if task in losses else rows.task_type
         if key not in losses:
             raise ValueError(
-                f"task {shown(task)} (task_type {shown(task_type)}) has no loss; give one under the task name or "
+                f"task {shown(task)} (task_type {shown(rows.task_type)}) has no loss; give one under the task name or "
                 f"its task type (losses are given for {sorted(losses)})"
             )
         unused.discard(key)
+        k_neg = negatives_per_query if isinstance(negatives_per_query, int) else negatives_per_query.get(task, 1)
+        known = described(losses[key])
+        if known is not None:
+            check_loss_fits(known, rows, k_neg, f"losses[{key!r}]")
         result[task] = _build(losses[key], model, key)
+        if known is None or known is not losses[key]:  # a factory, or a class described before it was built
+            check_loss_fits(result[task], rows, k_neg, f"losses[{key!r}]")
     # A loss for a task type the data lacks is how one recipe serves an IR-only and an STS-only run;
     # any other unmatched key is a typo or a task missing from the data.
     if unmatched := sorted(unused - set(TASK_TYPES)):

@@ -1,0 +1,183 @@
+"""Which loss can read which task: every (task, loss) pair of a run checked against the rows before any model loads.
+
+A loss says what it reads in its :class:`~hf_unified_embed.losses.columns.ColumnLayout`; a task's rows
+are counted once into :class:`~hf_unified_embed.losses.columns.TaskColumns`. Before the model exists a
+loss is described from its class and options: :func:`stand_in` is an instance whose ``__init__`` did not
+run, holding only the options, which is all ``column_layout`` may read. sentence-transformers' losses are
+described by :func:`~hf_unified_embed.training.layout.layout_for_loss`, exactly as the collator will lay
+out their batches.
+
+The losses a refusal suggests, and the loss overview (:mod:`hf_unified_embed.losses.overview`), come from
+:func:`known_losses`: this package's losses, the sentence-transformers losses the collator knows, and
+every loss a user's installed package registers under the entry-point group :data:`ENTRY_POINT_GROUP`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from importlib.metadata import entry_points
+from typing import Any
+
+from torch import nn
+
+from hf_unified_embed.errors import LossFitError, shown
+from hf_unified_embed.losses.columns import ColumnLayout, TaskColumns
+
+#: The entry-point group a package registers its own losses under, e.g. in ``pyproject.toml``::
+#:
+#:     [project.entry-points."hf_unified_embed.losses"]
+#:     MyLoss = "my_package.losses:MyLoss"
+ENTRY_POINT_GROUP = "hf_unified_embed.losses"
+
+
+def stand_in(cls: type[nn.Module], options: Mapping[str, Any]) -> nn.Module | None:
+    """An instance of ``cls`` that holds only its constructor options, to ask its ``column_layout`` before a model exists.
+
+    Args:
+        cls: The loss class (its first constructor argument is the model).
+        options: The keyword arguments it will be built with; the others take their defaults.
+
+    Returns:
+        The stand-in (``__init__`` does not run: no parameter, no model), or ``None`` when a required
+        argument other than the model has no value (a wrapper of another loss, a guide model).
+    """
+    try:
+        parameters = list(inspect.signature(cls).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return None
+    values = {}
+    for parameter in parameters:
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        if parameter.name in options:
+            values[parameter.name] = options[parameter.name]
+        elif parameter.default is not parameter.empty:
+            values[parameter.name] = parameter.default
+        else:
+            return None
+    loss = cls.__new__(cls)
+    # Written past nn.Module.__setattr__, which needs the state __init__ would have made.
+    loss.__dict__.update(values)
+    return loss
+
+
+def described(spec: Any) -> nn.Module | None:
+    """The loss a ``losses_for_tasks`` entry stands for, as far as it is known before it is built.
+
+    Args:
+        spec: A loss instance, a loss class, ``(class, kwargs)``, or a factory.
+
+    Returns:
+        The instance itself, a :func:`stand_in` of the class with the options, or ``None`` for a factory
+        (or a class that cannot be described unbuilt): it is checked once built.
+    """
+    if isinstance(spec, nn.Module):
+        return spec
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], Mapping):
+        spec, options = spec
+    else:
+        options = {}
+    if isinstance(spec, type) and issubclass(spec, nn.Module):
+        return stand_in(spec, options)
+    return None
+
+
+def layout_of(loss: nn.Module, task_type: str, negatives_per_query: int) -> ColumnLayout | None:
+    """The layout ``loss`` (an instance or a :func:`stand_in`) reads on a task of ``task_type``.
+
+    Returns:
+        The layout, or ``None`` for a stand-in whose ``column_layout`` reads what only ``__init__`` makes.
+
+    Raises:
+        ValueError: The loss refuses the task type or ``negatives_per_query`` (its own message).
+    """
+    from hf_unified_embed.training.layout import layout_for_loss
+
+    try:
+        return layout_for_loss(loss, task_type, negatives_per_query)
+    except AttributeError:
+        if _is_stand_in(loss):
+            return None
+        raise
+
+
+def _is_stand_in(loss: nn.Module) -> bool:
+    return "_parameters" not in loss.__dict__
+
+
+def _name(loss: nn.Module) -> str:
+    # A wrapper (MatryoshkaLoss, KeepBaseLoss) is named for the loss inside it, which reads the columns.
+    inner = getattr(loss, "loss", None)
+    while isinstance(inner, nn.Module):
+        loss, inner = inner, getattr(inner, "loss", None)
+    return type(loss).__name__
+
+
+def known_losses() -> dict[str, type[nn.Module]]:
+    """Every loss that can be listed by name: this package's, the sentence-transformers losses whose
+    columns the collator knows, and those registered under :data:`ENTRY_POINT_GROUP`.
+
+    Returns:
+        ``{name: class}`` sorted by name; a registered loss is listed by its entry point's name.
+    """
+    from sentence_transformers.sentence_transformer import losses as st_losses
+
+    from hf_unified_embed import losses as package_losses
+    from hf_unified_embed.training.layout import SENTENCE_TRANSFORMERS_LAYOUTS
+
+    found: dict[str, Any] = {name: getattr(package_losses, name) for name in package_losses.__all__}
+    found.update({name: getattr(st_losses, name, None) for name in SENTENCE_TRANSFORMERS_LAYOUTS})
+    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+        found[entry_point.name] = entry_point.load()
+    return {
+        name: cls
+        for name, cls in sorted(found.items())
+        if isinstance(cls, type) and issubclass(cls, nn.Module) and not inspect.isabstract(cls)
+    }
+
+
+def losses_that_fit(task: TaskColumns, negatives_per_query: int = 1) -> list[str]:
+    """The names of the :func:`known_losses` that can read ``task`` with their default options."""
+    fitting = []
+    for name, cls in known_losses().items():
+        loss = stand_in(cls, {})
+        try:
+            layout = layout_of(loss, task.task_type, negatives_per_query) if loss is not None else None
+        except ValueError:
+            continue
+        if layout is not None and not layout.missing(task):
+            fitting.append(name)
+    return fitting
+
+
+def check_loss_fits(loss: nn.Module, task: TaskColumns, negatives_per_query: int, where: str) -> None:
+    """Refuse ``loss`` for ``task`` when the rows lack what it reads.
+
+    Args:
+        loss: The loss (an instance, or a :func:`stand_in` of a recipe's class and options).
+        task: What the task's rows carry.
+        negatives_per_query: K− the run draws for the task.
+        where: The key the loss was given under, e.g. ``losses.retrieval``.
+
+    Raises:
+        LossFitError: One line naming the task, the loss, what is missing and the losses that fit
+            (``losses.retrieval: task 'wikiqa' (retrieval) cannot train with CoDiEmbSTSLoss: it needs
+            positive_scores (empty in 16 of 16 rows); losses that fit this task: ...``).
+    """
+    try:
+        layout = layout_of(loss, task.task_type, negatives_per_query)
+    except ValueError as error:
+        problem = str(error).rstrip(".")
+    else:
+        if layout is None:
+            return  # described once built (losses_for_tasks checks the built loss)
+        missing = layout.missing(task)
+        if not missing:
+            return
+        problem = "it needs " + "; ".join(missing)
+    fitting = losses_that_fit(task, negatives_per_query)
+    suggestion = f"losses that fit this task: {', '.join(fitting)}" if fitting else "no known loss fits this task"
+    raise LossFitError(
+        f"{where}: task {shown(task.task)} ({task.task_type}) cannot train with {_name(loss)}: {problem}; {suggestion}"
+    )
