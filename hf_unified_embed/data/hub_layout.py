@@ -106,6 +106,7 @@ def parquet_task_summary(paths: Sequence[str | Path], batch_size: int = 8_192) -
 
 def _as_splits(data: DatasetDict | Mapping[str, DatasetDict]) -> dict[str, dict[str, Dataset]]:
     """``{split: {task: Dataset}}`` from a task-keyed DatasetDict (each Dataset knows its split) or a split mapping."""
+    _check_saved(data)
     if isinstance(data, DatasetDict) or all(isinstance(value, Dataset) for value in data.values()):
         splits: dict[str, dict[str, Dataset]] = {}
         for task, dataset in data.items():
@@ -113,6 +114,31 @@ def _as_splits(data: DatasetDict | Mapping[str, DatasetDict]) -> dict[str, dict[
             splits.setdefault(str(dataset.split or "train"), {})[task] = dataset
         return splits
     return {split: dict(tasks) for split, tasks in data.items()}
+
+
+def _check_saved(data: object) -> None:
+    """Refuse what :func:`save_unified` cannot save, saying what to pass instead.
+
+    Raises:
+        TypeError: ``data`` is a single ``Dataset``, or not a mapping of tasks (or of splits of tasks) to
+            ``Dataset`` s.
+    """
+    if isinstance(data, Dataset):
+        raise TypeError(
+            "save_unified expects a DatasetDict keyed by task name (or {split: DatasetDict}), got one Dataset; "
+            'pass {"task_name": dataset}, e.g. DatasetDict({"my_task": dataset})'
+        )
+    if not isinstance(data, Mapping):
+        raise TypeError(
+            f"save_unified expects a DatasetDict keyed by task name (or {{split: DatasetDict}}), got {type(data).__name__}"
+        )
+    for key, value in data.items():
+        tasks = value.values() if isinstance(value, Mapping) else [value]
+        if not isinstance(key, str) or not all(isinstance(task, Dataset) for task in tasks):
+            raise TypeError(
+                f"save_unified expects a DatasetDict keyed by task name (or {{split: DatasetDict}}); "
+                f"entry {shown(key)} holds {type(value).__name__}"
+            )
 
 
 def source_notes(card: DatasetCard) -> dict[str, dict[str, Any]]:
@@ -360,6 +386,7 @@ def load_unified(
     exist is an :class:`~hf_unified_embed.errors.InputNotFoundError`, never a Hub lookup. Each task
     carries the card's ``source_notes`` for it (:mod:`hf_unified_embed.data.provenance`).
     """
+    _check_request(repo_id_or_dir, tasks, split)
     card = read_card(repo_id_or_dir, token=token)
     notes = source_notes(card)
     names, layout = _tasks_to_load(repo_id_or_dir, tasks, split, card)
@@ -396,6 +423,7 @@ def stream_unified(
     batches of bounded size (:func:`~hf_unified_embed.data.parquet_stream.bounded_stream`), so memory does
     not grow with the shards' row groups and a process that stops reading early exits.
     """
+    _check_request(repo_id_or_dir, tasks, split)
     card = read_card(repo_id_or_dir, token=token)
     names, layout = _tasks_to_load(repo_id_or_dir, tasks, split, card)
     if layout is not None:  # a Hub dataset's rows are checked as they stream in (the collator)
@@ -409,6 +437,29 @@ def stream_unified(
         # datasets' own Parquet reader hangs a process that stops reading mid-file and holds whole row groups.
         result[task] = bounded_stream(dataset, token=token)
     return result
+
+
+def _check_request(repo_id_or_dir: object, tasks: object, split: object) -> None:
+    """Refuse arguments of the wrong type before anything is read, naming the argument.
+
+    Raises:
+        TypeError: ``repo_id_or_dir`` is not a path or repository id, ``tasks`` not a list of task names,
+            ``split`` not a split name.
+        ValueError: ``repo_id_or_dir`` is empty.
+    """
+    if not isinstance(repo_id_or_dir, (str, Path)):
+        raise TypeError(
+            f"repo_id_or_dir must be a unified dataset folder (a path) or a Hub dataset id, got {shown(repo_id_or_dir)}"
+        )
+    if not str(repo_id_or_dir).strip():
+        raise ValueError("repo_id_or_dir is empty; give a unified dataset folder or a Hub dataset id")
+    if tasks is not None and (
+        isinstance(tasks, str) or not isinstance(tasks, (list, tuple)) or not all(isinstance(t, str) for t in tasks)
+    ):
+        hint = f" (one task: [{tasks!r}])" if isinstance(tasks, str) else ""
+        raise TypeError(f"tasks must be a list of task names or None, got {shown(tasks)}{hint}")
+    if not isinstance(split, str):
+        raise TypeError(f"split must be a split name such as 'train', got {shown(split)}")
 
 
 def _dataset_path(repo_id_or_dir: str | Path) -> str:
@@ -429,8 +480,13 @@ def _tasks_to_load(
         declared = layout.declared
     else:
         declared = unified_tasks(card, source=f"{repo_id_or_dir}/README.md")
+    splits_declared = sorted({name for splits in declared.values() for name in splits})
     if tasks is None:
         tasks = [task for task, splits in declared.items() if split in splits]
+        if not tasks:  # nothing to read is never an empty result: the split is misspelt or elsewhere
+            raise InputError(f"{repo_id_or_dir}: no task has split {shown(split)}; the splits are {splits_declared}")
+    elif not tasks:
+        raise InputError(f"{repo_id_or_dir}: tasks is an empty list; the tasks are {sorted(declared)} (None: all)")
     unknown = [task for task in tasks if task not in declared]
     if unknown:
         raise InputError(f"{repo_id_or_dir}: unknown task(s) {unknown}; the card declares {sorted(declared)}")
