@@ -251,6 +251,45 @@ def test_a_loss_can_name_the_task_types_it_fits(monkeypatch: pytest.MonkeyPatch)
     assert check("SentencePairsOnly", {**retrieval, "task_type": "sts", "scores": "all"}) is None
 
 
+USER_LOSSES = '''
+from torch import nn
+
+from hf_unified_embed.losses import ColumnLayout
+
+
+class ScaledCosineLoss(nn.Module):
+    """A user's loss on scored pairs, not of this package: its layout is its own declaration."""
+
+    def __init__(self, model, scale: float = 1.0) -> None:
+        super().__init__()
+        self.model, self.scale = model, scale
+
+    def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
+        return ColumnLayout.scored_pair()
+
+
+class PlainLoss(nn.Module):
+    """A user's loss that declares nothing: laid out by the task type, as the collator does."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+'''
+
+
+def test_a_users_loss_is_checked_by_its_own_declaration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "userlosses.py").write_text(USER_LOSSES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    retrieval = {"task_type": "retrieval", "scores": "none", "negatives": "all", "positives": 1, "no_positives": False, "difficulty": "none"}  # fmt: skip
+    message = str(check("userlosses:ScaledCosineLoss", retrieval))
+    assert "cannot train with ScaledCosineLoss: it needs positive_scores (empty in 8 of 8 rows)" in message
+    assert check("userlosses:ScaledCosineLoss", {**retrieval, "scores": "all"}) is None
+    assert check("userlosses:PlainLoss", retrieval) is None
+    assert "cannot train with PlainLoss: it needs positive_scores" in str(
+        check("userlosses:PlainLoss", {**retrieval, "task_type": "pair_classification"})
+    )
+
+
 @pytest.fixture
 def retrieval_folder(tmp_path: Path) -> Path:
     from hf_unified_embed.data import save_unified
