@@ -30,6 +30,10 @@ Face libraries (``huggingface_hub`` reads ``HF_HUB_OFFLINE`` once, when it is fi
 * ``TOKENIZERS_PARALLELISM=false`` unless the environment says otherwise (no warnings about forked
   processes).
 
+The default ``--data-root`` is the shared data folder next to the repository (``../shared/data``); where
+it does not exist, the scripts read the bundled sample (``examples/data``) in the same layout and say so
+in one line on stderr.
+
 A *smoke run* is ``--max-steps`` between 1 and :data:`SMOKE_MAX_STEPS`: it exists to show the script
 still works end to end (CI runs every example that way, ``tests/test_examples.py``), so its
 evaluation uses the first :data:`SMOKE_EVAL_ROWS` rows of every set unless ``--eval-rows`` says
@@ -39,8 +43,11 @@ otherwise (:func:`evaluation_suite` applies it).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,9 +62,60 @@ SMOKE_EVAL_ROWS = 64
 INPUT_ERROR_EXIT_CODE = 2
 
 
+#: The bundled sample: a few hundred rows of each source the examples read (data/LICENSES.md).
+SAMPLE = Path(__file__).resolve().parent / "data"
+#: Where each file of the bundled sample lies in the shared data folder's layout (``../shared/data``).
+SAMPLE_LAYOUT = {
+    "sts/stsbenchmark/sts-train.csv": "stsb-train.tsv",
+    "sts/stsbenchmark/sts-dev.csv": "eval/stsb-dev.tsv",
+    "sts/sick2014/SICK_train.txt": "sick-train.txt",
+    "sts/sick2014/SICK_trial.txt": "eval/sick-trial.txt",
+    "ir/wikiqa/train.tsv": "wikiqa-train.tsv",
+    "ir/trecqa/train.csv": "trecqa-train.csv",
+    "ir/trecqa/dev.csv": "eval/trecqa-test.csv",
+    "ir/trecqa/test.csv": "eval/trecqa-test.csv",
+    "ir/msmarco-dl-subset": "msmarco-dl-sample",
+    "pair/msrp/msr-para-train.tsv": "msrp-train.tsv",
+    "pair/msrp/msr-para-test.tsv": "eval/msrp-test.tsv",
+}
+
+
 def default_data_root(script: str | Path) -> Path:
     """``../shared/data`` next to the repository that holds ``script`` (``examples/x.py`` or ``bench/x.py``)."""
     return Path(script).resolve().parent.parent.parent / "shared" / "data"
+
+
+def lay_out_sample(target: Path, sample: Path = SAMPLE) -> Path:
+    """``target`` holding the bundled sample in the shared data folder's layout (:data:`SAMPLE_LAYOUT`).
+
+    Each entry links to the bundled file or folder; where the system refuses links (Windows without the
+    privilege), it is a copy (the sample is about a megabyte). Returns ``target``.
+    """
+    for shared, bundled in SAMPLE_LAYOUT.items():
+        source, link = sample / bundled, target / shared
+        link.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            link.symlink_to(source, target_is_directory=source.is_dir())
+        except OSError:
+            (shutil.copytree if source.is_dir() else shutil.copy2)(source, link)
+    return target
+
+
+def _bundled_sample_root() -> Path:
+    """A temporary folder with the bundled sample in the shared layout, removed when the script exits."""
+    folder = Path(tempfile.mkdtemp(prefix="hf-unified-embed-sample-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return lay_out_sample(folder)
+
+
+class _DataRootAction(argparse.Action):
+    """Stores ``--data-root`` and notes that it was given (an absent default then falls back to the sample)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ):
+        setattr(namespace, self.dest, values)
+        namespace.data_root_given = True
 
 
 def example_parser(
@@ -91,8 +149,9 @@ def example_parser(
         "--data-root",
         type=Path,
         metavar="DIR",
+        action=_DataRootAction,
         default=Path(data_root) if data_root is not None else default_data_root(script),
-        help="folder the data files are read from (default: %(default)s)",
+        help="folder the data files are read from (default: %(default)s; without it, the bundled sample)",
     )
     shared.add_argument(
         "--output-dir",
@@ -147,6 +206,10 @@ def parse_example_args(
     options may name a Hub id or upload: a teacher, a dataset, ``--repo-id``). A Hub id given as
     ``--base-model`` never turns it on. ``TOKENIZERS_PARALLELISM`` becomes ``false`` unless set.
 
+    Without ``--data-root``, a default folder that does not exist (``../shared/data`` is not part of a
+    checkout or an installed package) is replaced by the bundled sample laid out like it
+    (:func:`lay_out_sample`, in a temporary folder removed at exit), and one line on stderr says so.
+
     Afterwards ``base_model`` is a path or id (the packaged MiniLM by default; ``None`` when not given
     and ``packaged_base`` is false, for a script that builds its own), ``max_steps`` an int
     (``full_steps`` when not given; -1 means the epochs decide), ``smoke`` says whether this is a smoke
@@ -154,6 +217,15 @@ def parse_example_args(
     whether the run is in offline mode.
     """
     args = parser.parse_args(argv)
+    if not getattr(args, "data_root_given", False) and not args.data_root.exists():
+        # An installed package or a checkout without the shared data: the bundled sample, in its layout.
+        print(
+            f"{args.data_root} does not exist: reading the bundled sample ({SAMPLE}) instead; "
+            "--data-root DIR reads yours",
+            file=sys.stderr,
+            flush=True,
+        )
+        args.data_root = _bundled_sample_root()
     if args.max_steps is not None and args.max_steps == 0:
         parser.error("--max-steps must be a positive number of steps, or -1 for the full run")
     if args.eval_rows is not None and args.eval_rows < 0:

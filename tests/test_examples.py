@@ -51,20 +51,6 @@ if str(EXAMPLES) not in sys.path:
 OWN_SAMPLE_LAYOUT = {"demo.py", "train_llm_lora.py"}
 #: Scripts whose default base model is not a BERT (they build their own tiny decoder).
 OWN_BASE_MODEL = {"train_llm_lora.py"}
-#: The shared-data path of each file of the bundled sample.
-SAMPLE_LAYOUT = {
-    "sts/stsbenchmark/sts-train.csv": "stsb-train.tsv",
-    "sts/stsbenchmark/sts-dev.csv": "eval/stsb-dev.tsv",
-    "sts/sick2014/SICK_train.txt": "sick-train.txt",
-    "sts/sick2014/SICK_trial.txt": "eval/sick-trial.txt",
-    "ir/wikiqa/train.tsv": "wikiqa-train.tsv",
-    "ir/trecqa/train.csv": "trecqa-train.csv",
-    "ir/trecqa/dev.csv": "eval/trecqa-test.csv",
-    "ir/trecqa/test.csv": "eval/trecqa-test.csv",
-    "ir/msmarco-dl-subset": "msmarco-dl-sample",
-    "pair/msrp/msr-para-train.tsv": "msrp-train.tsv",
-    "pair/msrp/msr-para-test.tsv": "eval/msrp-test.tsv",
-}
 
 
 def _exists(*relative: str) -> Callable[[Path], None]:
@@ -118,11 +104,9 @@ SMOKE_RUNS: dict[str, tuple[list[str], Callable[[Path], None]]] = {
 @pytest.fixture(scope="session")
 def sample_data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundled sample laid out like ../shared/data."""
-    root = tmp_path_factory.mktemp("sample-data")
-    for shared, bundled in SAMPLE_LAYOUT.items():
-        (root / shared).parent.mkdir(parents=True, exist_ok=True)
-        (root / shared).symlink_to(SAMPLE / bundled, target_is_directory=(SAMPLE / bundled).is_dir())
-    return root
+    from example_cli import lay_out_sample
+
+    return lay_out_sample(tmp_path_factory.mktemp("sample-data"))
 
 
 def _load(script: str):
@@ -243,3 +227,29 @@ def test_example_reports_missing_data_as_one_line(tmp_path: Path) -> None:
         done.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path}: missing sts/stsbenchmark/sts-train.csv")
     )
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.examples
+def test_without_the_shared_data_an_example_reads_the_bundled_sample(tiny_model_path: str, tmp_path: Path) -> None:
+    # A checkout (or copied examples) with no ../shared/data beside it: the scripts and their shared command
+    # line, with the bundled sample next to them, as in the repository.
+    examples = tmp_path / "checkout" / "examples"
+    examples.mkdir(parents=True)
+    for name in ("train_ir_sts.py", SHARED_CLI):
+        (examples / name).write_bytes((EXAMPLES / name).read_bytes())
+    (examples / "data").symlink_to(SAMPLE, target_is_directory=True)
+    assert not (tmp_path / "shared" / "data").exists()
+    command = [sys.executable, str(examples / "train_ir_sts.py"), "--base-model", tiny_model_path]
+    command += ["--output-dir", str(tmp_path / "out"), "--max-steps", "2", "--batch-size", "8", "--max-rows", "64"]
+    scratch = tmp_path / "tmp"  # the child's temporary folder: the sample's layout is made there
+    scratch.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(scratch)}
+    done = processes.run(command, expected=processes.Expected(steps=2), cwd=tmp_path, env=env)
+    assert done.returncode == 0, processes.failure(done)
+    notes = [line for line in done.stderr.splitlines() if "bundled sample" in line]
+    assert notes == [
+        f"{tmp_path / 'shared' / 'data'} does not exist: reading the bundled sample ({examples / 'data'}) instead; "
+        "--data-root DIR reads yours"
+    ]
+    assert (tmp_path / "out" / "final" / "model.safetensors").is_file()
+    assert not list(scratch.glob("hf-unified-embed-sample-*")), "the sample's layout outlived the run"
