@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -105,3 +107,21 @@ def test_readme_python_quick_start_is_the_example_file() -> None:
     assert len(blocks) == 1, f"the README should hold one Python block, found {len(blocks)}"
     example = (REPO / "examples" / "quickstart.py").read_text(encoding="utf-8")
     assert blocks[0] == example, "README's Python quick start differs from examples/quickstart.py"
+
+
+TRACKED = sorted(
+    path
+    for path in subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=False
+    ).stdout.split()
+    if (REPO / path).is_file()
+)
+
+
+@pytest.mark.skipif(not TRACKED, reason="not a git checkout")
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_a_repository_link_reaches_the_file_it_names(data: st.DataObject) -> None:
+    path = data.draw(st.sampled_from(TRACKED or ["README.md"]))
+    anchor = data.draw(st.sampled_from(["", "#section", "#L10"]))
+    assert readme_link_target(f"{REPO_URL}blob/main/{path}{anchor}") == REPO / path
