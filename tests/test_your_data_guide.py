@@ -129,20 +129,21 @@ def test_every_shape_trains_with_the_guides_training_recipe(
 
 #: Column names a user's header could hold: any printable text without the characters that end a field.
 COLUMN_NAMES = st.text(
-    st.characters(codec="utf-8", exclude_characters='\t\n\r,"', exclude_categories=("Cs", "Cc")),
+    st.characters(codec="utf-8", exclude_characters='\t\n\r,;|"\ufeff', exclude_categories=("Cs", "Cc")),
     min_size=1,
     max_size=12,
 ).filter(lambda name: name == name.strip())
+#: The delimiter each extension implies (the guide's "File types"); another extension needs the option.
+IMPLIED = {".csv": ",", ".tsv": "\t", ".tab": "\t", ".txt": "\t"}
 
 
 def _scored_pairs() -> list[tuple[str, str, float]]:
     with open(FOLDER / "similarity-0-5.tsv", encoding="utf-8", newline="") as handle:
-        return [
-            (row["sentence1"], row["sentence2"], float(row["score"])) for row in csv.DictReader(handle, delimiter="\t")
-        ]
+        rows = csv.DictReader(handle, delimiter="\t")
+        return [(row["sentence1"], row["sentence2"], float(row["score"])) for row in rows]
 
 
-def _write_table(path: Path, columns: list[str], rows: list[tuple[str, str, float]]) -> None:
+def _write_table(path: Path, columns: list[str], rows: list[tuple[str, str, float]], delimiter: str) -> None:
     records = [dict(zip(columns, row)) for row in rows]
     if path.suffix == ".jsonl":
         path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
@@ -150,32 +151,37 @@ def _write_table(path: Path, columns: list[str], rows: list[tuple[str, str, floa
         pq.write_table(pa.Table.from_pylist(records), path)
     else:
         with open(path, "w", encoding="utf-8", newline="") as handle:
-            writer = csv.DictWriter(handle, columns, delimiter="\t" if path.suffix == ".tsv" else ",")
+            writer = csv.DictWriter(handle, columns, delimiter=delimiter)
             writer.writeheader()
             writer.writerows(records)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     columns=st.lists(COLUMN_NAMES, min_size=3, max_size=3, unique=True),
-    suffix=st.sampled_from([".tsv", ".csv", ".jsonl", ".parquet"]),
+    suffix=st.sampled_from([".tsv", ".csv", ".txt", ".tab", ".dat", ".jsonl", ".parquet"]),
+    delimiter=st.sampled_from(["\t", ",", ";", "|"]),
     low=st.integers(-10, 10),
     width=st.integers(1, 100),
 )
 def test_columns_named_in_options_and_scores_in_their_range_read_as_the_guide_says(
-    tmp_path: Path, columns: list[str], suffix: str, low: int, width: int
+    tmp_path: Path, columns: list[str], suffix: str, delimiter: str, low: int, width: int
 ) -> None:
     # The guide's rules for `pairs`: a header names the columns and `options` name the ones to read, in
-    # any of the file types; `score_range: [low, high]` maps a score s onto (s - low) / (high - low).
+    # any of the file types; delimited text is split at the delimiter its extension implies, or at
+    # `options.delimiter`; `score_range: [low, high]` maps a score s onto (s - low) / (high - low).
     from hf_unified_embed.data import build_unified
 
     pairs = _scored_pairs()
     high = low + width
     path = tmp_path / f"pairs{suffix}"
-    _write_table(path, columns, [(a, b, low + score / 5 * width) for a, b, score in pairs])
-    options = {"anchor_column": columns[0], "positive_column": columns[1], "score_column": columns[2]}
-    source = {"name": "pairs", "format": "pairs", "data_files": str(path), "task_type": "sts"}
-    built = build_unified({"sources": [{**source, "options": {**options, "score_range": [low, high]}}]})["pairs"]
+    _write_table(path, columns, [(a, b, low + score / 5 * width) for a, b, score in pairs], delimiter)
+    options: dict[str, object] = {"anchor_column": columns[0], "positive_column": columns[1]}
+    options.update(score_column=columns[2], score_range=[low, high])
+    if suffix not in (".jsonl", ".parquet") and IMPLIED.get(suffix) != delimiter:
+        options["delimiter"] = delimiter
+    source = {"name": "pairs", "format": "pairs", "data_files": str(path), "task_type": "sts", "options": options}
+    built = build_unified({"sources": [source]})["pairs"]
     assert built["query"] == [a for a, _, _ in pairs]
     assert built["positives"] == [[b] for _, b, _ in pairs]
     assert [scores[0] for scores in built["positive_scores"]] == pytest.approx([s / 5 for *_, s in pairs], abs=1e-5)
