@@ -5,7 +5,8 @@ multi-positive InfoNCE (``MultiPositiveInfoNCELoss``); ``CurriculumBatchSampler(
 makes every optimizer step one task, in random task order (the configuration that measured best in
 docs/quality.md). The raw files are converted by the package's source adapters; the training bridge
 supplies the collator (fixed columns drawn anew each epoch), the per-task instructions as prompts
-excluded from pooling, and the loss per task.
+excluded from pooling, and the loss per task. Each piece is written out here; ``unified_training``
+wires them all in one call (``examples/quickstart.py``).
 
     .venv/bin/python examples/train_ir_sts.py --max-steps 50 --output-dir outputs/ir-sts
 """
