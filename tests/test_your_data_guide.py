@@ -185,3 +185,16 @@ def test_columns_named_in_options_and_scores_in_their_range_read_as_the_guide_sa
     assert built["query"] == [a for a, _, _ in pairs]
     assert built["positives"] == [[b] for _, b, _ in pairs]
     assert [scores[0] for scores in built["positive_scores"]] == pytest.approx([s / 5 for *_, s in pairs], abs=1e-5)
+
+
+def test_raw_documents_train_with_gur_loss_as_the_guide_offers(
+    tiny_model_path: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    assert main(["build", str(FOLDER / "documents.yaml"), "-o", str(data)]) == 0, capsys.readouterr().err
+    recipe = yaml.safe_load(TRAIN_RECIPE.read_text(encoding="utf-8"))
+    recipe.update(base_model=tiny_model_path, data={"path": str(data)}, output_dir=str(tmp_path / "model"))
+    recipe["losses"]["retrieval"] = {"name": "GURLoss"}
+    train = _write(tmp_path / "train.yaml", recipe)
+    assert main(["train", str(train), "--max-steps", "1"]) == 0, capsys.readouterr().err
+    assert (tmp_path / "model" / "model.safetensors").is_file()
