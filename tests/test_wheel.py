@@ -1,12 +1,21 @@
-"""The wheel ships the card templates and nothing of the repository's tests or examples; a card renders
-from the installed copy, and importing each of its modules leaves the environment alone."""
+"""The release as a user gets it: the sdist and the wheel build and pass ``twine check --strict``; the wheel ships
+the card templates and the bundled sample and nothing of the repository's tests or examples; a card renders from
+the installed copy, and importing each of its modules leaves the environment alone.
+
+Installed (not editable) into a fresh virtualenv from the tested lock, the wheel runs the command-line quick
+start (``sample`` -> ``build`` -> ``train`` -> ``evaluate`` -> ``push --dry-run``) and the Python quick start
+(``examples/quickstart.py``) from a folder outside the repository.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +26,9 @@ from test_import_environment import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
+LOCK = REPO / "constraints.txt"
+#: The one torch the lock's machines install from local disk (any other request pulls gigabytes).
+TORCH = "torch==2.13.0"
 #: Repository files that must stay out of the wheel: test fixtures and the examples' helpers.
 NOT_SHIPPED = ("tiny_decoders", "example_cli", "conftest")
 
@@ -33,17 +45,39 @@ print(card.splitlines()[0], "config_name: t" in card)
 """
 
 
-@pytest.mark.slow
-def test_wheel_contains_templates_and_renders_a_card(tmp_path: Path):
-    subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"), str(REPO)],
-        check=True,
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The sdist, and the wheel built from it (``python -m build``), in a fresh folder."""
+    out = tmp_path_factory.mktemp("dist")
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(REPO)],
         capture_output=True,
+        text=True,
+        check=False,
     )
-    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    yield out
+
+
+@pytest.mark.slow
+def test_sdist_and_wheel_pass_twine_check_strict(dist: Path) -> None:
+    files = sorted(str(path) for path in dist.iterdir())
+    assert sorted(Path(name).suffix for name in files) == [".gz", ".whl"], files
+    done = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *files], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_wheel_contains_templates_and_renders_a_card(dist: Path, tmp_path: Path):
+    (wheel,) = dist.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     # Where exactly is the packaging's choice (pyproject.toml); RENDER checks templates_dir() finds them installed.
     assert any(name.startswith("hf_unified_embed/") and name.endswith("/dataset_card.md.j2") for name in names), names
+    # The sample that `hf-unified-embed sample` writes, from package data (hf_unified_embed.cli.sample).
+    assert "hf_unified_embed/sample/recipes/sample.yaml" in names
+    assert "hf_unified_embed/sample/data/msmarco-dl-sample/corpus.jsonl" in names
     assert all(name.startswith(("hf_unified_embed/", "hf_unified_embed-")) for name in names), names
     repository_only = [
         name
@@ -75,3 +109,66 @@ def test_wheel_contains_templates_and_renders_a_card(tmp_path: Path):
     assert report["package"].startswith(str(target)), report["package"]
     assert_imports_leave_environment_alone(report)
     assert not any(word in module for module in report["modules"] for word in NOT_SHIPPED), report["modules"]
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 900) -> str:
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, (
+        f"{' '.join(argv)}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_runs_both_quick_starts_outside_the_repository(dist: Path, tmp_path: Path) -> None:
+    (wheel,) = dist.glob("*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python, command = str(venv / "bin" / "python"), str(venv / "bin" / "hf-unified-embed")
+    env = {
+        **environment_without_session_variables(),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    env.pop("PYTHONPATH", None)
+    install = [python, "-m", "pip", "install", "-q"]
+    _run([*install, TORCH], tmp_path, env)
+    _run([*install, "-c", str(LOCK), f"{wheel}[minilm]"], tmp_path, env)
+
+    work = tmp_path / "work"  # outside the repository: nothing there but what the commands write
+    work.mkdir()
+    version = _run([command, "--version"], work, env).strip()
+    assert version == f"hf-unified-embed {wheel.name.split('-')[1]}", version
+    located = _run([python, "-c", "import hf_unified_embed; print(hf_unified_embed.__file__)"], work, env)
+    assert located.strip().startswith(str(venv)), located
+
+    # The command-line quick start (README, docs/quickstart.md), on the sample the wheel carries.
+    assert "wrote the bundled sample" in _run([command, "sample", "my-run"], work, env)
+    _run([command, "build", "my-run/recipes/sample.yaml", "-o", "my-run/outputs/data"], work, env)
+    _run([command, "validate", "my-run/outputs/data"], work, env)
+    trained = _run([command, "train", "my-run/recipes/train_sample.yaml", "--max-steps", "2"], work, env)
+    assert "trained model" in trained, trained[-2000:]
+    model = work / "my-run" / "outputs" / "model"
+    _run(
+        [command, "evaluate", str(model), "my-run/suites/demo.yaml", "-o", "my-run/outputs/results.json",
+         "--only", "stsb-dev"],
+        work,
+        env,
+    )  # fmt: skip
+    results = json.loads((work / "my-run" / "outputs" / "results.json").read_text(encoding="utf-8"))
+    assert results["written_by"] == "hf-unified-embed" and "stsb-dev" in json.dumps(results["results"])
+    plan = _run([command, "push", str(model), "me/my-embedder", "--dry-run"], work, env)
+    assert "README.md" in plan and "model.safetensors" in plan, plan[-2000:]
+
+    # The Python quick start: the script beside the sample's recipes, as it lies beside them in examples/.
+    script = work / "my-run" / "quickstart.py"
+    shutil.copyfile(REPO / "examples" / "quickstart.py", script)
+    base = _run(
+        [python, "-c", "from hf_unified_embed.recipe import packaged_minilm_path; print(packaged_minilm_path())"],
+        work,
+        env,
+    )
+    _run([python, str(script), base.strip()], work, env)
+    assert (work / "outputs" / "quickstart" / "model" / "model.safetensors").is_file()
