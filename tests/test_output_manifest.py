@@ -214,11 +214,11 @@ def test_any_foreign_file_in_a_tool_folder_blocks_overwrite_and_survives(
         placed.append("/".join(parts))
     if change_own:
         (target / "README.md").write_text("card, edited by the user")
-    own_sizes = {"sub/weights.bin": 100, "README.md": 4}
-    new = [name for name in placed if own_sizes.get(name) != (target / name).stat().st_size]
+    own = {"sub/weights.bin": b"w" * 100, "README.md": b"card"}  # a file rewritten with other bytes is changed
+    new = [name for name in placed if own.get(name) != (target / name).read_bytes()]
     before = digest(root)
     if not new and not change_own:
-        with StagedOutput(target, overwrite=True) as stage:  # only the tool's files at their sizes... or rewritten
+        with StagedOutput(target, overwrite=True) as stage:  # only the tool's files, as it wrote them
             (stage.path / "x").write_text("x")
         return
     with pytest.raises(OutputError) as refused:
@@ -242,3 +242,43 @@ def test_saved_weights_follow_the_umask_like_every_other_file(tmp_path: Path, ti
         os.umask(mask)
     modes = {path.name: oct(path.stat().st_mode & 0o777) for path in (tmp_path / "model").rglob("*") if path.is_file()}
     assert modes["model.safetensors"] == "0o644" and set(modes.values()) == {"0o644"}, modes
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), keep_time=st.booleans())
+def test_an_edit_that_keeps_the_size_is_an_edit(project: Path, data: st.DataObject, keep_time: bool) -> None:
+    """A user's edit of a file the tool wrote, at the same size (even with its time put back), blocks
+    ``--overwrite``: the manifest knows a small file by its bytes' hash, a large one by its time."""
+    out = project / "out"
+    if not out.exists():
+        assert run(project, ["build", "build.yaml", "-o", "out"])[0] == 0
+    own = sorted(path for path in out.rglob("*") if path.is_file() and path.name != MARKER)
+    path = data.draw(st.sampled_from(own), label="file")
+    content = path.read_bytes()
+    position = data.draw(st.integers(0, len(content) - 1), label="position")
+    byte = data.draw(st.integers(0, 255).filter(lambda value: value != content[position]), label="byte")
+    info = path.stat()
+    path.write_bytes(content[:position] + bytes([byte]) + content[position + 1 :])
+    if keep_time:
+        os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    before = digest(project)
+    code, lines = run(project, ["build", "build.yaml", "-o", "out", "--overwrite"])
+    relative = path.relative_to(out).as_posix()
+    assert code == 2 and len(lines) == 1, lines
+    assert f"{relative} (changed since the tool wrote it)" in lines[0], lines
+    assert digest(project) == before, "nothing changed"
+    path.write_bytes(content)  # as the tool wrote it: the next example's folder is the tool's again
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+
+def test_a_large_file_edited_in_place_is_an_edit(tmp_path: Path) -> None:
+    from hf_unified_embed.utils.outputs import HASHED_BYTES
+
+    target = tmp_path / "model"
+    with StagedOutput(target) as stage:
+        (stage.path / "weights.bin").write_bytes(b"w" * (HASHED_BYTES + 1))
+    time.sleep(0.01)
+    with open(target / "weights.bin", "r+b") as handle:  # same size, new bytes, a new modification time
+        handle.write(b"u")
+    with pytest.raises(OutputError, match=r"weights\.bin \(changed since the tool wrote it\)"):
+        StagedOutput(target, overwrite=True)

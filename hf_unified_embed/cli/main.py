@@ -12,9 +12,14 @@ the launcher stops them (if it does not within :data:`NON_MAIN_EXIT_DELAY_S`, th
 torchrun turns into 1.
 Any other exception is a bug: it keeps its traceback and exit code 1.
 
-Ctrl-C (``KeyboardInterrupt``) prints one line, ``interrupted``, and exits with 130 (128 + SIGINT), as a
-shell does; the output being written is not left behind (:class:`~hf_unified_embed.utils.outputs.StagedOutput`
-removes its staging folder on any exception, this one included).
+A full storage (``ENOSPC``, ``EFBIG`` under ``ulimit -f``, ``EDQUOT``), wherever a write hits it, is one line
+too, naming the file and the cause (:mod:`hf_unified_embed.utils.write_failures`), exit code 2.
+
+Ctrl-C (``SIGINT``) or ``kill`` (``SIGTERM``) prints one line, ``interrupted``, and exits with 128 plus the
+signal (130 after Ctrl-C), as a shell does, within seconds whatever the command was doing, and the processes
+it started end with it (:func:`~hf_unified_embed.utils.processes.command_lifetime`); the output being written
+is not left behind (:class:`~hf_unified_embed.utils.outputs.StagedOutput` removes its staging folder on any
+exception, this one included).
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ from typing import NoReturn
 
 from hf_unified_embed import __version__
 from hf_unified_embed.errors import HfUnifiedEmbedError, one_line
-from hf_unified_embed.utils.processes import is_main_process
+from hf_unified_embed.utils.processes import command_lifetime, is_main_process, stop_exit_code, stop_seen, stop_signal
 from hf_unified_embed.utils.redaction import RedactingFilter
+from hf_unified_embed.utils.write_failures import storage_full
 
 COMMAND_MODULES: tuple[str, ...] = ("sample", "data", "publish", "curriculum", "mine", "train", "merge", "evaluate")
 
@@ -39,8 +45,6 @@ COMMAND_MODULES: tuple[str, ...] = ("sample", "data", "publish", "curriculum", "
 INPUT_ERROR_EXIT_CODE = 2
 #: The longest error line printed: values in messages are bounded (``errors.shown``); this bounds the rest.
 ERROR_LINE_LIMIT = 4000
-#: Exit code after Ctrl-C: 128 + SIGINT, as a shell reports a command it interrupted.
-INTERRUPTED_EXIT_CODE = 130
 #: How long a process other than rank 0 waits before exiting on an input error. The launcher stops it as
 #: soon as rank 0 has reported the same error and exited, so the wait only ends on its own when rank 0
 #: did not hit it (or is far behind on a loaded machine): then this process reports it.
@@ -85,22 +89,45 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        _configure_logging(args.verbose)
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        if is_main_process():  # under a launcher every process gets the signal; one line is enough
-            print("interrupted", file=sys.stderr)
-        return INTERRUPTED_EXIT_CODE
-    except HfUnifiedEmbedError as error:
-        if not is_main_process():
-            # Every process hits the same input error; the launcher stops the whole group as soon as
-            # one exits, so the others wait for rank 0 to report it.
-            time.sleep(NON_MAIN_EXIT_DELAY_S)
-        print(f"error: {one_line(error, ERROR_LINE_LIMIT)}", file=sys.stderr)
-        return INPUT_ERROR_EXIT_CODE
+    with command_lifetime():
+        try:
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            _configure_logging(args.verbose)
+            return int(args.func(args) or 0)
+        except KeyboardInterrupt:
+            return _interrupted()
+        except HfUnifiedEmbedError as error:
+            if stop_signal() is not None:  # the stop arrived while an error was being reported
+                return _interrupted()
+            if not is_main_process():
+                # Every process hits the same input error; the launcher stops the whole group as soon as
+                # one exits, so the others wait for rank 0 to report it. The launcher's stop ends the wait
+                # quietly: rank 0 has said what is wrong.
+                try:
+                    time.sleep(NON_MAIN_EXIT_DELAY_S)
+                except KeyboardInterrupt:
+                    return _interrupted()
+            print(f"error: {one_line(error, ERROR_LINE_LIMIT)}", file=sys.stderr)
+            return INPUT_ERROR_EXIT_CODE
+        except Exception as error:
+            if stop_signal() is not None:
+                # A library replaced the KeyboardInterrupt with an error of its own while it stopped
+                # (datasets' pool asks its lost tasks for their results: multiprocess.TimeoutError).
+                return _interrupted()
+            full = storage_full(error)
+            if full is None:
+                raise  # a bug: its traceback
+            where = f" ({full.path})" if full.path else ""
+            print(f"error: cannot write{where}: {full.cause}; nothing more was written", file=sys.stderr)
+            return INPUT_ERROR_EXIT_CODE
+
+
+def _interrupted() -> int:
+    stop_seen()
+    if is_main_process():  # under a launcher every process gets the signal; one line is enough
+        print("interrupted", file=sys.stderr)
+    return stop_exit_code()
 
 
 def run() -> NoReturn:

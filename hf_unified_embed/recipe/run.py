@@ -288,6 +288,7 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
                 merge_adapter(model)
             else:
                 model.model_card_data.base_model_relation = "adapter"
+        output.kept_note = _kept_after_training(args.output_dir)  # said if the disk fills while it is written
         model.save(str(output.path))
         _write_yaml(output.path / RECIPE_FILENAME, portable_paths(recipe.to_dict()))
         _write_text(
@@ -306,6 +307,18 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
             lambda: _push(model_dir, hub.repo_id, hub.private, hub.revision, hub.create_pr, resolved.hub_token),
         )
     return TrainingOutcome(model_dir, train_loss, evaluation, model)
+
+
+def _kept_after_training(checkpoints: str) -> str:
+    """What outlives a trained model that could not be written: the last checkpoint, if one was saved."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(checkpoints) if Path(checkpoints).is_dir() else None
+    if last is None:
+        return (
+            "the model was trained, but no checkpoint was saved (training_args.save_steps): free space and train again"
+        )
+    return f"the model was trained; its last checkpoint {last} stays: free space and resume from it (resume_from_checkpoint)"
 
 
 def finished_checkpoint(resume: str | bool | None, args: Any) -> Path | None:

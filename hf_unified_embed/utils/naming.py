@@ -21,11 +21,19 @@ Windows and macOS compare names without case, so ``stsb`` and ``STSB`` in one da
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable
 from typing import Any
 
 from hf_unified_embed.errors import NameRuleError, shown
+
+#: Bytes of an output's name kept whole in the names of the hidden files beside it (its staging folder, its
+#: lock): with their additions (``.``, ``.staging-<host>-<pid>-<random>``, up to 90 bytes) they stay under
+#: the 255 bytes a file system allows in a name, for every output name it allows.
+BESIDE_NAME_BYTES = 120
+#: Hex digits of the hash that stands for the rest of a longer name.
+_BESIDE_HASH = 16
 
 #: The config name that holds every task of a unified dataset.
 ALL_CONFIG = "all"
@@ -101,3 +109,18 @@ def check_split_name(name: Any, where: str = "") -> str:
     if problem:
         raise NameRuleError(f"{where}: {problem}" if where else problem)
     return name
+
+
+def beside_name(name: str) -> str:
+    """``name`` as the hidden files beside an output carry it: whole up to :data:`BESIDE_NAME_BYTES` bytes in
+    UTF-8, else its start and a hash of the whole name (``<start>~<hash>``), one name for one output.
+
+    An output named near the file system's limit (255 bytes) was refused: its staging folder's name, the
+    output's plus ``.staging-...``, could not be created.
+    """
+    encoded = name.encode("utf-8", "surrogateescape")
+    if len(encoded) <= BESIDE_NAME_BYTES:
+        return name
+    digest = hashlib.sha256(encoded).hexdigest()[:_BESIDE_HASH]
+    start = encoded[: BESIDE_NAME_BYTES - _BESIDE_HASH - 1].decode("utf-8", "ignore")  # whole characters only
+    return f"{start}~{digest}"

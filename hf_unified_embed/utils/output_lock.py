@@ -26,14 +26,24 @@ import filelock
 import psutil
 
 from hf_unified_embed.errors import OutputError
+from hf_unified_embed.utils.naming import beside_name
 
 #: How long a contender waits for the holder of a lock to write its name into the lock file.
 _NAMING_WAIT_S = 2.0
 
 
 def lock_path(target: Path) -> Path:
-    """The lock file of ``target``: hidden, beside it."""
-    return target.parent / f".{target.name}.lock"
+    """The lock file of ``target``: hidden, beside it (a long name shortened: :func:`beside_name`)."""
+    return target.parent / f".{beside_name(target.name)}.lock"
+
+
+def _cannot_create(path: Path) -> OSError | None:
+    """Why the lock file cannot be created or opened (filelock reports it as a held lock), or ``None``."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+    except OSError as error:
+        return error
+    return None
 
 
 def holder_record() -> dict[str, object]:
@@ -84,6 +94,9 @@ class OutputLock:
         try:
             self._lock.acquire()
         except filelock.Timeout:
+            failure = _cannot_create(self.path)  # a folder nothing can be written in (/proc), not a holder
+            if failure is not None:
+                raise OutputError(f"cannot write the output {self.target}: {failure.strerror} ({self.path})") from None
             raise OutputError(
                 f"output {self.target} is being written by another command ({_holder_of(self.path)}); "
                 "wait for it to finish or choose another output"

@@ -22,14 +22,18 @@ The tool deletes only what it wrote. :func:`check_output` refuses, with an
 * a target of the wrong kind (a file where a folder is written, or the other way round);
 * an existing non-empty target without ``overwrite`` (:class:`~hf_unified_embed.errors.OutputExistsError`),
   and with ``overwrite`` one this tool did not write: only a folder whose marker file :data:`MARKER`
-  (every output folder gets one) lists every file in it at its size (a manifest written when the folder
-  is committed; anything else in it — a user's notes, a changed file — is named in the refusal), a JSON
-  file with the top-level key ``"written_by": "hf-unified-embed"`` (:data:`JSON_MARKER`; evaluation
-  results carry it) or with all the keys of a curriculum plan, or a file that a folder's manifest lists
-  at its size may be replaced. A file the tool adds to one of its folders later (a card, a plot) joins
-  that folder's manifest.
+  (every output folder gets one) lists every file in it as the tool wrote it (a manifest written when
+  the folder is committed; anything else in it — a user's notes, a changed file — is named in the
+  refusal), a JSON file with the top-level key ``"written_by": "hf-unified-embed"`` (:data:`JSON_MARKER`;
+  evaluation results carry it) or with all the keys of a curriculum plan, or a file that a folder's
+  manifest lists as it is may be replaced. A file the tool adds to one of its folders later (a card, a
+  plot) joins that folder's manifest. The manifest knows a file by its size and, up to
+  :data:`HASHED_BYTES`, the SHA-256 of its bytes, or, larger, its modification time in nanoseconds: an
+  edit that keeps the size (a card's typo fixed) is an edit too.
 
-The staging folder is named ``.<target>.staging-<host>-<pid>-<random>``. A process killed with
+The staging folder is named ``.<target>.staging-<host>-<pid>-<random>`` (a target name longer than
+:data:`~hf_unified_embed.utils.naming.BESIDE_NAME_BYTES` bytes shortened with a hash, so that every name the
+file system allows can be an output's). A process killed with
 ``kill -9`` cannot clean up, so the next run for the same target removes every staging folder whose
 owner was on this host and is no longer running (and puts back an old output that a crash left
 moved aside). Folders of live processes and of other hosts are left alone, and so is a staging folder
@@ -43,6 +47,8 @@ second command on the same output stops at once, naming the first.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import re
@@ -57,9 +63,12 @@ from typing import Literal
 
 import psutil
 
-from hf_unified_embed.errors import OutputError, OutputExistsError, shown
+from hf_unified_embed.errors import HfUnifiedEmbedError, OutputError, OutputExistsError, shown
+from hf_unified_embed.utils.naming import beside_name
 from hf_unified_embed.utils.output_lock import OutputLock
+from hf_unified_embed.utils.processes import stop_seen
 from hf_unified_embed.utils.redaction import scrub_folder
+from hf_unified_embed.utils.write_failures import StorageFull, storage_full
 
 _STAGING = re.compile(r"^\.(?P<name>.+)\.staging-(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-[0-9a-f]{8}$")
 _REPLACED = "replaced"  # an old output moved aside inside the staging folder
@@ -85,9 +94,16 @@ _TOOL_JSON_KEYS = (
 )
 _MARKER_NOTE = (
     "This folder was written by hf-unified-embed; `--overwrite` may replace it, and only while it holds "
-    "nothing but the files listed here, at these sizes. Without this file the tool never deletes or "
-    "replaces the folder."
+    "nothing but the files listed here, as they are listed (size, and the SHA-256 of a small file or the "
+    "modification time of a large one). Without this file the tool never deletes or replaces the folder."
 )
+#: Files up to this size are known in the manifest by the hash of their bytes (an edit is seen whatever its
+#: time; a copy with ``cp -r`` is still the tool's); larger ones (weights, shards) by their modification time
+#: in nanoseconds, which costs no read.
+HASHED_BYTES = 1 << 20
+#: A manifest entry: ``[size, "sha256:<hex>"]``, ``[size, mtime_ns]``, or a folder's ``-1``. An older
+#: manifest's bare size is still read (it cannot tell an edit that keeps the size).
+Entry = int | list[int | str]
 #: Foreign files named in a refusal; the rest are counted.
 _NAMED = 5
 _FOREIGN = "holds files this tool did not write: "
@@ -97,46 +113,70 @@ def _is_empty(path: Path) -> bool:
     return (path.is_dir() and not any(path.iterdir())) or (path.is_file() and path.stat().st_size == 0)
 
 
-def _contents(folder: Path) -> dict[str, int]:
-    """Every entry under ``folder`` but the marker: ``{relative path: size}`` (folders -1; links are entries)."""
-    entries: dict[str, int] = {}
+def _entry(path: Path) -> Entry:
+    """How the manifest knows ``path`` (:data:`Entry`): a folder -1, a file its size with its hash or time."""
+    info = path.lstat()
+    if stat.S_ISDIR(info.st_mode):
+        return -1
+    if stat.S_ISREG(info.st_mode) and info.st_size <= HASHED_BYTES:
+        with path.open("rb") as handle:
+            return [info.st_size, f"sha256:{hashlib.file_digest(handle, 'sha256').hexdigest()}"]
+    return [info.st_size, info.st_mtime_ns]
+
+
+def _same(recorded: Entry, path: Path) -> bool:
+    """Whether ``path`` is as the manifest recorded it (an older manifest's bare size: at that size)."""
+    if isinstance(recorded, int):
+        return recorded == (-1 if path.is_dir() and not path.is_symlink() else path.lstat().st_size)
+    return recorded == _entry(path)
+
+
+def _contents(folder: Path) -> list[str]:
+    """Every entry under ``folder`` but the marker, as paths relative to it (links are entries)."""
+    entries: list[str] = []
     for root, folders, files in os.walk(folder):
         base = Path(root)
         for name in folders + files:
-            path = base / name
-            relative = path.relative_to(folder).as_posix()
-            if relative == MARKER:
-                continue
-            info = path.lstat()
-            entries[relative] = -1 if stat.S_ISDIR(info.st_mode) else info.st_size
+            relative = (base / name).relative_to(folder).as_posix()
+            if relative != MARKER:
+                entries.append(relative)
     return entries
 
 
-def _manifest(folder: Path) -> dict[str, int] | None:
+def _valid_entry(entry: object) -> bool:
+    if isinstance(entry, int):
+        return not isinstance(entry, bool)
+    return (
+        isinstance(entry, list)
+        and len(entry) == 2
+        and all(isinstance(part, int | str) and not isinstance(part, bool) for part in entry)
+    )
+
+
+def _manifest(folder: Path) -> dict[str, Entry] | None:
     """The files the tool recorded in ``folder``'s marker, or ``None`` for a marker without a valid manifest."""
     try:
         data = json.loads((folder / MARKER).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     files = data.get("files") if isinstance(data, dict) and data.get(JSON_MARKER[0]) == JSON_MARKER[1] else None
-    if not isinstance(files, dict) or not all(
-        isinstance(size, int) and not isinstance(size, bool) for size in files.values()
-    ):
+    if not isinstance(files, dict) or not all(_valid_entry(entry) for entry in files.values()):
         return None
     return files
 
 
-def _write_manifest(folder: Path, files: dict[str, int]) -> None:
+def _write_manifest(folder: Path, files: dict[str, Entry]) -> None:
     key, value = JSON_MARKER
     text = json.dumps({key: value, "note": _MARKER_NOTE, "files": dict(sorted(files.items()))}, indent=1)
     (folder / MARKER).write_text(text + "\n", encoding="utf-8")
 
 
 def mark_output(folder: str | Path) -> None:
-    """Leave the :data:`MARKER` in ``folder`` with the manifest of what it holds now (every path and size):
-    an output of this tool that a later ``--overwrite`` may replace while it holds only those files."""
+    """Leave the :data:`MARKER` in ``folder`` with the manifest of what it holds now (every path, as
+    :data:`Entry` knows it): an output of this tool that a later ``--overwrite`` may replace while it holds
+    only those files, unchanged."""
     folder = Path(folder)
-    _write_manifest(folder, _contents(folder))
+    _write_manifest(folder, {relative: _entry(folder / relative) for relative in _contents(folder)})
 
 
 def record_written(path: str | Path) -> None:
@@ -144,17 +184,17 @@ def record_written(path: str | Path) -> None:
     path = Path(path)
     files = _manifest(path.parent) if (path.parent / MARKER).is_file() else None
     if files is not None:
-        _write_manifest(path.parent, {**files, path.name: path.lstat().st_size})
+        _write_manifest(path.parent, {**files, path.name: _entry(path)})
 
 
-def _foreign(folder: Path, files: dict[str, int]) -> list[str]:
-    """The entries of ``folder`` that its manifest does not list at their size (changed files marked so); a
+def _foreign(folder: Path, files: dict[str, Entry]) -> list[str]:
+    """The entries of ``folder`` that its manifest does not list as they are (changed files marked so); a
     foreign folder is named only when nothing inside it is."""
     found: list[str] = []
-    for relative, size in sorted(_contents(folder).items()):
+    for relative in sorted(_contents(folder)):
         if relative not in files:
             found.append(relative)
-        elif files[relative] != size:
+        elif not _same(files[relative], folder / relative):
             found.append(f"{relative} (changed since the tool wrote it)")
     return [entry for entry in found if not any(other.startswith(f"{entry}/") for other in found)]
 
@@ -168,8 +208,8 @@ def not_written_by_tool(path: str | Path) -> str | None:
     """Why ``path`` is not wholly an output of this tool, or ``None`` when ``--overwrite`` may replace it.
 
     A folder is the tool's when its :data:`MARKER` holds a manifest and the folder holds nothing else than
-    the files listed there, at their sizes; a file is the tool's when the manifest of the folder it lies in
-    lists it at its size, or when it is a JSON object carrying :data:`JSON_MARKER` (or all the top-level keys
+    the files listed there, unchanged; a file is the tool's when the manifest of the folder it lies in
+    lists it as it is, or when it is a JSON object carrying :data:`JSON_MARKER` (or all the top-level keys
     of evaluation results or of a curriculum plan).
     """
     path = Path(path)
@@ -188,7 +228,10 @@ def not_written_by_tool(path: str | Path) -> str | None:
         return "not a result file of this tool"
     files = _manifest(path.parent) if (path.parent / MARKER).is_file() else None
     if files is not None:
-        return None if files.get(path.name) == path.stat().st_size else "not a file this tool wrote in its folder"
+        recorded = files.get(path.name)
+        if recorded is None:
+            return "not a file this tool wrote in its folder"
+        return None if _same(recorded, path) else "changed since the tool wrote it"
     return None if _tool_json(path) else "not a result file of this tool"
 
 
@@ -240,8 +283,32 @@ def check_location(target: str | Path, *, inputs: Iterable[str | Path] = ()) -> 
     why = _protected(absolute)
     if why is not None:
         raise OutputError(f"output {target} {why}; give a new folder or file to write, the tool never replaces it")
+    _check_name_lengths(absolute)
     check_not_inputs(absolute, inputs)
     return absolute
+
+
+def _name_limit(path: Path) -> int:
+    """The longest name, in bytes, that the file system holding ``path`` (or its nearest existing folder)
+    allows: ``PC_NAME_MAX``, 255 where it cannot be asked."""
+    existing = next((folder for folder in (path, *path.parents) if folder.is_dir()), Path(path.anchor))
+    try:
+        return int(os.pathconf(existing, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):
+        return 255
+
+
+def _check_name_lengths(absolute: Path) -> None:
+    """Refuse a target (or a folder to create for it) whose name the file system cannot hold, before anything
+    runs: it failed as ``ENAMETOOLONG`` when the first file was written."""
+    limit = _name_limit(absolute.parent)
+    for part in absolute.parts[1:]:
+        size = len(part.encode("utf-8", "surrogateescape"))
+        if size > limit:
+            raise OutputError(
+                f"output {shown(str(absolute))}: the name {shown(part, 60)} is {size} bytes long, and this file "
+                f"system allows at most {limit} bytes in a name; choose a shorter name"
+            )
 
 
 def _check_kind(target: Path, kind: Literal["folder", "file"]) -> None:
@@ -324,7 +391,7 @@ def remove_stale_staging(target: Path) -> list[Path]:
         return removed
     for candidate in parent.iterdir():
         match = _STAGING.match(candidate.name)
-        if not match or match["name"] != target.name or match["host"] != host:
+        if not match or match["name"] != beside_name(target.name) or match["host"] != host:
             continue
         pid = int(match["pid"])
         if pid == os.getpid() or psutil.pid_exists(pid) or (candidate / _KEPT).exists():
@@ -375,7 +442,12 @@ class StagedOutput:
         self.target = check_output(target, overwrite=overwrite, inputs=inputs, kind=kind)
         self.overwrite = overwrite
         self.kind = kind
-        self.root = self.target.parent / f".{self.target.name}.staging-{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.root = (
+            self.target.parent
+            / f".{beside_name(self.target.name)}.staging-{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        )
+        #: Said after a full storage's error, when something of the work outlives the output (a checkpoint).
+        self.kept_note: str | None = None
         self.path = self.root / self.target.name
         self.scratch = self.root / "scratch"
 
@@ -404,13 +476,35 @@ class StagedOutput:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if isinstance(exc, KeyboardInterrupt):
+            stop_seen()  # the stop is ending the command: no need to raise it again
+        full = None if exc is None or isinstance(exc, HfUnifiedEmbedError) else storage_full(exc)
         try:
             if exc_type is None:
-                self.commit()
+                try:
+                    self.commit()
+                except HfUnifiedEmbedError:
+                    raise
+                except Exception as error:
+                    full = storage_full(error)
+                    if full is None:
+                        raise
         finally:
             if not (self.root / _KEPT).exists():
                 shutil.rmtree(self.root, ignore_errors=True)
             self._lock.release()
+        if full is not None:
+            raise self._full_error(full) from None
+
+    def _full_error(self, full: StorageFull) -> OutputError:
+        """The one line for a storage that filled while the output was written: the file, why, what is left."""
+        where = f" ({full.path})" if full.path else ""
+        kept = f"; {self.kept_note}" if self.kept_note else ""
+        error = OutputError(
+            f"cannot write the output {self.target}: {full.cause}{where}; nothing of it was kept{kept}"
+        )
+        error.errno = full.errno if full.errno is not None else errno.EIO
+        return error
 
     def commit(self) -> None:
         """Scrub secrets, then move the staged result to the target (the old one aside, then deleted).

@@ -7,10 +7,18 @@ the trainer exists).
 
 from __future__ import annotations
 
+import _thread
+import contextlib
+import ctypes
 import gc
 import os
+import signal
 import sys
+import threading
+import time
 import warnings
+from collections.abc import Iterator
+from types import FrameType
 
 
 def world_size() -> int:
@@ -57,3 +65,184 @@ def end_process_group() -> None:
         return
     gc.collect()
     dist.destroy_process_group()
+
+
+# --- the command's lifetime: its child processes end with it, and a signal ends it as "interrupted" -------------
+
+#: Linux ``prctl`` option: the signal a process gets when the thread that started it ends.
+_PR_SET_PDEATHSIG = 1
+#: How often a child started by a thread other than the main one checks that its parent is alive.
+_PARENT_POLL_S = 0.5
+#: After a stopping signal, how often it is raised again in the main thread while nothing has seen it: a
+#: ``KeyboardInterrupt`` raised inside a finalizer (``__del__``, a weakref callback: model loading runs many)
+#: is printed as "Exception ignored" and dropped, and the run went on to train to the end.
+_RERAISE_S = 1.0
+#: Seconds a command may take to clean up after a stopping signal before it exits without finishing: a
+#: library that waits on its workers (datasets' pool asked its lost tasks for results for ~100 s) must not
+#: hold a Ctrl-C. The staging folder left then is removed by the next run for the same output.
+_STOP_DEADLINE_S = 20.0
+
+#: Signals that stop a command: Ctrl-C and ``kill``'s default.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _Command:
+    """The command this process runs (one at a time: :func:`command_lifetime`)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.signum: int | None = None  # the first stopping signal it got
+        self.seen = threading.Event()  # its KeyboardInterrupt reached code that ends the command
+        self.ended = threading.Event()
+
+
+class _Forks:
+    """What the fork hook needs: whether it applies, who forks, and from which thread."""
+
+    active = False  # a command runs in this process or in an ancestor it was forked from
+    forker = 0
+    from_main_thread = True
+    libc: ctypes.CDLL | None = None
+
+
+_COMMAND: _Command | None = None
+_HOOK_REGISTERED = False
+
+
+def _parent_death_signal() -> bool:
+    """Ask the kernel to kill this process when the thread that forked it ends; whether it could."""
+    if _Forks.libc is None:
+        return False
+    return int(_Forks.libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)) == 0
+
+
+def _watch_parent(parent: int) -> None:
+    """End this process (as ``SIGKILL`` would) once ``parent`` is gone: the process is reparented."""
+    while os.getppid() == parent:
+        time.sleep(_PARENT_POLL_S)
+    os._exit(128 + signal.SIGKILL)
+
+
+def _before_fork() -> None:
+    _Forks.forker = os.getpid()
+    _Forks.from_main_thread = threading.current_thread() is threading.main_thread()
+
+
+def _after_fork_in_child() -> None:
+    """In every process forked while a command runs (``datasets``' pool and its manager, the shard writers,
+    data loader workers, and their own children): end with the parent, and leave stopping signals to it.
+
+    A Ctrl-C reaches the whole process group; a worker that raised ``KeyboardInterrupt`` died mid-task,
+    its pool started another, and the lost task was waited for: the main process ends its workers itself.
+    ``SIGTERM`` gets its default back (a pool's ``terminate`` sends it). The parent-death signal is tied
+    to the *thread* that forked, so a child forked by a helper thread (a pool replacing a worker) watches
+    its parent instead.
+    """
+    global _COMMAND
+    if not _Forks.active:
+        return
+    _COMMAND = None  # this process runs no command of its own
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    parent = _Forks.forker
+    if not (_Forks.from_main_thread and _parent_death_signal()):
+        threading.Thread(target=_watch_parent, args=(parent,), name="watch-parent", daemon=True).start()
+    if os.getppid() != parent:  # the parent died before the signal was asked for
+        os._exit(128 + signal.SIGKILL)
+
+
+def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
+    """Raise ``KeyboardInterrupt`` in the command's main thread, and make sure it ends the command."""
+    command = _COMMAND
+    if command is None or command.pid != os.getpid() or command.seen.is_set():
+        return  # not the command's process, or the command is already ending: let its clean-up finish
+    if command.signum is None:
+        command.signum = signum
+        _end_children()
+        threading.Thread(target=_enforce_stop, args=(command,), name="stop", daemon=True).start()
+    raise KeyboardInterrupt
+
+
+def _end_children() -> None:
+    """Kill every process the command started (and theirs): their work is thrown away with the run's.
+
+    Left to their pools, a worker stopped mid-task printed a traceback of its own, and a pool waited on the
+    results of tasks whose worker was gone.
+    """
+    import psutil
+
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+
+
+def _enforce_stop(command: _Command) -> None:
+    """Raise the stop again until the command sees it; exit regardless after :data:`_STOP_DEADLINE_S`."""
+    deadline = time.monotonic() + _STOP_DEADLINE_S
+    while not command.seen.wait(_RERAISE_S):
+        if command.ended.is_set() or time.monotonic() > deadline:
+            break
+        _thread.interrupt_main(signal.Signals(command.signum or signal.SIGINT))
+    if not command.ended.wait(max(0.0, deadline - time.monotonic())):
+        sys.stderr.write("interrupted\n")
+        sys.stderr.flush()
+        os._exit(128 + (command.signum or signal.SIGINT))
+
+
+def stop_signal() -> int | None:
+    """The stopping signal (``SIGINT``, ``SIGTERM``) the running command got, or ``None``."""
+    return _COMMAND.signum if _COMMAND is not None else None
+
+
+def stop_seen() -> None:
+    """Note that the stop reached code that ends the command (its ``KeyboardInterrupt`` was not swallowed)."""
+    if _COMMAND is not None and _COMMAND.signum is not None:
+        _COMMAND.seen.set()
+
+
+def stop_exit_code() -> int:
+    """128 plus the stopping signal, as a shell reports a command a signal ended (130 after Ctrl-C)."""
+    return 128 + (stop_signal() or signal.SIGINT)
+
+
+@contextlib.contextmanager
+def command_lifetime() -> Iterator[None]:
+    """Run a command so that its processes end with it and a stopping signal ends it within seconds.
+
+    * ``SIGINT`` and ``SIGTERM`` raise ``KeyboardInterrupt`` in the main thread (raised again every
+      :data:`_RERAISE_S` while no code has seen it, :func:`stop_seen`; the process exits after
+      :data:`_STOP_DEADLINE_S` whatever it waits on); :func:`stop_signal` says which came.
+    * ``SIGXFSZ`` is ignored: a file-size limit (``ulimit -f``) then fails the write with ``EFBIG``, which
+      the command reports in one line; by default the signal kills the process without a word.
+    * Every process forked meanwhile ignores the stopping signals (the command ends it) and is killed when
+      its parent dies, ``kill -9`` included (``PR_SET_PDEATHSIG`` on Linux, else a thread watching the
+      parent): a killed build left its readers running for minutes.
+
+    Only in the main thread (signal handlers can be set nowhere else); elsewhere the command just runs.
+    """
+    global _COMMAND, _HOOK_REGISTERED
+    if threading.current_thread() is not threading.main_thread() or _COMMAND is not None:
+        yield
+        return
+    if sys.platform.startswith("linux") and _Forks.libc is None:
+        _Forks.libc = ctypes.CDLL(None, use_errno=True)
+    if not _HOOK_REGISTERED:
+        os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+        _HOOK_REGISTERED = True
+    command = _COMMAND = _Command()
+    previous = {signum: signal.signal(signum, _on_stop_signal) for signum in STOP_SIGNALS}
+    if hasattr(signal, "SIGXFSZ"):
+        previous[signal.SIGXFSZ] = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    _Forks.active = True
+    try:
+        yield
+    finally:
+        _Forks.active = False
+        command.ended.set()
+        _COMMAND = None
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

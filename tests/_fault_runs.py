@@ -1,0 +1,157 @@
+"""Running a command as a user's process with a fault at a moment: a signal, a file-size limit, a vanished
+output folder; and what must hold afterwards. Used by ``test_fault_harness.py`` and ``test_full_disk.py``.
+
+A command runs as ``python -m hf_unified_embed`` in a session of its own (a terminal's foreground job), so
+"its processes" are the session's, workers reparented after a ``kill -9`` included, and a Ctrl-C goes to the
+whole group as a terminal sends it.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+#: How long the processes of a command may outlive its end (a parent-death signal is immediate).
+ORPHAN_LIMIT_S = 5.0
+#: Exit codes a stopped command may end with: done, one error line, interrupted (Ctrl-C, kill), killed. A
+#: signal that comes before the interpreter runs any code ends it as it ends any program (-2, -15), silently.
+EXIT_CODES = {
+    "SIGINT": {0, 2, 130, -2},
+    "SIGTERM": {0, 2, 143, -15},
+    "SIGKILL": {0, -9},
+    "fsize": {0, 2},
+    "vanish": {0, 2},
+    "readonly": {0, 2},
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What goes wrong: ``kind`` (a signal's name; ``fsize``: a file-size limit of ``size`` bytes from the
+    start; ``vanish``: the folder ``new`` that holds the output removed; ``readonly``: ``new/deep``, the
+    output's own folder, made read-only) ``at``
+    seconds after the start."""
+
+    kind: str
+    at: float = 0.0
+    size: int = 0
+
+
+@dataclass
+class Outcome:
+    code: int
+    err: str
+    leftovers: list[str]
+    took: float
+
+
+def command_env(cache: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_DATASETS_CACHE": str(cache),
+    }
+
+
+def session_processes(leader: int) -> list[psutil.Process]:
+    """The live processes of the session ``leader`` started (children that were reparented included)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.pid != leader and os.getsid(process.pid) == leader and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+def _limit(size: int) -> Callable[[], None]:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+    return apply
+
+
+def run_command(
+    project: Path, argv: list[str], cache: Path, fault: Fault | None = None, timeout: float = 900
+) -> Outcome:
+    """Run ``hf-unified-embed ARGV`` in ``project`` with ``fault``; wait for its end and for its processes'."""
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hf_unified_embed", *argv],
+        cwd=project,
+        env=command_env(cache),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_limit(fault.size) if fault is not None and fault.kind == "fsize" else None,
+    )
+    try:
+        if fault is not None and fault.kind not in ("fsize",):
+            try:
+                process.wait(fault.at)
+            except subprocess.TimeoutExpired:
+                if fault.kind == "vanish":
+                    shutil.rmtree(project / "new", ignore_errors=True)
+                elif fault.kind == "readonly":
+                    (project / "new" / "deep").chmod(0o555)
+                elif fault.kind == "SIGINT":
+                    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group
+                else:
+                    os.kill(process.pid, getattr(signal, fault.kind))
+        _, err = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    took = time.monotonic() - started
+    deadline = time.monotonic() + ORPHAN_LIMIT_S
+    while (left := session_processes(process.pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    names = []
+    for child in left:
+        try:
+            names.append(" ".join(child.cmdline())[:200])
+            child.kill()
+        except psutil.Error:
+            continue
+    return Outcome(process.returncode, err, names, took)
+
+
+def beside(output: Path) -> list[str]:
+    """The hidden files beside ``output`` that belong to it (its staging folders, its lock)."""
+    if not output.parent.is_dir():
+        return []
+    return sorted(path.name for path in output.parent.iterdir() if path.name.startswith(f".{output.name}."))
+
+
+def check_one_line_end(outcome: Outcome, allowed: Iterable[int], what: str) -> None:
+    """The command ended with an allowed code, said so in one line, printed no traceback, left no process."""
+    tail = outcome.err[-4000:]
+    assert outcome.code in set(allowed), f"{what}: exit code {outcome.code}\n{tail}"
+    assert "Traceback" not in outcome.err, f"{what}: a traceback\n{tail}"
+    lines = outcome.err.splitlines()
+    if outcome.code == 2:
+        errors = [line for line in lines if line.startswith("error:")]
+        assert len(errors) == 1 and lines[-1] == errors[0], f"{what}: not one error line\n{tail}"
+    if outcome.code in (130, 143):
+        assert lines and lines[-1] == "interrupted", f"{what}: not 'interrupted'\n{tail}"
+    if outcome.code in (-2, -15):
+        assert not lines, f"{what}: a signal's default end after the command had started\n{tail}"
+    assert not outcome.leftovers, f"{what}: processes outlived the command: {outcome.leftovers}"
