@@ -37,6 +37,20 @@ def positive_int(text: str) -> int:
     return value
 
 
+#: The most processes an option may ask for: more than any machine's CPUs (Linux runs on at most 8,192). A
+#: larger number is a typo, refused by the argument check; a number above this machine's CPUs is capped
+#: where the processes are started, with a warning.
+MAX_PROCESSES = 8192
+
+
+def process_count(text: str) -> int:
+    """A number of processes: a whole number from 1 to :data:`MAX_PROCESSES`."""
+    value = positive_int(text)
+    if value > MAX_PROCESSES:
+        raise _expected(f"at most {MAX_PROCESSES:,} processes (no machine has more CPUs)", text)
+    return value
+
+
 def number(text: str) -> float:
     """Any real number (``1e-5`` included)."""
     try:
@@ -55,6 +69,16 @@ def file_size(text: str) -> int:
         raise _expected("a size such as 500MB or 1GB", text) from None
     if size < 1:
         raise _expected("a size such as 500MB or 1GB", text)
+    return size
+
+
+def shard_size(text: str) -> int:
+    """A Parquet shard's largest size (:func:`file_size`) of at least ``shard_writer.MIN_SHARD_BYTES``."""
+    from hf_unified_embed.data.shard_writer import MIN_SHARD_BYTES
+
+    size = file_size(text)
+    if size < MIN_SHARD_BYTES:
+        raise _expected(f"a size of at least {MIN_SHARD_BYTES // 10**6}MB", text)
     return size
 
 

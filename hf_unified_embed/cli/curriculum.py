@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -130,6 +131,7 @@ def _encode_shard(args: argparse.Namespace, shard: tuple[int, int], shard_dir: P
 
     tasks = load_unified(args.data, args.tasks.split(",") if args.tasks else None, split=args.split)
     model = _teacher(args)
+    check_instructions(tasks, model)
     distinct = DistinctTexts.from_tasks(tasks)
     index, count = shard
     embeddings = distinct.encode(model, distinct.shard_ids(index, count), batch_size=args.batch_size)
@@ -145,6 +147,7 @@ def _plan(args: argparse.Namespace, shard_dir: Path) -> CurriculumResult:
 
     tasks = load_unified(args.data, args.tasks.split(",") if args.tasks else None, split=args.split)
     model = _teacher(args)
+    check_instructions(tasks, model)
     difficulty = None
     if args.merge:
         distinct = DistinctTexts.from_tasks(tasks)
@@ -166,6 +169,30 @@ def _plan(args: argparse.Namespace, shard_dir: Path) -> CurriculumResult:
         negative_pool=args.negative_pool,
         batch_size=args.batch_size,
     )
+
+
+def check_instructions(tasks: Mapping[str, Any], model: Any) -> None:
+    """Refuse a task whose instruction leaves the teacher no room for the text, before anything is encoded.
+
+    The teacher encodes every query with its task's ``query_instruction`` (and documents with the
+    ``document_instruction``), truncated to its ``max_seq_length``, as ``train`` and ``mine-negatives`` do:
+    an instruction that long made every query one vector, and the plan was computed from them without a word.
+
+    Raises:
+        InputError: naming the task, the field and the instruction's length in tokens.
+    """
+    from hf_unified_embed.schema import INSTRUCTION_COLUMNS, task_instruction
+    from hf_unified_embed.training.instruction_fit import check_instruction_room
+
+    for task, dataset in tasks.items():
+        table = dataset.select_columns(list(INSTRUCTION_COLUMNS)).with_format("arrow")[:]
+        for column in INSTRUCTION_COLUMNS:
+            check_instruction_room(
+                model.tokenizer,
+                task_instruction(table, column, task),
+                model.max_seq_length,
+                f"task {shown(task)}, field {shown(column)}",
+            )
 
 
 def _write(result: CurriculumResult, folder: Path, data: str) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hf_unified_embed.cli.arg_types import file_size, path, positive_int
+from hf_unified_embed.cli.arg_types import path, process_count, shard_size
 from hf_unified_embed.errors import shown
 
 if TYPE_CHECKING:
@@ -30,18 +30,20 @@ def register(subparsers: Any) -> None:
     build.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     build.add_argument(
         "--num-proc",
-        type=positive_int,
+        type=process_count,
         default=None,
         metavar="N",
         help="processes reading sources and writing shards in parallel (default: one per ~128 MB of input, "
-        "at most the CPUs this process may use); the output does not depend on it",
+        "at most the CPUs this process may use; more than those CPUs is capped to them); the output does not "
+        "depend on it",
     )
     build.add_argument(
         "--max-shard-size",
-        type=file_size,
+        type=shard_size,
         default=None,
         metavar="SIZE",
-        help="largest Parquet shard per task and split, as datasets writes sizes (e.g. 50MB, 1GB; default 500MB)",
+        help="largest Parquet shard per task and split, as datasets writes sizes (e.g. 50MB, 1GB; at least 1MB; "
+        "default 500MB)",
     )
     build.set_defaults(func=run_build)
 
@@ -84,7 +86,7 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
 
 def run_build(args: argparse.Namespace) -> int:
     from hf_unified_embed.data import build_unified_with_report, load_build_recipe
-    from hf_unified_embed.data.build_plan import processes_worth
+    from hf_unified_embed.data.build_plan import available_cpus, processes_worth
     from hf_unified_embed.data.hub_layout import DEFAULT_MAX_SHARD_BYTES, write_unified
     from hf_unified_embed.data.source_formats import get_source_format
     from hf_unified_embed.errors import HfUnifiedEmbedError
@@ -105,7 +107,13 @@ def run_build(args: argparse.Namespace) -> int:
         resolved.append((spec, files))
     splits, sources, skipped, notes, summaries = {}, {}, {}, {}, {}
     # They read the sources, then write the shards; a small input is not worth starting processes for.
-    processes = args.num_proc or processes_worth(resolved)
+    processes = processes_worth(resolved) if args.num_proc is None else min(args.num_proc, available_cpus())
+    if args.num_proc is not None and processes < args.num_proc:
+        # More readers than CPUs only share them: --num-proc 1000 started 1,001 processes and took the memory.
+        print(
+            f"warning: --num-proc {args.num_proc}: this process may use {processes} CPU(s); starting {processes}",
+            file=sys.stderr,
+        )
     # The staging folder exists before the first row is read: an unwritable output fails at once, and
     # datasets' Arrow cache and every temporary file live inside it, so nothing outlives a killed build.
     with StagedOutput(args.output, overwrite=args.overwrite, inputs=inputs) as stage:

@@ -18,6 +18,7 @@ A recipe is YAML (or a dict) of the form::
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -88,8 +89,9 @@ class SourceSpec:
                 )
         if self.task_type is not None and self.task_type not in TASK_TYPES:
             raise fail("task_type", f"got {shown(self.task_type)}; expected one of {list(TASK_TYPES)}")
-        if self.max_rows is not None and self.max_rows < 1:
-            raise fail("max_rows", f"got {shown(self.max_rows)}; expected a positive integer")
+        # Rows are counted in a machine word (itertools.islice): a 26-digit cap passed and failed there.
+        if self.max_rows is not None and not 1 <= self.max_rows <= sys.maxsize:
+            raise fail("max_rows", f"got {shown(self.max_rows)}; expected a positive integer up to {sys.maxsize:,}")
         if not self.data_files:
             raise fail("data_files", "expected a path, glob or list of them")
 

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 #: Shard size (Arrow bytes) above which a task's split is cut into several files: 500 MB, as ``datasets``
 #: pushes to the Hub (``max_shard_size``); ``build --max-shard-size`` sets it.
 DEFAULT_MAX_SHARD_BYTES = 500 * 1024**2
+#: The smallest shard size ``build --max-shard-size`` takes: a shard per few rows is a folder of thousands of
+#: files no reader wants (``datasets`` pushes at 500 MB).
+MIN_SHARD_BYTES = 10**6
 #: Row groups of at most about this many Arrow bytes: a reader (a stream, the Hub's viewer) decodes a row group
 #: at a time, and datasets' own writer makes them up to 100 MB (40,000 rows of passages).
 MAX_ROW_GROUP_BYTES = 16 * 1024**2
@@ -72,9 +75,11 @@ def shard_slices(
     dataset: Dataset, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, nbytes: int | None = None
 ) -> list[Dataset]:
     """``dataset`` (of ``nbytes`` Arrow bytes, if known) cut into contiguous shards of at most about
-    ``max_shard_bytes`` Arrow bytes (at least one)."""
+    ``max_shard_bytes`` Arrow bytes (at least one, and at most one per row)."""
     nbytes = arrow_nbytes(dataset) if nbytes is None else nbytes
-    num_shards = max(1, math.ceil(nbytes / max_shard_bytes))
+    # Never more shards than rows: a shard holds at least one row, however large (datasets' shard() refuses
+    # an index past the rows).
+    num_shards = max(1, min(math.ceil(nbytes / max_shard_bytes), len(dataset)))
     return [dataset.shard(num_shards, index, contiguous=True) for index in range(num_shards)]
 
 

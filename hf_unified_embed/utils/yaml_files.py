@@ -2,7 +2,9 @@
 
 Every one of them goes through :func:`read_yaml_mapping`, which is strict where PyYAML is lenient: a key
 given twice in one mapping is an error (PyYAML keeps the last value silently, so
-``{learning_rate: 5.0e-5, learning_rate: 5.0}`` would train at 5.0). :func:`relative_to_file` is the
+``{learning_rate: 5.0e-5, learning_rate: 5.0}`` would train at 5.0), and a file nested deeper than
+:data:`MAX_DEPTH` levels is refused in one line (PyYAML composes and constructs recursively: 3,000 levels
+were a ``RecursionError``). :func:`relative_to_file` is the
 one rule for paths written in such a file: a relative path is relative to the file's own folder.
 """
 
@@ -15,6 +17,10 @@ from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+#: The deepest nesting of mappings and lists a file may have: far beyond any recipe's (four or five levels),
+#: far below what Python's recursion limit lets PyYAML compose.
+MAX_DEPTH = 100
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _VALUE_TAG = "tag:yaml.org,2002:value"
@@ -51,6 +57,19 @@ class StrictSafeLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._key_paths: dict[int, str] = {}
         self._checked: set[int] = set()
+        self._depth = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        """Compose a node, refusing one nested deeper than :data:`MAX_DEPTH` where it starts."""
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_document(self, node: Node) -> Any:
         self._key_paths = _key_paths(node)
@@ -187,6 +206,8 @@ def read_yaml_mapping(path: str | Path, error: type[Exception]) -> dict[str, Any
         raise error(f"{path}:{problem.line}: {problem.description}") from None
     except yaml.YAMLError as problem:
         raise error(_located(path, text, problem)) from None
+    except RecursionError:  # aliases of aliases, each one level deeper than the one it names
+        raise error(f"{path}: not valid here: nested deeper than {MAX_DEPTH} levels (through aliases)") from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):

@@ -1,0 +1,130 @@
+"""Faults at any moment of a writing command end in one line, not in orphans, tracebacks or half-written outputs.
+
+For each command that writes (``build`` in one and in two processes, ``train``, ``merge``, ``mine-negatives``,
+``curriculum``, ``evaluate -o``), hypothesis draws a fault and a moment: Ctrl-C (to the whole process group,
+as a terminal sends it), ``kill`` (``SIGTERM``), ``kill -9`` of the main process, a file-size limit
+(``ulimit -f``) of a drawn size, or the output's parent folder removed or made read-only (not as root, whom
+permissions do not stop). Then:
+
+* the command ended with 0, 2 (one ``error:`` line), 130 / 143 (``interrupted``) or was killed, and printed
+  no traceback;
+* no process of its session is alive (workers included);
+* the inputs are byte for byte as they were;
+* the output is complete (exit 0) or absent, and nothing the command staged is left beside it (after a
+  ``kill -9``: until the next run, which removes it);
+* a rerun succeeds and leaves nothing beside its output.
+
+CI runs a few examples per command; ``FAULT_EXAMPLES=N`` multiplies them for a wider search.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _fault_runs import EXIT_CODES, Fault, beside, check_one_line_end, run_command
+from _output_project import COMMANDS, hashes, project_template
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hf_unified_embed.utils.outputs import not_written_by_tool, written_by_tool
+
+#: ``FAULT_EXAMPLES=N`` runs N times as many examples per command.
+SCALE = max(1, int(os.environ.get("FAULT_EXAMPLES", "1")))
+#: Seconds within which a fault is drawn, per command: its start-up (imports: a few seconds) and its work.
+WINDOW_S = {
+    "build": 6.0,
+    "build-2": 8.0,
+    "train": 20.0,
+    "merge": 10.0,
+    "mine-negatives": 14.0,
+    "curriculum": 14.0,
+    "evaluate": 14.0,
+}
+#: root writes into a read-only folder: that fault is drawn only for other users.
+ROOT_IGNORES_PERMISSIONS = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: str) -> Iterator[Path]:
+    with project_template(tmp_path_factory.mktemp("faults"), tiny_model_path) as project:
+        yield project
+
+
+def argv_of(command: str, output: str) -> list[str]:
+    if command == "build-2":
+        return [*COMMANDS["build"][0](output), "--num-proc", "2"]
+    return COMMANDS[command][0](output)
+
+
+def inputs_of(command: str) -> list[str]:
+    return COMMANDS["build" if command == "build-2" else command][1]
+
+
+def faults(window: float) -> st.SearchStrategy[Fault]:
+    moment = st.floats(0.0, window)
+    kinds = ["SIGINT", "SIGTERM", "SIGKILL", "vanish"] + ([] if ROOT_IGNORES_PERMISSIONS else ["readonly"])
+    return st.one_of(
+        st.builds(Fault, st.sampled_from(kinds), moment),
+        # Below a few kB every write fails (the lock file's, the first shard's); up to a few MB some finish.
+        st.builds(Fault, st.just("fsize"), st.just(0.0), st.integers(0, 5 * 2**20)),
+    )
+
+
+def _input_hashes(project: Path, command: str) -> dict[str, dict[str, str] | str]:
+    found: dict[str, dict[str, str] | str] = {}
+    for name in inputs_of(command):
+        path = project / name
+        found[name] = hashes(path) if path.is_dir() else path.read_bytes().hex()
+    return found
+
+
+def check_fault(template: Path, command: str, fault: Fault) -> None:
+    with tempfile.TemporaryDirectory(dir=template.parent) as folder:
+        project = Path(shutil.copytree(template, Path(folder) / "project", symlinks=True))
+        cache = Path(folder) / "cache"
+        name = "out.json" if command == "evaluate" else "out"
+        relative = f"new/deep/{name}" if fault.kind in ("vanish", "readonly") else name
+        output = project / relative
+        output.parent.mkdir(parents=True, exist_ok=True)
+        before = _input_hashes(project, command)
+        what = f"{command} with {fault}"
+
+        outcome = run_command(project, argv_of(command, relative), cache, fault)
+        check_one_line_end(outcome, EXIT_CODES[fault.kind], what)
+        assert _input_hashes(project, command) == before, f"{what}: an input changed"
+        if outcome.code == 0 and fault.kind != "vanish":  # a folder removed after the output was written
+            assert output.exists(), f"{what}: exit 0 and no output"
+        if output.exists():  # a stop that came after the output was in place leaves it whole
+            assert written_by_tool(output), f"{what}: a half-written output: {not_written_by_tool(output)}"
+        if outcome.code != -9:  # a killed process cannot clean up: the next run removes its stage
+            assert beside(output) == [], f"{what}: left {beside(output)}"
+
+        if output.parent.is_dir():
+            output.parent.chmod(0o755)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        rerun = argv_of(command, relative) + (["--overwrite"] if output.exists() else [])
+        again = run_command(project, rerun, cache)
+        check_one_line_end(again, {0}, f"the rerun after {what}")
+        assert output.exists() and beside(output) == [], f"the rerun after {what}: left {beside(output)}"
+        assert _input_hashes(project, command) == before, f"the rerun after {what}: an input changed"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", list(WINDOW_S))
+def test_a_fault_at_any_moment_ends_in_one_line(template: Path, command: str):
+    @settings(
+        max_examples=SCALE * (2 if command.startswith("build") else 1),
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(fault=faults(WINDOW_S[command]))
+    def search(fault: Fault) -> None:
+        check_fault(template, command, fault)
+
+    search()
