@@ -91,36 +91,38 @@ def _configure_logging(verbose: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     with command_lifetime():
         try:
-            parser = build_parser()
-            args = parser.parse_args(argv)
-            _configure_logging(args.verbose)
-            return int(args.func(args) or 0)
-        except KeyboardInterrupt:
+            return _run(argv)
+        except KeyboardInterrupt:  # Ctrl-C or kill, wherever it lands (an error being reported included)
             return _interrupted()
-        except HfUnifiedEmbedError as error:
-            if stop_signal() is not None:  # the stop arrived while an error was being reported
-                return _interrupted()
-            if not is_main_process():
-                # Every process hits the same input error; the launcher stops the whole group as soon as
-                # one exits, so the others wait for rank 0 to report it. The launcher's stop ends the wait
-                # quietly: rank 0 has said what is wrong.
-                try:
-                    time.sleep(NON_MAIN_EXIT_DELAY_S)
-                except KeyboardInterrupt:
-                    return _interrupted()
-            print(f"error: {one_line(error, ERROR_LINE_LIMIT)}", file=sys.stderr)
-            return INPUT_ERROR_EXIT_CODE
-        except Exception as error:
-            if stop_signal() is not None:
-                # A library replaced the KeyboardInterrupt with an error of its own while it stopped
-                # (datasets' pool asks its lost tasks for their results: multiprocess.TimeoutError).
-                return _interrupted()
-            full = storage_full(error)
-            if full is None:
-                raise  # a bug: its traceback
-            where = f" ({full.path})" if full.path else ""
-            print(f"error: cannot write{where}: {full.cause}; nothing more was written", file=sys.stderr)
-            return INPUT_ERROR_EXIT_CODE
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        _configure_logging(args.verbose)
+        return int(args.func(args) or 0)
+    except HfUnifiedEmbedError as error:
+        if stop_signal() is not None:  # the stop arrived while an error was being reported
+            return _interrupted()
+        if not is_main_process():
+            # Every process hits the same input error; the launcher stops the whole group as soon as
+            # one exits, so the others wait for rank 0 to report it. The launcher's stop ends the wait
+            # quietly (as "interrupted", which only rank 0 would print): rank 0 has said what is wrong.
+            time.sleep(NON_MAIN_EXIT_DELAY_S)
+        print(f"error: {one_line(error, ERROR_LINE_LIMIT)}", file=sys.stderr)
+        return INPUT_ERROR_EXIT_CODE
+    except Exception as error:
+        if stop_signal() is not None:
+            # A library replaced the KeyboardInterrupt with an error of its own while it stopped
+            # (datasets' pool asks its lost tasks for their results: multiprocess.TimeoutError).
+            return _interrupted()
+        full = storage_full(error)
+        if full is None:
+            raise  # a bug: its traceback
+        where = f" ({full.path})" if full.path else ""
+        print(f"error: cannot write{where}: {full.cause}; nothing more was written", file=sys.stderr)
+        return INPUT_ERROR_EXIT_CODE
 
 
 def _interrupted() -> int:
