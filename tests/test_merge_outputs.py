@@ -17,7 +17,7 @@ from _merge_helpers import noisy_copy
 from safetensors.torch import load_file, save_file
 
 from hf_unified_embed.cli.main import main
-from hf_unified_embed.errors import InputNotFoundError
+from hf_unified_embed.errors import InputError, InputNotFoundError
 from hf_unified_embed.merge import MergeError, merge_models
 from tests import _processes as processes
 
@@ -107,7 +107,7 @@ def test_user_errors_are_located_one_line_errors(
     broken.mkdir()
     (broken / "config.json").write_text("{not json")
     (broken / "model.safetensors").write_bytes((pair[1] / "model.safetensors").read_bytes())
-    with pytest.raises(MergeError, match=r"broken/config.json: not valid JSON"):
+    with pytest.raises(InputError, match=r"broken/config.json: not valid JSON"):  # as every command checks a model
         merge_models([pair[0], broken], "soup", tmp_path / "o3", show_progress=False)
 
     cases = [

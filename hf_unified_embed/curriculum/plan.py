@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Hashable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -111,7 +112,18 @@ class CurriculumPlan:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "plan") -> CurriculumPlan:
+    def from_dict(cls, data: Any, source: str = "plan") -> CurriculumPlan:
+        """The plan ``data`` holds (as :meth:`to_dict` wrote it), every field checked against its type first.
+
+        Raises:
+            InputError: naming ``source`` and the field: not an object, another format version, a field
+                missing, unknown or of the wrong type, an order that is not a tour of the tasks, a
+                ``score`` that is not Eq. 6 of the order (a hand-edited plan).
+        """
+        from hf_unified_embed.utils.typecheck import field_annotations, type_problem
+
+        if not isinstance(data, dict):
+            raise InputError(f"{source}: expected a JSON object, got {type(data).__name__}")
         version = data.get("version")
         if version != PLAN_FORMAT_VERSION:
             raise InputError(
@@ -120,10 +132,29 @@ class CurriculumPlan:
         missing = [name for name in ("tasks", "order", "similarity", "score") if name not in data]
         if missing:
             raise InputError(f"{source}: missing fields {missing}")
+        annotations = field_annotations(cast(Hashable, cls))  # a class hashes; its instances do not
+        statistics = data.get("task_statistics", {})
+        for name, value in data.items():
+            if name not in annotations:
+                raise InputError(f"{source}: unknown field {shown(name)}; the fields are {sorted(annotations)}")
+            problem = None if name == "task_statistics" else type_problem(annotations[name], value)
+            if problem is None and name == "task_statistics" and not isinstance(value, dict):
+                problem = f"expected an object of task names, got {type(value).__name__}"
+            if problem:
+                raise InputError(f"{source}, field {shown(name)}: {problem}, got {shown(value)}")
+        stat_fields = field_annotations(TaskStatistics)
+        for task, stats in statistics.items():
+            where = f"{source}, field 'task_statistics.{task}'"
+            if not isinstance(stats, dict):
+                raise InputError(f"{where}: expected an object, got {type(stats).__name__}")
+            for name, value in stats.items():
+                problem = "unknown field" if name not in stat_fields else type_problem(stat_fields[name], value)
+                if problem:
+                    raise InputError(f"{where}.{name}: {problem}, got {shown(value)}")
+            if "rows" not in stats:
+                raise InputError(f"{where}: missing field 'rows'")
         fields = dict(data)
-        fields["task_statistics"] = {
-            task: TaskStatistics(**stats) for task, stats in data.get("task_statistics", {}).items()
-        }
+        fields["task_statistics"] = {task: TaskStatistics(**stats) for task, stats in statistics.items()}
         try:
             plan = cls(**fields)
             plan.check_score()
@@ -150,7 +181,7 @@ class CurriculumPlan:
             raise InputNotFoundError(f"curriculum plan {source} does not exist")
         try:
             data = json.loads(source.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, a number too long to convert
             raise InputError(f"{source}: not valid JSON ({error})") from error
         return cls.from_dict(data, source=str(source))
 

@@ -171,6 +171,8 @@ def _named(origin: str, key: str | None = None) -> Iterator[None]:
 
 def _model(resolved: ResolvedRecipe, card: UnifiedModelCardData) -> Any:
     """The model to train: backbone per ``model:``, LoRA adapter per ``peft:``, instructions not pooled."""
+    from huggingface_hub.errors import StrictDataclassError  # a config.json field of the wrong type
+
     from hf_unified_embed.training import exclude_instructions_from_pooling
     from hf_unified_embed.training.backbones import build_model
 
@@ -180,7 +182,7 @@ def _model(resolved: ResolvedRecipe, card: UnifiedModelCardData) -> Any:
         model = build_model(base, recipe.model, max_seq_length=recipe.max_seq_length, model_card_data=card)
     except HfUnifiedEmbedError:
         raise
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, StrictDataclassError) as error:
         if recipe.base_model is None or not Path(base).expanduser().is_dir():
             raise
         # A folder preflight took for a model that transformers cannot read ("Unrecognized model in ...").
@@ -326,14 +328,16 @@ def finished_checkpoint(resume: str | bool | None, args: Any) -> Path | None:
     ``args.max_steps`` steps, else ``None``."""
     from transformers.trainer_utils import get_last_checkpoint
 
+    from hf_unified_embed.training.checkpoints import read_trainer_state
+
     if resume is True and Path(args.output_dir).is_dir():
         resume = get_last_checkpoint(args.output_dir)
-    if not isinstance(resume, str) or args.max_steps is None or args.max_steps <= 0:
+    if not isinstance(resume, str) or not Path(resume).is_dir():
+        return None  # the trainer reports a checkpoint that is not there
+    # Read as the trainer will read it: a damaged or hand-edited state is one located line, not its traceback.
+    state = read_trainer_state(resume)
+    if args.max_steps is None or args.max_steps <= 0:
         return None
-    try:
-        state = json.loads((Path(resume) / "trainer_state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # the trainer reports a checkpoint it cannot read
     return Path(resume) if int(state.get("global_step", 0)) >= args.max_steps else None
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from hf_unified_embed.errors import RecipeError, shown
 from hf_unified_embed.training.attention import ATTENTION_MODES, AttentionSetting
+from hf_unified_embed.utils.model_files import model_files_problem
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +207,8 @@ def model_folder_problem(base: str) -> str | None:
             return f"is not a model folder: {config} is not JSON ({error})"
         if not isinstance(settings, dict):
             return f"is not a model folder: {config} is not a JSON object"
-    return None
+    damaged = model_files_problem(path)
+    return f"has a damaged file: {damaged}" if damaged else None
 
 
 def build_model(base: str, config: ModelConfig | None, *, max_seq_length: int | None = None, **kwargs: Any) -> Any:

@@ -6,6 +6,8 @@ sentence-transformers' trainer writes its checkpoints itself, outside the staged
 * :class:`RedactCheckpointsCallback` scrubs every checkpoint as soon as it is saved (its ``README.md``
   renders the card — model name included — and ``trainer_state.json`` the logs), with the rules of
   :mod:`hf_unified_embed.utils.redaction`;
+* :func:`read_trainer_state` reads a checkpoint's ``trainer_state.json`` before a resume hands it to the
+  trainer, which would fail on a damaged or hand-edited one with a traceback (``TrainerState(**state)``);
 * :func:`no_empty_folder` removes the checkpoint folder after a run that saved no checkpoint into it:
   transformers' ``Trainer`` creates it when it starts, even with ``save_strategy: no``, and a failed or
   interrupted run would leave it behind. A run killed with ``kill -9`` cannot clean up, so the run's own
@@ -15,6 +17,7 @@ sentence-transformers' trainer writes its checkpoints itself, outside the staged
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +26,7 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from hf_unified_embed.errors import SecretLeakError
+from hf_unified_embed.errors import InputError, SecretLeakError, shown
 from hf_unified_embed.utils.redaction import scrub_folder
 
 
@@ -46,6 +49,51 @@ class RedactCheckpointsCallback(TrainerCallback):
         except SecretLeakError:
             shutil.rmtree(checkpoint, ignore_errors=True)
             raise
+
+
+#: Fields of ``trainer_state.json`` checked by their shape only: the trainer keeps them as it finds them.
+_FREE_FIELDS = {"log_history": list, "stateful_callbacks": dict, "trial_params": dict}
+
+
+def read_trainer_state(checkpoint: str | Path) -> dict[str, Any]:
+    """The ``trainer_state.json`` of ``checkpoint`` as the trainer will read it on resume, checked first.
+
+    Args:
+        checkpoint: a checkpoint folder (``checkpoint-<step>``).
+
+    Returns:
+        The state: a JSON object whose keys are ``TrainerState`` fields, each of its field's type.
+
+    Raises:
+        InputError: the file is missing, not UTF-8 JSON, not an object, or a field is unknown or of the
+            wrong type; one line naming the file (and the field).
+    """
+    from hf_unified_embed.utils.typecheck import field_annotations, type_problem
+
+    file = Path(checkpoint) / "trainer_state.json"
+    where = f"resume_from_checkpoint {checkpoint}: {file}"
+    try:
+        state = json.loads(file.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{where}: no such file; is {checkpoint} a checkpoint folder (checkpoint-<step>)?") from None
+    except (OSError, ValueError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise InputError(f"{where}: cannot be read as JSON ({error})") from None
+    if not isinstance(state, dict):
+        raise InputError(f"{where}: expected a JSON object, got {type(state).__name__}")
+    fields = field_annotations(TrainerState)
+    for key, value in state.items():
+        if key not in fields:
+            raise InputError(f"{where}: unknown field {shown(key)}; the fields are {sorted(fields)}")
+        kind = _FREE_FIELDS.get(key)
+        if kind is not None:
+            problem = None if value is None or isinstance(value, kind) else f"expected a JSON {kind.__name__}"
+            if problem is None and kind is list and not all(isinstance(entry, dict) for entry in value):
+                problem = "expected a list of objects"
+        else:
+            problem = type_problem(fields[key], value)
+        if problem:
+            raise InputError(f"{where}, field {shown(key)}: {problem}, got {shown(value)}")
+    return state
 
 
 def default_checkpoint_folder(output_dir: str | Path) -> Path:

@@ -25,6 +25,7 @@ from typing import Any
 
 from hf_unified_embed.errors import InputError, InputNotFoundError, one_line
 from hf_unified_embed.utils.locations import DEFAULT_BASE_MODEL_ID, looks_local
+from hf_unified_embed.utils.model_files import model_files_problem
 
 #: Files of a Hub model repository a merge never reads (other frameworks' weights, exported graphs).
 _NOT_MERGE_FILES = [
@@ -78,6 +79,9 @@ def check_model_reference(name: str | Path | None, option: str) -> None:
         if not any((folder / file).is_file() for file in _MODEL_FILES):
             what = "a unified dataset folder" if (folder / "data").is_dir() else "a folder without model files"
             raise InputError(f"{option} {name}: is {what}, not a model (no {' or '.join(_MODEL_FILES)} in it)")
+        problem = model_files_problem(folder)  # a damaged file named here, not as a library's traceback
+        if problem:
+            raise InputError(f"{option} {name}: {problem}")
         return
     if str(name) == DEFAULT_BASE_MODEL_ID and _packaged_minilm() is not None:
         return
@@ -167,10 +171,23 @@ def load_model(
     else:
         from sentence_transformers import SentenceTransformer as kind
     local = not is_hub_name(name)
+    from huggingface_hub.errors import StrictDataclassError
+
     try:
         return (loader or kind)(str(Path(name).expanduser()) if local else str(name), device=device)
+    except StrictDataclassError as error:  # transformers' configs check each field's type as they load
+        raise InputError(f"{option} {name}: its config.json does not fit the model: {one_line(error, 300)}") from None
     except _hub_errors() as error:
         if not local:
             raise _hub_failure(name, option, error) from None
         # transformers: "Unrecognized model in <folder>", a folder without weights or config.
         raise InputError(f"{option} {name}: not a {kind.__name__} model folder: {one_line(error, 300)}") from None
+    except Exception as error:
+        if not local or isinstance(error, MemoryError):
+            raise
+        # Its files parse and its weights are whole (check_model_reference), so what the model code met is a
+        # value of the wrong kind in one of them (a hand-edited config.json's "dtype": 0): the folder's fault.
+        raise InputError(
+            f"{option} {name}: cannot be loaded, a value in its files does not fit the model code: "
+            f"{type(error).__name__}: {one_line(error, 300)}"
+        ) from None
