@@ -339,18 +339,18 @@ def test_task_documents_number_like_one_dictionary_over_corpus_then_task_texts()
     """The shared corpus is not copied, yet ids equal dictionary-encoding corpus + positives + negatives."""
     import pyarrow as pa
 
-    from hf_unified_embed.negatives.miner import _Documents
+    from hf_unified_embed.negatives.candidates import TaskDocuments
 
     shared = pa.array(["c0", "c1", "p1", "c3"])
     task = pa.array(["p0", "p1", "n0", "p0", "c3", "n1", "n0"])
-    documents = _Documents.of_task(shared, task)
+    documents = TaskDocuments.of_task(shared, task)
     reference = pa.concat_arrays([shared, task]).dictionary_encode()
     assert documents.task_codes.tolist() == reference.indices.to_pylist()[len(shared) :]
     assert len(documents) == len(reference.dictionary)
     ids = list(range(len(documents)))
     assert documents.texts(ids) == reference.dictionary.to_pylist()
     assert documents.ids_of(pa.array(["n1", "c1", "zz", "p1"])).tolist() == [6, 1, -1, 2]
-    empty = _Documents.of_task(pa.array([], type=pa.string()), task)
+    empty = TaskDocuments.of_task(pa.array([], type=pa.string()), task)
     assert empty.texts(list(range(len(empty)))) == ["p0", "p1", "n0", "c3", "n1"]
 
 

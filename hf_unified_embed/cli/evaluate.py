@@ -18,7 +18,9 @@ def register(subparsers: Any) -> None:
         description=(
             "Score MODEL on every evaluation set of SUITE (STS, retrieval, reranking, pair classification), "
             "with CoDiEmb's embedding-space diagnostics; print a table and optionally write JSON "
-            "(metrics, diagnostics and model-index entries for the model card)."
+            "(metrics, diagnostics and model-index entries for the model card). Works unchanged under "
+            "`torchrun --nproc_per_node=N` or `accelerate launch`: each process encodes a slice of every "
+            "set's texts on its own device; the first process computes the diagnostics, prints and writes."
         ),
     )
     parser.add_argument("model", help="a sentence-transformers model folder or Hub id (offline: must be cached)")
@@ -46,9 +48,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from hf_unified_embed.evaluation import load_suite, run_suite, set_reference_model
     from hf_unified_embed.evaluation.suite import check_suite_models, suite_inputs
     from hf_unified_embed.evaluation.suite_rows import load_entry_rows
+    from hf_unified_embed.training.devices import process_device
+    from hf_unified_embed.utils.distributed_encode import launched_processes
     from hf_unified_embed.utils.locations import looks_local
     from hf_unified_embed.utils.model_loading import check_model_reference
-    from hf_unified_embed.utils.outputs import StagedOutput
+    from hf_unified_embed.utils.outputs import StagedOutput, check_output
+    from hf_unified_embed.utils.processes import is_main_process, quiet_progress_bars
 
     suite = load_suite(args.suite, data_root=args.data_root)
     if args.only:
@@ -73,15 +78,24 @@ def run_evaluate(args: argparse.Namespace) -> int:
         *suite_inputs(suite),
         *(name for name in (args.model, args.reference) if name and looks_local(name)),
     ]
-    stage = (
-        StagedOutput(args.output, overwrite=args.overwrite, kind="file", inputs=inputs)
-        if args.output is not None
-        else None
-    )
+    main = is_main_process()
+    stage = None
+    if args.output is not None:
+        if main:  # under a launcher the first process writes; the others check the output alike
+            stage = StagedOutput(args.output, overwrite=args.overwrite, kind="file", inputs=inputs)
+        else:
+            check_output(args.output, overwrite=args.overwrite, kind="file", inputs=inputs)
+    if not main:
+        quiet_progress_bars()  # rank 0 draws the run's bars, and its error line starts a line of its own
     with stage or contextlib.nullcontext():
         rows = load_entry_rows(suite)  # every row checked (validate's check for unified folders) before the model
-        model = load_model(args.model, args.device)
-        results = run_suite(model, suite, diagnostics=False if args.no_diagnostics else None, rows=rows)
+        model = load_model(args.model, process_device(args.device))
+        with launched_processes() as processes:
+            # The diagnostics read one process's token matrices: the first process computes them, alone.
+            diagnostics = False if args.no_diagnostics or not processes.is_main else None
+            results = run_suite(model, suite, diagnostics=diagnostics, rows=rows, processes=processes)
+        if not processes.is_main:
+            return 0
         if results.model_name == "model":
             results.model_name = Path(args.model).name
         if stage is not None:

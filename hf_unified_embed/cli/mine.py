@@ -17,7 +17,9 @@ def register(subparsers: Any) -> None:
             "own positives and negatives, plus --corpus) with MODEL, search exactly in blocks, drop the query's "
             "positives, a document equal to the query and candidates too close to the positive (margins), "
             "optionally rescore with --cross-encoder, and write negatives, negative_scores and positive_scores "
-            "into the new folder OUT (scores: the teacher's similarity mapped onto [0, 1])."
+            "into the new folder OUT (scores: the teacher's similarity mapped onto [0, 1]). Works unchanged under "
+            "`torchrun --nproc_per_node=N` or `accelerate launch`: each process encodes a slice of the texts on its "
+            "own device and searches its share; the first process writes OUT."
         ),
     )
     parser.add_argument("data", help="unified dataset folder or Hub repository (as written by `build`)")
@@ -59,7 +61,10 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from hf_unified_embed.negatives import HardNegativeConfig, mine_negatives_folder
     from hf_unified_embed.negatives.miner import MINED_TASK_TYPES
+    from hf_unified_embed.training.devices import process_device
+    from hf_unified_embed.utils.distributed_encode import launched_processes
     from hf_unified_embed.utils.model_loading import check_model_reference
+    from hf_unified_embed.utils.processes import is_main_process, quiet_progress_bars
 
     # A mistyped local model path is a missing folder, not a Hub lookup that "couldn't connect".
     check_model_reference(args.model, "--model")
@@ -78,18 +83,24 @@ def run(args: argparse.Namespace) -> int:
         corpus_block=args.corpus_block,
         dtype=args.dtype,
     )
-    output, result = mine_negatives_folder(
-        args.data,
-        args.output,
-        args.model,
-        config,
-        corpus=args.corpus,
-        cross_encoder=args.cross_encoder,
-        tasks=args.tasks.split(",") if args.tasks else None,
-        split=args.split,
-        overwrite=args.overwrite,
-        device=args.device,
-    )
+    if not is_main_process():
+        quiet_progress_bars()  # rank 0 draws the run's bars, and its error line starts a line of its own
+    with launched_processes() as processes:
+        output, result = mine_negatives_folder(
+            args.data,
+            args.output,
+            args.model,
+            config,
+            corpus=args.corpus,
+            cross_encoder=args.cross_encoder,
+            tasks=args.tasks.split(",") if args.tasks else None,
+            split=args.split,
+            overwrite=args.overwrite,
+            device=process_device(args.device),
+            processes=processes,
+        )
+    if not processes.is_main:
+        return 0
     for task, report in result.reports.items():
         dropped = ", ".join(f"{count} {reason.replace('_', ' ')}" for reason, count in report.dropped.items())
         print(

@@ -6,6 +6,8 @@
 * **Graded relevance**: :class:`GradedInformationRetrievalEvaluator` computes nDCG with graded gains
   (TREC-DL qrels are 0–3), as BEIR / MTEB / ``trec_eval ndcg_cut`` do, while MRR, recall, precision,
   accuracy and MAP keep binary relevance (grade ≥ ``relevance_threshold``).
+* **Shared encoding**: the texts of one call are encoded by the processes of a launched run, each its
+  contiguous slice (:class:`SharedEncodingMixin`), or through a sentence-transformers multi-process pool.
 
 Everything else — the metrics, ``primary_metric``, CSV output, storing results in the model card —
 is the sentence-transformers code these classes inherit.
@@ -24,6 +26,40 @@ from sentence_transformers.sentence_transformer.evaluation import (
     InformationRetrievalEvaluator,
     RerankingEvaluator,
 )
+
+from hf_unified_embed.utils.distributed_encode import ONE_PROCESS, EncodingProcesses, encode_shared
+
+
+class SharedEncodingMixin:
+    """Share each list of texts an evaluator embeds among the processes of a launched run, or pass a
+    sentence-transformers multi-process pool to ``encode``; put before the evaluator class in the bases.
+
+    Every process gets every embedding (each encodes its contiguous slice, the slices are exchanged), so the
+    metrics are computed as in one process, on each. :func:`~hf_unified_embed.evaluation.run_suite` calls
+    :meth:`share_encoding`; without it the evaluator encodes alone, as sentence-transformers' does.
+    """
+
+    processes: EncodingProcesses = ONE_PROCESS
+    pool: dict[str, Any] | None = None
+
+    def share_encoding(self, processes: EncodingProcesses = ONE_PROCESS, pool: dict[str, Any] | None = None) -> None:
+        """Encode through ``processes`` (the processes of a launched run) and/or ``pool`` from now on.
+
+        Args:
+            processes: the processes that share each call's texts; all of them run the same evaluation.
+            pool: ``model.start_multi_process_pool(devices)``'s pool, passed to every ``encode``.
+        """
+        self.processes, self.pool = processes, pool
+
+    def embed_inputs(self, model: Any, sentences: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.pool is not None:
+            kwargs["pool"] = self.pool
+        if args or not self.processes.distributed or not isinstance(sentences, (list, tuple)):
+            return super().embed_inputs(model, sentences, *args, **kwargs)  # type: ignore[misc]
+        encode = super().embed_inputs  # type: ignore[misc]
+        return encode_shared(
+            lambda texts, **options: encode(model, texts, **options), sentences, self.processes, **kwargs
+        )
 
 
 class EncodeOnceMixin:
@@ -57,11 +93,11 @@ class EncodeOnceMixin:
         return torch.stack(rows) if isinstance(rows[0], torch.Tensor) else np.stack(rows)
 
 
-class STSEvaluator(EncodeOnceMixin, EmbeddingSimilarityEvaluator):
+class STSEvaluator(EncodeOnceMixin, SharedEncodingMixin, EmbeddingSimilarityEvaluator):
     """:class:`EmbeddingSimilarityEvaluator` (Spearman/Pearson of cosine) encoding each sentence once."""
 
 
-class PairClassificationEvaluator(EncodeOnceMixin, BinaryClassificationEvaluator):
+class PairClassificationEvaluator(EncodeOnceMixin, SharedEncodingMixin, BinaryClassificationEvaluator):
     """:class:`BinaryClassificationEvaluator` (accuracy, F1, average precision …) encoding each sentence once."""
 
     @property
@@ -69,7 +105,7 @@ class PairClassificationEvaluator(EncodeOnceMixin, BinaryClassificationEvaluator
         return "Binary Classification"
 
 
-class AnswerRerankingEvaluator(EncodeOnceMixin, RerankingEvaluator):
+class AnswerRerankingEvaluator(EncodeOnceMixin, SharedEncodingMixin, RerankingEvaluator):
     """:class:`RerankingEvaluator` (MAP, MRR@k, nDCG@k over each query's candidates) encoding each text once."""
 
     @property
@@ -77,7 +113,7 @@ class AnswerRerankingEvaluator(EncodeOnceMixin, RerankingEvaluator):
         return "Reranking"
 
 
-class GradedInformationRetrievalEvaluator(InformationRetrievalEvaluator):
+class GradedInformationRetrievalEvaluator(SharedEncodingMixin, InformationRetrievalEvaluator):
     """:class:`InformationRetrievalEvaluator` whose nDCG@k uses graded relevance.
 
     Args:

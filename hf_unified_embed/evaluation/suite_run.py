@@ -13,9 +13,11 @@ from sentence_transformers.sentence_transformer.evaluation import SequentialEval
 from tqdm.auto import tqdm
 
 from hf_unified_embed.evaluation.diagnostics import EmbeddingSpaceDiagnostics, embedding_space_diagnostics
+from hf_unified_embed.evaluation.evaluators import SharedEncodingMixin
 from hf_unified_embed.evaluation.results import EntryResult, SuiteResults
 from hf_unified_embed.evaluation.suite import DiagnosticsConfig, EvaluationSuite, load_suite
 from hf_unified_embed.evaluation.suite_rows import load_entry_rows
+from hf_unified_embed.utils.distributed_encode import ONE_PROCESS, EncodingProcesses
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -58,6 +60,8 @@ def run_suite(
     output_path: str | None = None,
     show_progress_bar: bool = True,
     rows: Mapping[str, Dataset] | None = None,
+    processes: EncodingProcesses = ONE_PROCESS,
+    pool: dict[str, Any] | None = None,
 ) -> SuiteResults:
     """Evaluate ``model`` on every entry of ``suite``.
 
@@ -70,6 +74,11 @@ def run_suite(
         show_progress_bar: a tqdm bar over the suite entries.
         rows: the entries' rows when already read (:func:`load_entry_rows`, which a command calls before it
             loads the model, so that a bad row is reported first); read here otherwise.
+        processes: the processes of a launched run
+            (:func:`~hf_unified_embed.utils.distributed_encode.launched_processes`), every one running this
+            function alike: each encodes its slice of every entry's texts and all get the same metrics.
+        pool: a sentence-transformers multi-process pool (``model.start_multi_process_pool(devices)``) that
+            encodes the texts of this process.
 
     Returns:
         :class:`SuiteResults`: per-entry metrics, a flat table, the diagnostics and ``model-index``
@@ -93,9 +102,12 @@ def run_suite(
 
     check_suite_prompts(loaded, model)  # a prompt that leaves no room for the text, before any entry is scored
     entries: list[EntryResult] = []
-    for entry in tqdm(loaded.entries, desc="Evaluating", unit="set", disable=not show_progress_bar):
+    progress = show_progress_bar and processes.is_main
+    for entry in tqdm(loaded.entries, desc="Evaluating", unit="set", disable=not progress):
         kind = entry.evaluation_kind
         evaluator = kind.evaluator(entry, rows[entry.name], batch_size=loaded.batch_size, data_root=loaded.data_root)
+        if isinstance(evaluator, SharedEncodingMixin):
+            evaluator.share_encoding(processes, pool)
         raw = evaluator(model, output_path=output_path)
         assert isinstance(raw, dict), "every suite evaluator returns a metrics dict"
         prefix = f"{entry.name}_"

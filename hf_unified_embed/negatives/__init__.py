@@ -6,10 +6,11 @@ section. Exact search in blocks over disk-backed embeddings keeps memory indepen
 size; positive-aware filters follow NV-Retriever. See ``docs/mining.md``.
 """
 
+from hf_unified_embed.negatives.candidates import ExternalCorpus
 from hf_unified_embed.negatives.exact_search import Corpus, SearchResult, search
 from hf_unified_embed.negatives.folder import mine_negatives_folder, read_corpus
 from hf_unified_embed.negatives.hard_negative_config import HardNegativeConfig, MiningReport
-from hf_unified_embed.negatives.miner import ExternalCorpus, MiningResult, mine_hard_negatives
+from hf_unified_embed.negatives.miner import MiningResult, mine_hard_negatives
 from hf_unified_embed.negatives.store import EmbeddingFile
 
 __all__ = [

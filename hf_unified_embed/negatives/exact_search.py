@@ -21,9 +21,15 @@ from hf_unified_embed.negatives.store import EmbeddingFile
 
 @dataclass(frozen=True)
 class Corpus:
-    """Consecutive embedding files searched as one corpus; document ``i`` of the second file is ``rows(first) + i``."""
+    """Embedding files searched as one corpus; document ``i`` of a segment is ``first_ids[segment] + i``.
+
+    Without ``first_ids`` the segments are consecutive: document ``i`` of the second file is
+    ``rows(first) + i``. With them a corpus is one process's share of a larger one (its slice of each
+    segment), and the ids it finds are the whole corpus's.
+    """
 
     segments: Sequence[EmbeddingFile]
+    first_ids: Sequence[int] | None = None
 
     @property
     def rows(self) -> int:
@@ -31,11 +37,10 @@ class Corpus:
 
     def blocks(self, block_rows: int) -> Iterator[tuple[int, np.ndarray]]:
         """``(first document id, embeddings)`` of consecutive blocks of at most ``block_rows`` documents."""
-        offset = 0
-        for segment in self.segments:
+        firsts = self.first_ids if self.first_ids is not None else np.cumsum([0, *(s.rows for s in self.segments)])
+        for segment, offset in zip(self.segments, firsts):
             for start in range(0, segment.rows, block_rows):
-                yield offset + start, segment.read(start, start + block_rows)
-            offset += segment.rows
+                yield int(offset) + start, segment.read(start, start + block_rows)
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,22 @@ class SearchResult:
     scores: Tensor
     ids: Tensor
     pair_scores: Tensor
+
+    @classmethod
+    def merged(cls, parts: Sequence[SearchResult], k: int) -> SearchResult:
+        """The result over the union of disjoint corpora from each one's result for the same queries and pairs.
+
+        The ``k`` best of the parts' ``k`` best are the ``k`` best of the union; a pair's score comes from the
+        part holding its document (the others have ``nan`` for it).
+        """
+        if len(parts) == 1:
+            return parts[0]
+        scores, position = torch.topk(torch.cat([part.scores for part in parts], dim=1), k, dim=1)
+        ids = torch.cat([part.ids for part in parts], dim=1).gather(1, position)
+        pair_scores = parts[0].pair_scores
+        for part in parts[1:]:
+            pair_scores = torch.where(torch.isnan(pair_scores), part.pair_scores, pair_scores)
+        return cls(scores, ids, pair_scores)
 
 
 def search(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,11 +14,13 @@ import pyarrow.json as pa_json
 from hf_unified_embed.data.hub_layout import load_unified, read_card, source_notes, write_unified
 from hf_unified_embed.data.layout_check import unified_tasks
 from hf_unified_embed.errors import InputNotFoundError, SourceFormatError
+from hf_unified_embed.negatives.candidates import ExternalCorpus
 from hf_unified_embed.negatives.hard_negative_config import HardNegativeConfig
-from hf_unified_embed.negatives.miner import ExternalCorpus, MiningResult, mine_hard_negatives
+from hf_unified_embed.negatives.miner import MiningResult, mine_hard_negatives
+from hf_unified_embed.utils.distributed_encode import ONE_PROCESS, EncodingProcesses
 from hf_unified_embed.utils.locations import looks_local
 from hf_unified_embed.utils.model_loading import load_model
-from hf_unified_embed.utils.outputs import StagedOutput
+from hf_unified_embed.utils.outputs import StagedOutput, check_output
 from hf_unified_embed.utils.readers import decoding_error, first_undecodable_byte
 
 if TYPE_CHECKING:
@@ -80,6 +84,7 @@ def mine_negatives_folder(
     overwrite: bool = False,
     device: str | None = None,
     show_progress_bar: bool | None = None,
+    processes: EncodingProcesses = ONE_PROCESS,
 ) -> tuple[Path, MiningResult]:
     """Mine the retrieval tasks of a unified folder (or Hub repo) ``data`` into the new folder ``output``.
 
@@ -92,6 +97,18 @@ def mine_negatives_folder(
     file (datasets' copy of the input too) live in its scratch folder. Models given by name are loaded on
     ``device``: a local path that does not exist is an :class:`~hf_unified_embed.errors.InputNotFoundError`,
     never a Hub lookup (:func:`~hf_unified_embed.utils.model_loading.load_model`).
+
+    With ``processes`` (a launched run) every process calls this function alike and shares the encoding and
+    the search (:func:`~hf_unified_embed.negatives.miner.mine_hard_negatives`); the main process alone stages
+    and writes ``output``, the others check it as it does (an input error stops every process alike) and keep
+    their slices of the embeddings in a temporary folder of their own.
+
+    Returns:
+        The output folder and the :class:`MiningResult`.
+
+    Raises:
+        OutputError: ``output`` may not be written (see :func:`~hf_unified_embed.utils.outputs.check_output`).
+        InputNotFoundError: ``data``, ``corpus`` or a model folder does not exist.
     """
     # The models are inputs too: a mined dataset written into the teacher's folder would change the model.
     named = (
@@ -101,9 +118,21 @@ def mine_negatives_folder(
         cross_encoder if isinstance(cross_encoder, str) else None,
     )
     inputs = [path for path in named if path is not None and looks_local(path)]
-    with StagedOutput(output, overwrite=overwrite, inputs=inputs) as stage:
-        # datasets' Arrow copy of every task lives in the staging folder, not in the user's datasets cache.
-        loaded = load_unified(data, split=split, cache_dir=str(stage.scratch / "cache"))
+    stage: StagedOutput | None = None
+    if processes.is_main:
+        stage = StagedOutput(output, overwrite=overwrite, inputs=inputs)
+        written = stage.target
+    else:
+        written = check_output(output, overwrite=overwrite, inputs=inputs)
+    with stage or contextlib.nullcontext(), contextlib.ExitStack() as cleanup:
+        # The main process's scratch is in the staging folder; the others' is a folder of their own.
+        scratch = (
+            stage.scratch
+            if stage is not None
+            else Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix=f"mine-{processes.rank}-")))
+        )
+        # datasets' Arrow copy of every task lives in the scratch folder, not in the user's datasets cache.
+        loaded = load_unified(data, split=split, cache_dir=str(scratch / "cache"))
         external = read_corpus(corpus) if corpus is not None else None
         names: dict[str, Any] = {
             "teacher_name": model if isinstance(model, str) else None,
@@ -128,8 +157,9 @@ def mine_negatives_folder(
             corpus=external,
             cross_encoder=reranker,
             task_names=tasks,
-            scratch_dir=stage.scratch,
+            scratch_dir=scratch,
             show_progress_bar=show_progress_bar,
+            processes=processes,
             **names,
         )
         card = read_card(data)
@@ -139,5 +169,8 @@ def mine_negatives_folder(
         notes = source_notes(card)
         for task, report in result.reports.items():
             notes.setdefault(task, {})["hard_negatives"] = report.to_notes()
-        write_unified(result.tasks, stage.path, notes=notes)
-    return stage.target, result
+        if stage is not None:
+            write_unified(result.tasks, stage.path, notes=notes)
+    # The output is in place before any process returns: whoever reads it after the run finds it whole.
+    processes.barrier()
+    return written, result

@@ -9,6 +9,13 @@ score bounds) and, unlike it, by identity with the query text; an optional cross
 replaces the scores before filtering. Each row gets the mined ``negatives`` (hardest first, replacing
 the source's own), ``negative_scores`` and ``positive_scores`` from the same teacher, mapped onto
 [0, 1]: ``(cos + 1) / 2`` for the bi-encoder, the sigmoid of a cross-encoder's logit.
+
+Several processes (a launched run, :func:`~hf_unified_embed.utils.distributed_encode.launched_processes`)
+share the work: each encodes its contiguous slice of the documents and of the queries, the queries are
+exchanged (each process holds every query's embedding, and only its slice of the documents: a corpus is
+usually far larger than its queries), each searches every block of queries over its documents, and the
+top-k of each block are merged; the blocks' filters and cross-encoder rescoring are spread over the
+processes, and the results are exchanged so that every process ends with the same rows.
 """
 
 from __future__ import annotations
@@ -22,18 +29,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 from datasets import Dataset, DatasetDict
 from datasets.fingerprint import get_temporary_cache_files_directory
 from tqdm.auto import tqdm
 
 from hf_unified_embed.errors import UsageError, shown
-from hf_unified_embed.negatives.exact_search import Corpus, search
+from hf_unified_embed.negatives.candidates import ExternalCorpus, TaskDocuments
+from hf_unified_embed.negatives.exact_search import Corpus, SearchResult, search
 from hf_unified_embed.negatives.hard_negative_config import HardNegativeConfig, MiningReport
-from hf_unified_embed.negatives.store import EmbeddingDtype, EmbeddingFile, Encoder
+from hf_unified_embed.negatives.store import EmbeddingFile, Encoder
 from hf_unified_embed.schema import task_instruction
 from hf_unified_embed.training.instruction_fit import check_instruction_room
+from hf_unified_embed.utils.distributed_encode import ONE_PROCESS, EncodingProcesses
 from hf_unified_embed.utils.locations import public_name
 
 if TYPE_CHECKING:
@@ -41,35 +49,6 @@ if TYPE_CHECKING:
 
 #: Task types whose rows are queries with relevant documents: the ones mined.
 MINED_TASK_TYPES = ("retrieval",)
-
-
-@dataclass
-class ExternalCorpus:
-    """Extra candidate documents shared by every mined task (e.g. a BEIR ``corpus.jsonl``), embedded once per prompt."""
-
-    texts: pa.Array
-    source: str = "corpus"
-    _embedded: dict[str, EmbeddingFile] = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def from_texts(cls, texts: Sequence[str] | pa.Array, source: str = "corpus") -> ExternalCorpus:
-        array = texts if isinstance(texts, pa.Array) else pa.array(list(texts), type=pa.string())
-        return cls(pc.unique(array.cast(pa.string())), source)
-
-    def embedded(
-        self, prompt: str, encoder: Encoder, scratch: Path, dtype: EmbeddingDtype, show_progress_bar: bool | None
-    ) -> EmbeddingFile:
-        """The corpus embedded with ``prompt`` (encoded on first use, then reused by every task with that prompt)."""
-        if prompt not in self._embedded:
-            self._embedded[prompt] = EmbeddingFile.encode(
-                scratch / f"corpus-{len(self._embedded)}.embeddings",
-                self.texts,
-                encoder,
-                dtype=dtype,
-                description="Encoding corpus",
-                show_progress_bar=show_progress_bar,
-            )
-        return self._embedded[prompt]
 
 
 @dataclass
@@ -101,8 +80,11 @@ def _teacher_to_unit(scores: np.ndarray, cross_encoder: bool) -> np.ndarray:
     return np.clip(unit, 0.0, 1.0).astype(np.float32)
 
 
-def _encoder(encode: Callable[..., np.ndarray], prompt: str, batch_size: int) -> Encoder:
-    """``texts -> normalised embeddings`` with the task's instruction as prompt (none when empty)."""
+def _encoder(
+    encode: Callable[..., np.ndarray], prompt: str, batch_size: int, pool: dict[str, Any] | None = None
+) -> Encoder:
+    """``texts -> normalised embeddings`` with the task's instruction as prompt (none when empty), through
+    sentence-transformers' multi-process ``pool`` when one is given."""
     return partial(
         encode,
         prompt=prompt or None,
@@ -110,6 +92,7 @@ def _encoder(encode: Callable[..., np.ndarray], prompt: str, batch_size: int) ->
         normalize_embeddings=True,
         convert_to_numpy=True,
         show_progress_bar=False,
+        **({"pool": pool} if pool is not None else {}),
     )
 
 
@@ -125,61 +108,6 @@ def _padded_positives(pair_query: torch.Tensor, pair_doc: torch.Tensor, count: i
     return padded
 
 
-def _positions(values: pa.Array, haystack: pa.Array) -> np.ndarray:
-    """Index in ``haystack`` (distinct texts) of each of ``values``, -1 where absent.
-
-    The hash table is built over ``values`` (one task's texts) and ``haystack`` is only scanned, so a
-    large shared corpus is never hashed or copied again.
-    """
-    positions = np.full(len(values), -1, dtype=np.int64)
-    hits = np.asarray(pc.index_in(haystack, value_set=values).fill_null(-1), dtype=np.int64)
-    present = np.flatnonzero(hits >= 0)
-    positions[hits[present]] = present
-    return positions
-
-
-@dataclass
-class _Documents:
-    """One task's candidate documents: the shared corpus (ids ``0..len(shared)-1``), then the task's own
-    distinct documents that are not in it (``own``), in order of first appearance.
-
-    The shared corpus is referenced, not concatenated with the task's texts: at a million passages
-    each copy of the texts is about as large as everything else the miner holds.
-    """
-
-    shared: pa.Array
-    own: pa.Array
-    #: Document id of every text of the task's ``positives + negatives``, in that order.
-    task_codes: np.ndarray
-
-    @classmethod
-    def of_task(cls, shared: pa.Array, task_texts: pa.Array) -> _Documents:
-        encoded = task_texts.dictionary_encode()
-        distinct = encoded.dictionary
-        in_shared = _positions(distinct, shared)
-        new = in_shared < 0
-        ids = np.where(new, len(shared) + np.cumsum(new) - 1, in_shared)
-        codes = ids[np.asarray(encoded.indices, dtype=np.int64)]
-        return cls(shared, distinct.filter(pa.array(new)), codes)
-
-    def __len__(self) -> int:
-        return len(self.shared) + len(self.own)
-
-    def ids_of(self, texts: pa.Array) -> np.ndarray:
-        """Document id of each of ``texts``, -1 where it is no document."""
-        in_own = np.asarray(pc.index_in(texts, value_set=self.own).fill_null(-1), dtype=np.int64)
-        in_shared = _positions(texts, self.shared)
-        return np.where(in_shared >= 0, in_shared, np.where(in_own >= 0, in_own + len(self.shared), -1))
-
-    def texts(self, ids: np.ndarray) -> list[str]:
-        ids = np.asarray(ids, dtype=np.int64)
-        result = np.empty(len(ids), dtype=object)
-        from_shared = ids < len(self.shared)
-        result[from_shared] = self.shared.take(pa.array(ids[from_shared])).to_pylist()
-        result[~from_shared] = self.own.take(pa.array(ids[~from_shared] - len(self.shared))).to_pylist()
-        return result.tolist()
-
-
 class _TaskMiner:
     """The state of mining one task: its distinct texts, embeddings, pairs and the per-query results."""
 
@@ -193,8 +121,10 @@ class _TaskMiner:
         scratch: Path,
         device: torch.device,
         show_progress_bar: bool | None,
+        processes: EncodingProcesses = ONE_PROCESS,
+        pool: dict[str, Any] | None = None,
     ) -> None:
-        self.config, self.device = config, device
+        self.config, self.device, self.processes = config, device, processes
         table = dataset.select_columns(
             ["query_instruction", "document_instruction", "query", "positives", "negatives"]
         ).with_format("arrow")[:]
@@ -214,38 +144,47 @@ class _TaskMiner:
         self.positive_offsets, positives = _list_parts(table.column("positives"))
         _, negatives = _list_parts(table.column("negatives"))
         shared = external.texts if external is not None else pa.array([], type=pa.string())
-        self.documents = _Documents.of_task(
+        self.documents = TaskDocuments.of_task(
             shared, pa.concat_arrays([positives.cast(pa.string()), negatives.cast(pa.string())])
         )
         self.pair_doc = self.documents.task_codes[: len(positives)]
         self.pair_query = np.repeat(self.row_query, np.diff(self.positive_offsets))
         self.query_doc = self.documents.ids_of(self.query_texts)
 
-        self.queries = EmbeddingFile.encode(
-            scratch / f"{task}.queries",
-            self.query_texts,
-            _encoder(model.encode_query, self.query_prompt, config.batch_size),
+        # Each process encodes its slice of the queries and of the documents; every process searches all
+        # the queries (exchanged: far fewer than documents) over its own documents.
+        progress = processes.show_progress(show_progress_bar)
+        start, stop = processes.bounds(len(self.query_texts))
+        query_slice = EmbeddingFile.encode(
+            scratch / f"{task}.queries-{processes.rank}",
+            self.query_texts.slice(start, stop - start),
+            _encoder(model.encode_query, self.query_prompt, config.batch_size, pool),
             dtype=config.dtype,
             description="Encoding queries",
-            show_progress_bar=show_progress_bar,
+            show_progress_bar=progress,
         )
-        encode_documents = _encoder(model.encode_document, self.document_prompt, config.batch_size)
-        segments = []
+        self.queries = query_slice.gather(scratch / f"{task}.queries", len(self.query_texts), processes)
+        encode_documents = _encoder(model.encode_document, self.document_prompt, config.batch_size, pool)
+        segments, first_ids = [], []
         if external is not None and len(shared):
-            segments.append(
-                external.embedded(self.document_prompt, encode_documents, scratch, config.dtype, show_progress_bar)
+            first, embedded = external.embedded(
+                self.document_prompt, encode_documents, scratch, config.dtype, show_progress_bar, processes
             )
+            segments.append(embedded)
+            first_ids.append(first)
+        start, stop = processes.bounds(len(self.documents.own))
         segments.append(
             EmbeddingFile.encode(
                 scratch / f"{task}.documents",
-                self.documents.own,
+                self.documents.own.slice(start, stop - start),
                 encode_documents,
                 dtype=config.dtype,
                 description="Encoding documents",
-                show_progress_bar=show_progress_bar,
+                show_progress_bar=progress,
             )
         )
-        self.corpus = Corpus(segments)
+        first_ids.append(len(shared) + start)
+        self.corpus = Corpus(segments, first_ids)
 
         unique_pairs = np.unique(self.pair_query * len(self.documents) + self.pair_doc)
         most_positives = int(np.bincount(unique_pairs // len(self.documents)).max()) if len(unique_pairs) else 0
@@ -257,11 +196,12 @@ class _TaskMiner:
         self.pair_scores = np.full(len(self.pair_doc), np.nan, dtype=np.float32)
 
     def run(self, report: MiningReport, cross_encoder: CrossEncoder | None, show_progress_bar: bool | None) -> None:
-        config = self.config
+        config, processes = self.config, self.processes
         order = np.argsort(self.pair_query, kind="stable")
         sorted_queries = self.pair_query[order]
         blocks = range(0, len(self.query_texts), config.query_block)
-        for start in tqdm(blocks, desc="Searching", unit="block", disable=show_progress_bar is False):
+        progress = processes.show_progress(show_progress_bar)
+        for number, start in enumerate(tqdm(blocks, desc="Searching", unit="block", disable=progress is False)):
             stop = min(start + config.query_block, len(self.query_texts))
             lo, hi = np.searchsorted(sorted_queries, [start, stop])
             chosen = order[lo:hi]
@@ -276,11 +216,40 @@ class _TaskMiner:
                 pair_doc=pair_doc,
                 corpus_block=config.corpus_block,
             )
+            if processes.distributed:
+                # Every process's best over its documents; then one process filters the block (round robin).
+                parts = zip(*(processes.all_gather(tensor) for tensor in (found.scores, found.ids, found.pair_scores)))
+                found = SearchResult.merged([SearchResult(*part) for part in parts], self.k)
+                if number % processes.world_size != processes.rank:
+                    continue
+                found = SearchResult(
+                    *(tensor.to(self.device) for tensor in (found.scores, found.ids, found.pair_scores))
+                )
             scores, ids, positive_scores = found.scores, found.ids, found.pair_scores
             if cross_encoder is not None:
                 scores, positive_scores = self._rescore(cross_encoder, start, ids, pair_query, pair_doc)
             self.pair_scores[chosen] = positive_scores.float().cpu().numpy()
             self._select(report, start, scores, ids, pair_query, pair_doc, positive_scores)
+        if processes.distributed:
+            self._share_results(report)
+
+    def _share_results(self, report: MiningReport) -> None:
+        """Give every process the rows and counts of the blocks the others filtered.
+
+        A row not filtered here holds the fill values (-1, ``-inf``, ``nan`` read as ``-inf``), which every
+        found value exceeds, so the maximum over the processes is the filtering process's value.
+        """
+        processes = self.processes
+        self.negative_ids = processes.all_reduce(torch.from_numpy(self.negative_ids), "max").numpy()
+        self.negative_scores = processes.all_reduce(torch.from_numpy(self.negative_scores), "max").numpy()
+        local = torch.from_numpy(np.nan_to_num(self.pair_scores, nan=-np.inf))
+        pair_scores = processes.all_reduce(local, "max").numpy()
+        self.pair_scores = np.where(np.isneginf(pair_scores), np.nan, pair_scores).astype(np.float32)
+        reasons = list(report.dropped)
+        counts = torch.tensor([report.candidates, *(report.dropped[reason] for reason in reasons)], dtype=torch.long)
+        totals = [int(count) for count in processes.all_reduce(counts, "sum").tolist()]
+        report.candidates = totals[0]
+        report.dropped = dict(zip(reasons, totals[1:]))
 
     def _rescore(
         self,
@@ -411,6 +380,8 @@ def mine_hard_negatives(
     scratch_dir: str | Path | None = None,
     device: str | torch.device | None = None,
     show_progress_bar: bool | None = None,
+    processes: EncodingProcesses = ONE_PROCESS,
+    pool: dict[str, Any] | None = None,
 ) -> MiningResult:
     """Mine hard negatives for the retrieval tasks of a unified ``{task: Dataset}`` mapping.
 
@@ -430,6 +401,18 @@ def mine_hard_negatives(
         scratch_dir: where embeddings and the new Arrow files go (default: a fresh temporary folder).
         device: where the search runs (default: the model's device).
         show_progress_bar: ``False`` to hide the progress bars.
+        processes: the processes of a launched run that share the work
+            (:func:`~hf_unified_embed.utils.distributed_encode.launched_processes`); every one calls this function
+            with the same arguments and gets the same result. Default: this process alone.
+        pool: a sentence-transformers multi-process pool (``model.start_multi_process_pool(["cuda:0",
+            "cuda:1"])``) that encodes the texts of this process; the search stays in this process.
+
+    Returns:
+        :class:`MiningResult`: every task (the mined ones with new ``negatives`` and scores) and a
+        report per mined task.
+
+    Raises:
+        UsageError: a chosen task that is not in ``tasks`` or not a retrieval task, or no task to mine.
     """
     config = config or HardNegativeConfig()
     external = (
@@ -471,14 +454,16 @@ def mine_hard_negatives(
             result.tasks[name] = dataset
             result.skipped[name] = _why_not_mined(dataset, chosen=task_names is not None)
             continue
-        miner = _TaskMiner(name, dataset, model, config, external, scratch, search_device, show_progress_bar)
+        miner = _TaskMiner(
+            name, dataset, model, config, external, scratch, search_device, show_progress_bar, processes, pool
+        )
         report = MiningReport(
             teacher=teacher,
             cross_encoder=reranker,
             num_negatives=config.num_negatives,
             rows=len(dataset),
             queries=len(miner.query_texts),
-            corpus=miner.corpus.rows,
+            corpus=len(miner.documents),
             settings={
                 **config.settings(),
                 "range_max": miner.range_max,

@@ -15,7 +15,10 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
+import torch
 from tqdm.auto import tqdm
+
+from hf_unified_embed.utils.distributed_encode import EncodingProcesses, slice_bounds
 
 EmbeddingDtype = Literal["float32", "float16"]
 #: ``texts -> (len(texts), dim)`` normalised embeddings, e.g. ``partial(model.encode_document, prompt=...)``.
@@ -67,3 +70,34 @@ class EmbeddingFile:
                 handle.write(np.ascontiguousarray(vectors, dtype=dtype).tobytes())
                 progress.update(len(batch))
         return cls(path, len(texts), dim, dtype)
+
+    def gather(self, path: Path, total: int, processes: EncodingProcesses, *, chunk: int = 32_768) -> EmbeddingFile:
+        """The whole file on every process, from each process's slice (this file: rows :meth:`EncodingProcesses.bounds`
+        of ``total``), exchanged ``chunk`` rows of every slice at a time so that memory stays bounded.
+
+        Args:
+            path: where the whole file is written (on this process's disk).
+            total: rows of the whole file.
+            processes: the processes whose slices make up the whole, in rank order.
+            chunk: rows of each slice exchanged per collective.
+
+        Returns:
+            The whole file (this file itself for one process).
+        """
+        if not processes.distributed:
+            return self
+        # A process whose slice is empty knows no width: it takes the others'.
+        dim = int(processes.all_reduce(torch.tensor([self.dim]), "max").item())
+        slices = [slice_bounds(total, rank, processes.world_size) for rank in range(processes.world_size)]
+        largest = max(stop - start for start, stop in slices)
+        with path.open("wb") as handle:
+            handle.truncate(total * dim * np.dtype(self.dtype).itemsize)
+            for offset in range(0, largest, chunk):
+                block = np.zeros((min(chunk, largest - offset), dim), dtype=self.dtype)
+                mine = self.read(offset, offset + len(block)) if self.rows else np.zeros((0, dim), np.float32)
+                block[: len(mine)] = mine
+                for (start, stop), part in zip(slices, processes.all_gather(torch.from_numpy(block))):
+                    rows = max(0, min(len(block), stop - start - offset))
+                    handle.seek((start + offset) * dim * np.dtype(self.dtype).itemsize)
+                    handle.write(part.numpy()[:rows].tobytes())
+        return EmbeddingFile(path, total, dim, self.dtype)

@@ -109,3 +109,24 @@ def default_dataloader_workers() -> int:
         cores = os.cpu_count() or 1
     per_process = cores // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     return max(0, min(MAX_DEFAULT_WORKERS, per_process - 1))
+
+
+def process_device(device: str | None = None) -> str | None:
+    """The device of this process of a launched run: ``cuda:LOCAL_RANK`` for ``None`` or ``"cuda"`` where
+    CUDA is available and the launcher started several processes on this node, ``device`` otherwise.
+
+    ``train`` leaves this to accelerate; commands that only encode (``mine-negatives``, ``evaluate``) place
+    their model with it, so that the processes of a node each encode on their own GPU.
+
+    Args:
+        device: the device asked for (``None``: the default one).
+
+    Returns:
+        The device to load the model on (``None``: sentence-transformers' default).
+    """
+    import torch
+
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if local_processes <= 1 or device not in (None, "cuda") or not torch.cuda.is_available():
+        return device
+    return f"cuda:{int(os.environ.get('LOCAL_RANK', '0')) % torch.cuda.device_count()}"
