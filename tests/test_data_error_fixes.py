@@ -225,3 +225,24 @@ def test_build_cli_prints_the_fix_on_one_line(tmp_path: Path, capsys: pytest.Cap
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "options.delimiter" in lines[0] and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_label_grade_and_difficulty_errors_name_their_options(tmp_path: Path) -> None:
+    path = tmp_path / "x.tsv"
+    path.write_text("question\tcandidate\tlabel\nq\ta\tyes\n")
+    with pytest.raises(SourceFormatError, match=r"x.tsv:2, field 'label': got 'yes'.*options.positive_label"):
+        read("answer-selection", path)
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "a document"}\n')
+    (beir / "queries.jsonl").write_text('{"_id": "q1", "text": "a query"}\n')
+    (beir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t3\n")
+    with pytest.raises(SourceFormatError, match=r"grade 3 exceeds max_grade 2.*set options.max_grade"):
+        read("beir", beir, max_grade=2)
+    (beir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1 d1 1\n")
+    with pytest.raises(SourceFormatError, match=r"train.tsv:2: found 1 tab-separated fields"):
+        read("beir", beir)
+    unified = tmp_path / "u.jsonl"
+    unified.write_text('{"query": "q", "positives": ["p"]}\n')
+    with pytest.raises(SourceFormatError, match=r"field 'difficulty'.*options.with_difficulty"):
+        read("unified", unified, with_difficulty=True)

@@ -139,7 +139,8 @@ def _runs(
                 file=path,
                 line=line,
                 field=label_column,
-                expected=f"{shown(options['positive_label'])} or {shown(options['negative_label'])}",
+                expected=f"{shown(options['positive_label'])} or {shown(options['negative_label'])} "
+                "(options.positive_label, options.negative_label)",
             )
         if group is None or question != group[1]:
             if group is not None:

@@ -279,7 +279,7 @@ def _rows(
                         file=join.files[file_index],
                         line=line,
                         field="score",
-                        expected=f"a grade in (0, {top:g}]",
+                        expected=f"a grade in (0, {top:g}]; set options.max_grade to the qrels' highest grade",
                     )
                 positives.append(text)
                 scores.append(grade / top)

@@ -67,7 +67,10 @@ def qrels_links(path: Path, file_index: int, zero_grade_as_negatives: bool) -> I
             fields = [fields[0], fields[2], fields[3]]
         if len(fields) != 3:
             raise SourceFormatError(
-                f"found {len(fields)} fields", file=path, line=line, expected="query-id, corpus-id, score"
+                f"found {len(fields)} tab-separated fields",
+                file=path,
+                line=line,
+                expected="query-id, corpus-id, score separated by tabs (or TREC's four)",
             )
         try:
             grade = float(fields[2])

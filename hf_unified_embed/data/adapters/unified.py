@@ -40,6 +40,6 @@ def read_unified(
                     file=path,
                     line=line,
                     field=DIFFICULTY_COLUMN,
-                    expected="a float difficulty on every row",
+                    expected="a float difficulty on every row with options.with_difficulty: true",
                 )
             yield f"{path}:{line}", dict(record)
