@@ -377,3 +377,29 @@ def test_a_hand_edited_plan_names_the_field(tmp_path: Path, content: bytes | Non
     path.write_bytes(content)
     with pytest.raises(HfUnifiedEmbedError, match=match):
         CurriculumPlan.load(path)
+
+
+@pytest.mark.parametrize(("field", "value"), [("dtype", 0), ("hidden_size", "32"), ("architectures", 3)])
+def test_train_check_refuses_a_retyped_config_field(
+    model: Path, tmp_path: Path, capsys, field: str, value: Any
+) -> None:
+    from _curriculum_helpers import tiny_tasks
+
+    from hf_unified_embed.data import save_unified
+
+    folder = Path(shutil.copytree(model, tmp_path / "m"))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, field: value}))
+    recipe = {
+        "base_model": str(folder),
+        "data": {"path": str(save_unified(tiny_tasks(), tmp_path / "data"))},
+        "output_dir": str(tmp_path / "out"),
+        "losses": {"retrieval": {"name": "MultiPositiveInfoNCELoss"}},
+    }
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(recipe))
+    code = main(["train", str(tmp_path / "train.yaml"), "--check"])
+    err = capsys.readouterr().err
+    if code == 0:  # still a model transformers loads: nothing to refuse
+        return
+    assert code == 2, err
+    assert f"base_model: {folder}" in _one_error_line(err)

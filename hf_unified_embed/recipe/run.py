@@ -31,7 +31,14 @@ import yaml
 from datasets import DatasetDict
 from torch import nn
 
-from hf_unified_embed.errors import AfterTrainingError, HfUnifiedEmbedError, HubError, InputError, RecipeError
+from hf_unified_embed.errors import (
+    AfterTrainingError,
+    HfUnifiedEmbedError,
+    HubError,
+    InputError,
+    RecipeError,
+    one_line,
+)
 from hf_unified_embed.recipe.model_card import UnifiedModelCardData, attach_evaluation, card_data, describe_training
 from hf_unified_embed.recipe.preflight import ResolvedRecipe, check_sampler_tasks, preflight
 from hf_unified_embed.recipe.preflight_losses import check_losses_fit_tasks
@@ -171,8 +178,6 @@ def _named(origin: str, key: str | None = None) -> Iterator[None]:
 
 def _model(resolved: ResolvedRecipe, card: UnifiedModelCardData) -> Any:
     """The model to train: backbone per ``model:``, LoRA adapter per ``peft:``, instructions not pooled."""
-    from huggingface_hub.errors import StrictDataclassError  # a config.json field of the wrong type
-
     from hf_unified_embed.training import exclude_instructions_from_pooling
     from hf_unified_embed.training.backbones import build_model
 
@@ -182,11 +187,16 @@ def _model(resolved: ResolvedRecipe, card: UnifiedModelCardData) -> Any:
         model = build_model(base, recipe.model, max_seq_length=recipe.max_seq_length, model_card_data=card)
     except HfUnifiedEmbedError:
         raise
-    except (OSError, ValueError, StrictDataclassError) as error:
-        if recipe.base_model is None or not Path(base).expanduser().is_dir():
+    except Exception as error:
+        if recipe.base_model is None or not Path(base).expanduser().is_dir() or isinstance(error, MemoryError):
             raise
-        # A folder preflight took for a model that transformers cannot read ("Unrecognized model in ...").
-        raise InputError(f"base_model: {base} is not a model folder transformers can load: {error}") from None
+        # A folder preflight took for a model that transformers cannot read ("Unrecognized model in ..."); its
+        # files parse and its weights are whole (preflight), so anything else is a value of the wrong kind in
+        # one of them (a hand-edited config.json's "dtype": 0): the folder's fault, not a bug.
+        kind = "" if isinstance(error, (OSError, ValueError)) else f"{type(error).__name__}: "
+        raise InputError(
+            f"base_model: {base} is not a model folder transformers can load: {kind}{one_line(error, 300)}"
+        ) from None
     # A trained model gets a freshly generated card, not the base model's README.
     model._model_card_text = None
     if resolved.peft_config is not None:
