@@ -251,6 +251,23 @@ def test_a_loss_can_name_the_task_types_it_fits(monkeypatch: pytest.MonkeyPatch)
     assert check("SentencePairsOnly", {**retrieval, "task_type": "sts", "scores": "all"}) is None
 
 
+def test_a_task_without_a_loss_and_a_key_without_a_task_are_refused_before_the_model() -> None:
+    from hf_unified_embed.errors import RecipeError
+
+    retrieval = {"task_type": "retrieval", "scores": "none", "negatives": "all", "positives": 1, "no_positives": False, "difficulty": "none"}  # fmt: skip
+    fits = (resolve_loss_class("MultiPositiveInfoNCELoss"), {})
+    for losses, message in (
+        ({"sts": fits}, r"^r\.yaml: losses: task 't' \(task_type 'retrieval'\) has no loss; .*given for \['sts'\]"),
+        (
+            {"retrieval": fits, "wikiqa": fits},
+            r"^r\.yaml: losses given for \['wikiqa'\] match no task name or task type of d$",
+        ),
+    ):
+        recipe = recipe_from_dict({"data": {"path": "d"}, "losses": dict.fromkeys(losses, "MultiPositiveInfoNCELoss"), "output_dir": "o"}, "r.yaml")  # fmt: skip
+        with pytest.raises(RecipeError, match=message):
+            check_losses_fit_tasks(recipe, losses, task_rows(retrieval))
+
+
 USER_LOSSES = '''
 from torch import nn
 

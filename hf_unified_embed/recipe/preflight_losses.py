@@ -130,8 +130,8 @@ def check_losses_fit_tasks(
 
     Runs after the data load and before any model does (the base model, a curriculum's teacher), in
     ``train`` and ``train --check`` alike. A teacher-computed curriculum adds the ``difficulty`` column
-    later, so it counts as present then. A task without a loss is left to
-    :func:`~hf_unified_embed.training.losses_for_tasks`, which names the keys given.
+    later, so it counts as present then. A loss whose class cannot be described before it is built is
+    checked once built (:func:`~hf_unified_embed.training.losses_for_tasks`).
 
     Args:
         recipe: The checked recipe (for its file name, ``negatives_per_query`` and curriculum).
@@ -141,6 +141,7 @@ def check_losses_fit_tasks(
     Raises:
         LossFitError: ``RECIPE: losses.KEY: task 'T' (TYPE) cannot train with LOSS: it needs FIELD (empty in
             N of M rows); losses that fit this task: A, B`` for the first pair that does not fit.
+        RecipeError: A task has no loss, or a loss key names neither a task nor a task type of the data.
     """
     from hf_unified_embed.losses.columns import TaskColumns
     from hf_unified_embed.losses.task_fit import check_loss_fits, stand_in
@@ -158,7 +159,10 @@ def check_losses_fit_tasks(
         key = task if task in losses else rows.task_type
         used.add(key)
         if key not in losses:
-            continue
+            raise RecipeError(
+                f"{origin}: losses: task {shown(task)} (task_type {shown(rows.task_type)}) has no loss; give one "
+                f"under the task name or its task type (losses are given for {sorted(losses)})"
+            )
         cls, kwargs = losses[key]
         loss = stand_in(cls, kwargs)
         if loss is None:
@@ -167,6 +171,10 @@ def check_losses_fit_tasks(
             check_loss_fits(loss, rows, k_neg, f"losses.{key}")
         except LossFitError as error:
             raise error.within(origin) from None
+    if unmatched := sorted(set(losses) - used - set(TASK_TYPES)):
+        raise RecipeError(
+            f"{origin}: losses given for {unmatched} match no task name or task type of {recipe.data.path}"
+        )
     if unused := [key for key in losses if key in TASK_TYPES and key not in used]:
         # One recipe may serve several data folders (the shipped one names pair_classification for when
         # msrp is added), so this is no error; but a loss silently left out is worth one line.
