@@ -246,3 +246,14 @@ def test_label_grade_and_difficulty_errors_name_their_options(tmp_path: Path) ->
     unified.write_text('{"query": "q", "positives": ["p"]}\n')
     with pytest.raises(SourceFormatError, match=r"field 'difficulty'.*options.with_difficulty"):
         read("unified", unified, with_difficulty=True)
+
+
+def test_a_tab_written_in_yaml_as_backslash_t_builds_a_dat_file(tmp_path: Path, capsys) -> None:
+    (tmp_path / "pairs.dat").write_text("anchor\tpositive\nq one\tp one\n")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "sources:\n  - name: p\n    format: pairs\n    data_files: pairs.dat\n    task_type: retrieval\n"
+        '    options: {delimiter: "\\t"}\n'
+    )
+    assert main(["build", str(recipe), "-o", str(tmp_path / "out")]) == 0, capsys.readouterr().err
+    assert "wrote 1 rows in 1 task(s)" in capsys.readouterr().out
