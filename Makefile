@@ -84,7 +84,7 @@ wheel-check:
 	rm -rf $(WHEEL_RUN)
 	$(WHEEL_VENV)/bin/python -m build --wheel --outdir $(WHEEL_RUN)/dist .
 	$(WHEEL_VENV)/bin/python -m pip install -q --no-deps --force-reinstall $(WHEEL_RUN)/dist/*.whl
-	cd $(WHEEL_RUN) && bin=$(CURDIR)/$(WHEEL_VENV)/bin \
+	cd $(WHEEL_RUN) && bin=$(abspath $(WHEEL_VENV))/bin \
 		&& $$bin/hf-unified-embed --version \
 		&& $$bin/hf-unified-embed sample run >/dev/null \
 		&& $$bin/hf-unified-embed build run/recipes/sample.yaml -o run/outputs/data >/dev/null \
