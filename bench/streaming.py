@@ -34,6 +34,15 @@ shipped recipe (``examples/recipes/train.yaml``: all-MiniLM-L6-v2, its losses an
 tasks weighed by ``sqrt``, on the CPU) trains N optimizer steps from the stream (``data.streaming: true``)
 and from the loaded folder (its Arrow copy in a scratch datasets cache); the peak ``RssAnon`` of each
 process (model and optimizer included, the same in both) and its seconds.
+
+**Time to the first batch** (``--first-batch F1 F2 ...``: built folders, e.g. 1M and 5M rows): for each folder,
+in a fresh process each, the seconds from ``stream_unified(folder)`` to the first step of
+``MultiTaskStream`` (64 rows) and the process's peak resident set, on the folder as ``validate`` left it (its
+check record says which shards were checked: the rows are not read again) and, as the baseline in the same
+run, on a copy of it that has no record (hard links to the same files: every row is checked first, as for a
+folder written before the record existed). A folder without a valid record is validated first (timed)::
+
+    .venv/bin/python bench/streaming.py --first-batch /tmp/scale/built-1m /tmp/scale/built-5m
 """
 
 from __future__ import annotations
@@ -132,6 +141,74 @@ def heap_growth(folder: str, reads: tuple[int, ...], reader: str) -> dict[str, f
                 break
     grown["rows/s"] = count / (time.perf_counter() - start)
     return grown
+
+
+def first_batch(folder: str) -> dict[str, float]:
+    """In a fresh process: seconds from ``stream_unified(folder)`` to the first step of a ``MultiTaskStream``,
+    the seconds of the imports before it, and the process's peak resident set (MB)."""
+    start = time.perf_counter()
+    from hf_unified_embed.data import stream_unified as stream_folder
+    from hf_unified_embed.sampling import MultiTaskStream as Stream
+
+    imported = time.perf_counter()
+    stream = Stream(stream_folder(folder), weights="sqrt", batch_size=STEP_ROWS, gradient_accumulation_steps=1, seed=0)
+    rows = iter(stream)
+    for _ in range(STEP_ROWS):
+        next(rows)
+    seconds = time.perf_counter() - imported
+    with open("/proc/self/status", encoding="ascii") as status:
+        peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) / 1024
+    return {"seconds": seconds, "imports": imported - start, "peak_mb": peak}
+
+
+def _unrecorded_copy(folder: Path, root: Path) -> Path:
+    """``folder``'s card and shards (hard links, or symbolic links across file systems) without its record."""
+    copy = root / folder.name
+    for source in [folder / "README.md", *sorted(folder.glob("data/*/*.parquet"))]:
+        target = copy / source.relative_to(folder)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source, target)
+        except OSError:
+            target.symlink_to(source.resolve())
+    return copy
+
+
+def folders_first_batch(folders: list[Path]) -> None:
+    from hf_unified_embed.data.check_record import read_record
+    from hf_unified_embed.data.row_check import validate_unified_folder
+
+    for folder in folders:
+        if not read_record(folder):
+            start = time.perf_counter()
+            validate_unified_folder(folder)
+            print(f"{folder}: validated (and the check recorded) in {time.perf_counter() - start:.1f} s")
+    print("| folder | rows | unvalidated: first batch | peak RSS | validated: first batch | peak RSS | ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    validated = []
+    scratch = Path(tempfile.mkdtemp(prefix=".bench-first-batch-", dir=folders[0].parent))
+    try:
+        for folder in folders:
+            rows = sum(pq.ParquetFile(path).metadata.num_rows for path in folder.glob("data/*/*.parquet"))
+            unrecorded = _unrecorded_copy(folder, scratch)
+            results = []
+            for candidate in (unrecorded, folder):
+                with multiprocessing.get_context("spawn").Pool(1) as pool:
+                    results.append(pool.apply(first_batch, (str(candidate),)))
+            before, after = results
+            validated.append((folder.name, rows, after["seconds"]))
+            print(
+                f"| {folder.name} | {rows:,} | {before['seconds']:.2f} s | {before['peak_mb']:,.0f} MB | "
+                f"{after['seconds']:.2f} s | {after['peak_mb']:,.0f} MB | {before['seconds'] / after['seconds']:.1f}x |"
+            )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    base_name, base_rows, base_seconds = validated[0]
+    for name, rows, seconds in validated[1:]:
+        print(
+            f"validated {name} ({rows / base_rows:.0f}x the rows of {base_name}): first batch "
+            f"{seconds / base_seconds:.2f}x {base_name}'s"
+        )
 
 
 def folders_memory(folders: list[Path], read: int) -> None:
@@ -240,7 +317,13 @@ def main() -> None:
     parser.add_argument("--resume-step", type=int, default=2000)
     parser.add_argument("--folders", type=Path, nargs="+", help="measure the heap on these built folders only")
     parser.add_argument("--train-steps", type=int, help="with --folders: also the heap of training N steps")
+    parser.add_argument(
+        "--first-batch", type=Path, nargs="+", help="time to the first batch of these built folders, validated or not"
+    )
     options = parser.parse_args()
+    if options.first_batch:
+        folders_first_batch(options.first_batch)
+        return
     if options.folders:
         folders_memory(options.folders, options.read)
         if options.train_steps:

@@ -26,6 +26,7 @@ from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from hf_unified_embed.data.build_recipe import SourceSpec
+from hf_unified_embed.data.check_record import record_folder
 from hf_unified_embed.data.layout_check import (
     FolderLayout,
     arrow_types_fit,
@@ -260,6 +261,14 @@ def _check_names(splits: Mapping[str, Mapping[str, Dataset]]) -> None:
     check_distinct_names(dict.fromkeys(task for tasks in splits.values() for task in tasks), "task")
 
 
+def _check_not_empty(splits: Mapping[str, Mapping[str, Dataset]]) -> None:
+    """Refuse a task's split without rows: readers refuse a folder holding one (a shard of no rows)."""
+    for split, tasks in splits.items():
+        for task, dataset in tasks.items():
+            if len(dataset) == 0:
+                raise InputError(f"task {shown(task)} split {shown(split)} has no rows; leave it out of the folder")
+
+
 def check_rows(splits: Mapping[str, Mapping[str, Dataset]], max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> None:
     """Check every row of every task, as :func:`~hf_unified_embed.schema.validate_unified` does.
 
@@ -304,6 +313,7 @@ def write_unified(
     if not any(splits.values()):
         raise InputError("nothing to save: the dataset has no tasks")
     _check_names(splits)
+    _check_not_empty(splits)
     if validate:
         check_rows(splits, max_shard_bytes)
     # Measured once, for the shards and the card: each measure maps the split's Arrow files again (0.04 s
@@ -322,6 +332,8 @@ def write_unified(
         nbytes=nbytes,
     )
     (folder / "README.md").write_text(card, encoding="utf-8")
+    # Every row written was checked, here or by the builder: readers of the folder need not read them again.
+    record_folder(folder)
     return folder
 
 
@@ -350,6 +362,7 @@ def save_unified(
     if not any(splits.values()):
         raise InputError("nothing to save: the dataset has no tasks")
     _check_names(splits)
+    _check_not_empty(splits)
     check_rows(splits, max_shard_bytes)  # before the output location is touched
     with StagedOutput(out_dir, overwrite=overwrite) as stage:
         write_unified(
@@ -381,7 +394,9 @@ def load_unified(
     Each task is read with ``datasets.load_dataset(repo_id_or_dir, task, split=split)``. Every row is
     checked first with ``validate``'s row check (one check for every command that reads unified rows,
     naming file, task, row and field): a local folder's card, layout, Parquet schemas and rows with pyarrow
-    before ``datasets`` reads (or caches) anything; a Hub dataset's rows once loaded. ``checked_rows``
+    before ``datasets`` reads (or caches) anything — the rows of a task whose shards the folder's check record
+    holds as they are were checked by ``build`` or ``validate`` and are not read again
+    (:mod:`~hf_unified_embed.data.check_record`); a Hub dataset's rows once loaded. ``checked_rows``
     checks only the first rows of each task (those a run limited to them reads). A path that does not
     exist is an :class:`~hf_unified_embed.errors.InputNotFoundError`, never a Hub lookup. Each task
     carries the card's ``source_notes`` for it (:mod:`hf_unified_embed.data.provenance`).
@@ -416,7 +431,8 @@ def stream_unified(
 ) -> IterableDatasetDict:
     """The tasks of a unified folder or Hub repo as streams: nothing is downloaded or cached in full.
 
-    The same checks as :func:`load_unified` (every row of a local folder); each task is
+    The same checks as :func:`load_unified` (a local folder's rows unless its check record vouches for them:
+    :mod:`~hf_unified_embed.data.check_record`); each task is
     ``datasets.load_dataset(repo_id_or_dir, task, split=split, streaming=True)``, one shard per Parquet
     file, and declares its row count (``info.splits``) from the card the builder wrote, which
     :class:`~hf_unified_embed.sampling.MultiTaskStream` weighs tasks by. The files are read in record
@@ -435,7 +451,9 @@ def stream_unified(
         )
         assert isinstance(dataset, IterableDataset)
         # datasets' own Parquet reader hangs a process that stops reading mid-file and holds whole row groups.
-        result[task] = bounded_stream(dataset, token=token)
+        # A local folder's rows are counted in its footers, whatever its card says.
+        rows = layout.rows(task, split) if layout is not None else None
+        result[task] = bounded_stream(dataset, token=token, rows=rows)
     return result
 
 

@@ -10,9 +10,12 @@ pyarrow only, and name the file, task and field of the first problem:
 * the layout: under ``data/`` only declared task folders holding complete shard sets
   ``<split>-NNNNN-of-NNNNN.parquet`` of declared splits; in the root only the card, ``data/`` and
   plain documentation, plot and plan files (:data:`ROOT_FILE_SUFFIXES`);
-* each Parquet file: readable, with exactly the declared unified columns and types.
+* each Parquet file's footer: readable, with exactly the declared unified columns and types, at least one
+  row, and the rows the card declares (``dataset_info``) for its task and split; what the footers say
+  (:class:`~hf_unified_embed.data.check_record.ShardFacts`) is kept in the layout.
 
-Every row is checked after these, by :mod:`~hf_unified_embed.data.row_check`.
+Every row is checked after these, by :mod:`~hf_unified_embed.data.row_check`, unless the folder's check
+record (:mod:`~hf_unified_embed.data.check_record`) holds the task's shards as they are.
 
 A name that looks like a local path (starts with ``.``, ``/`` or ``~``, has more than one ``/``, or
 its first part exists here) is never looked up on the Hub: a missing folder is an
@@ -22,16 +25,26 @@ its first part exists here) is never looked up on the Hub: a missing folder is a
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 from huggingface_hub import DatasetCard
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError, OfflineModeIsEnabled
 
-from hf_unified_embed.errors import InputError, InputNotFoundError, SourceFormatError, UnifiedSchemaError, shown
+from hf_unified_embed.data.check_record import CHECK_RECORD, ShardFacts, read_footer
+from hf_unified_embed.errors import (
+    InputError,
+    InputNotFoundError,
+    SourceFormatError,
+    UnifiedSchemaError,
+    one_line,
+    shown,
+)
 from hf_unified_embed.schema import (
     DIFFICULTY_COLUMN,
     check_columns,
@@ -43,9 +56,10 @@ from hf_unified_embed.utils.outputs import MARKER
 
 CARD_FILE = "README.md"
 DATA_FOLDER = "data"
-#: Root entries besides ``data/`` and the card: git and Hub-download metadata, and the marker of a folder
-#: the tool wrote (:data:`~hf_unified_embed.utils.outputs.MARKER`).
-ROOT_EXTRA_NAMES = frozenset({".gitattributes", ".git", ".cache", MARKER})
+#: Root entries besides ``data/`` and the card: git and Hub-download metadata, the marker of a folder the tool
+#: wrote (:data:`~hf_unified_embed.utils.outputs.MARKER`) and the record of its check
+#: (:data:`~hf_unified_embed.data.check_record.CHECK_RECORD`).
+ROOT_EXTRA_NAMES = frozenset({".gitattributes", ".git", ".cache", MARKER, CHECK_RECORD})
 #: Root files that are documentation, plots or plans (``curriculum`` writes a JSON plan and PNGs).
 ROOT_FILE_SUFFIXES = frozenset({".md", ".txt", ".json", ".png", ".jpg", ".jpeg", ".svg", ".pdf"})
 SHARD_FILE = re.compile(r"(?P<split>[^-]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.parquet")
@@ -66,7 +80,15 @@ def read_card(repo_id_or_dir: str | Path, *, token: str | None = None) -> Datase
         readme = local / CARD_FILE
         if not readme.is_file():
             raise InputNotFoundError(f"{local} has no {CARD_FILE}; is it a folder written by save_unified / build?")
-        return DatasetCard.load(readme)
+        try:
+            return DatasetCard.load(readme)
+        except (ValueError, TypeError, AttributeError, yaml.YAMLError) as error:
+            # A binary file (UnicodeDecodeError is a ValueError), broken YAML, front matter that is not a mapping.
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise InputError(
+                f"{readme}: not a readable dataset card ({type(error).__name__}: {shown(first, 120)}); "
+                "expected the README.md that save_unified / build wrote"
+            ) from None
     try:
         return DatasetCard.load(str(repo_id_or_dir), repo_type="dataset", token=token)
     except HFValidationError as error:
@@ -94,7 +116,7 @@ def unified_tasks(card: DatasetCard, source: str | Path = CARD_FILE) -> dict[str
     Every config name and split must follow the naming rule and point at ``data/<task>/<split>-*.parquet``;
     otherwise :class:`InputError` names the card (``source``), the config and the field.
     """
-    configs = card.data.to_dict().get("configs") or []
+    configs = _card_data(card).get("configs") or []
     if not isinstance(configs, list):
         raise InputError(f"{source}: 'configs' must be a list of configs")
     declared: dict[str, list[str]] = {}
@@ -120,6 +142,11 @@ def unified_tasks(card: DatasetCard, source: str | Path = CARD_FILE) -> dict[str
     return declared
 
 
+def _card_data(card: DatasetCard) -> dict[str, Any]:
+    data = card.data.to_dict()
+    return data if isinstance(data, dict) else {}
+
+
 @dataclass
 class FolderLayout:
     """What a unified folder holds: the declared tasks and, per ``(task, split)``, its shard files in order."""
@@ -129,6 +156,14 @@ class FolderLayout:
     shards: dict[tuple[str, str], list[Path]] = field(default_factory=dict)
     #: Per ``(task, split)``, :meth:`TaskSummary.result` of its rows, filled by :func:`validate_unified_folder`.
     summaries: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    #: The folder's card, as :func:`check_layout` read it.
+    card: DatasetCard | None = None
+    #: Per shard, what its footer says (filled by :func:`check_shard_schemas`).
+    facts: dict[Path, ShardFacts] = field(default_factory=dict)
+
+    def rows(self, task: str, split: str) -> int:
+        """Rows of ``task``'s ``split``, from its shards' footers (after :func:`check_shard_schemas`)."""
+        return sum(self.facts[path].rows for path in self.shards[task, split])
 
 
 def _stray(path: Path, why: str) -> InputError:
@@ -183,7 +218,7 @@ def check_layout(repo_dir: str | Path, *, strict_root: bool = True) -> FolderLay
             if counts.setdefault(key, count) != count:
                 raise _stray(path, f"shard count {count} differs from the other shards' ({counts[key]})")
             found.setdefault(key, {})[int(match["index"])] = path
-    layout = FolderLayout(folder, declared)
+    layout = FolderLayout(folder, declared, card=card)
     for task, splits in declared.items():
         for split in splits:
             key = (task, split)
@@ -225,9 +260,18 @@ def check_parquet_schema(path: Path, task: str) -> bool:
         schema = pq.read_schema(path)
     except (pa.ArrowException, OSError) as error:
         raise SourceFormatError(
-            f"not a readable Parquet file ({error})", file=path, expected="a complete Parquet file"
+            f"not a readable Parquet file ({one_line(error)})", file=path, expected="a complete Parquet file"
         ) from error
     return check_arrow_schema(schema, task, str(path))
+
+
+def _arrow_schema(metadata: pq.FileMetaData, path: Path) -> pa.Schema:
+    try:
+        return metadata.schema.to_arrow_schema()
+    except (pa.ArrowException, OSError) as error:
+        raise SourceFormatError(
+            f"not a readable Parquet file ({one_line(error)})", file=path, expected="a complete Parquet file"
+        ) from error
 
 
 def check_arrow_schema(schema: pa.Schema, task: str, source: str) -> bool:
@@ -258,15 +302,159 @@ def arrow_types_fit(schema: pa.Schema) -> bool:
 
 
 def check_shard_schemas(layout: FolderLayout) -> None:
-    """Check every shard's schema; the shards of one task must agree on the optional ``difficulty`` column."""
+    """Check every shard's footer: its schema, at least one row, and the rows the card declares.
+
+    The shards of one task must agree on the optional ``difficulty`` column; each task's split must hold the
+    rows the card's ``dataset_info`` declares for it (:func:`check_card_rows`). What each footer says is kept
+    in :attr:`FolderLayout.facts`.
+
+    Raises:
+        SourceFormatError: a shard is not a readable Parquet file.
+        UnifiedSchemaError: a shard's columns or types are not the unified ones.
+        InputError: a shard holds no rows, or the card's row counts are not the shards'.
+    """
+    difficulty: dict[str, bool] = {}
     for task in layout.declared:
         seen: dict[bool, Path] = {}
         for split in layout.declared[task]:
             for path in layout.shards[task, split]:
-                seen.setdefault(check_parquet_schema(path, task), path)
+                facts, metadata = read_footer(layout.folder, path)
+                seen.setdefault(check_arrow_schema(_arrow_schema(metadata, path), task, str(path)), path)
+                if facts.rows == 0:
+                    raise InputError(
+                        f"{path}: holds no rows; every shard of task {shown(task)} split {shown(split)} must hold "
+                        "at least one (build or save_unified never writes an empty one: rebuild the folder)"
+                    )
+                layout.facts[path] = facts
         if len(seen) > 1:
             raise UnifiedSchemaError(
                 f"{seen[True]} has a difficulty column and {seen[False]} has none; a task's files must agree",
                 task=task,
                 field=DIFFICULTY_COLUMN,
             )
+        difficulty[task] = True in seen
+    check_card_rows(layout, difficulty)
+
+
+def _declared_counts(card: DatasetCard, source: Path) -> dict[tuple[str, str], Any]:
+    """``{(config, split): num_examples}`` as the card's ``dataset_info`` declares them (any value, unchecked)."""
+    infos = _card_data(card).get("dataset_info")
+    if infos is None:
+        return {}
+    entries = [infos] if isinstance(infos, Mapping) else infos
+    if not isinstance(entries, list):
+        raise InputError(f"{source}: 'dataset_info' must be a list of configs, got {shown(infos)}")
+    counts: dict[tuple[str, str], Any] = {}
+    for number, entry in enumerate(entries):
+        where = f"{source}: dataset_info[{number}]"
+        if not isinstance(entry, Mapping):
+            raise InputError(f"{where}: expected a mapping with config_name and splits, got {shown(entry)}")
+        name = entry.get("config_name", "default")
+        if not isinstance(name, str):
+            raise InputError(f"{where}, field 'config_name': expected a config name, got {shown(name)}")
+        splits = entry.get("splits") or []
+        if not isinstance(splits, list):
+            raise InputError(f"{where} ({shown(name)}), field 'splits': expected a list, got {shown(splits)}")
+        for split in splits:
+            if not isinstance(split, Mapping) or not isinstance(split.get("name"), str):
+                raise InputError(
+                    f"{where} ({shown(name)}), field 'splits': expected a split name and num_examples, got {shown(split)}"
+                )
+            size = split.get("num_bytes", 0)
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                raise InputError(
+                    f"{where} ({shown(name)}), split {shown(split['name'])}, field 'num_bytes': expected a whole "
+                    f"number >= 0, got {shown(size)}"
+                )
+            counts[name, split["name"]] = split.get("num_examples")
+    return counts
+
+
+def check_card_rows(layout: FolderLayout, difficulty: Mapping[str, bool] | None = None) -> None:
+    """Refuse a card whose ``dataset_info`` ``datasets`` cannot read, or that gives a declared task a split it
+    does not have, rows its shards do not hold (readers weigh tasks by these counts; ``datasets`` verifies the
+    splits it loads) or other columns than its shards' (``datasets`` casts every row to them).
+
+    Args:
+        layout: the folder's layout, its footers read (:attr:`FolderLayout.facts`).
+        difficulty: per task, whether its shards have the ``difficulty`` column (then so must the card).
+
+    Raises:
+        InputError: naming the card, the config, the split and the field.
+    """
+    if layout.card is None:
+        return
+    source = layout.folder / CARD_FILE
+    counts = _declared_counts(layout.card, source)
+    for task, features in _declared_features(layout.card).items():
+        where = f"{source}: dataset_info ({shown(task)}), field 'features'"
+        problem = _features_problem(features, (difficulty or {}).get(task))
+        if problem is not None:
+            raise InputError(f"{where}: {problem}; rebuild the folder")
+    for (task, split), count in counts.items():
+        where = f"{source}: dataset_info ({shown(task)}), split {shown(split)}"
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise InputError(f"{where}, field 'num_examples': expected a whole number >= 0, got {shown(count)}")
+        if task not in layout.declared:
+            continue  # not a config of the folder: no reader looks its rows up
+        if split not in layout.declared[task]:
+            raise InputError(
+                f"{where}: the configs declare no such split for the task (they declare {layout.declared[task]})"
+            )
+        rows = layout.rows(task, split)
+        if count != rows:
+            raise InputError(
+                f"{where}, field 'num_examples': says {count:,} rows, but its shards "
+                f"({DATA_FOLDER}/{task}/{split}-*.parquet) hold {rows:,}; the card was edited or the shards "
+                "changed: rebuild the folder"
+            )
+
+
+#: The card's (``datasets``' YAML) type names a unified column may have, by the Arrow type the shards hold.
+_YAML_TYPES = {
+    "string": frozenset({"string", "large_string"}),
+    "float": frozenset({"float16", "float32", "float64"}),
+}
+
+
+def _declared_features(card: DatasetCard) -> dict[str, Any]:
+    """``{config: features}`` of the card's ``dataset_info`` entries that declare features (as written)."""
+    infos = _card_data(card).get("dataset_info")
+    entries = [infos] if isinstance(infos, Mapping) else infos if isinstance(infos, list) else []
+    return {
+        entry.get("config_name", "default"): entry["features"]
+        for entry in entries
+        if isinstance(entry, Mapping) and entry.get("features") is not None
+    }
+
+
+def _yaml_type(arrow: pa.DataType) -> frozenset[str]:
+    return _YAML_TYPES["float" if pa.types.is_floating(arrow) else "string"]
+
+
+def _features_problem(features: Any, with_difficulty: bool | None) -> str | None:
+    """What keeps a card's ``features`` (``datasets``' YAML list) from being the unified columns and types its
+    shards hold, or ``None``: ``datasets`` casts every row it reads to them, and fails on a name or type it
+    does not know. Checked here without ``datasets``, which ``validate`` does not import."""
+    if not isinstance(features, list) or not all(isinstance(entry, Mapping) for entry in features):
+        return f"expected a list of columns (name and dtype or list), got {shown(features)}"
+    names = [entry.get("name") for entry in features]
+    if not all(isinstance(name, str) for name in names):
+        return f"every column needs a name, got {shown(names)}"
+    if with_difficulty is None:
+        with_difficulty = DIFFICULTY_COLUMN in names
+    expected = unified_arrow_schema(with_difficulty=with_difficulty)
+    if sorted(names) != sorted(expected.names):
+        return f"columns {shown(names)}, but the task's shards have {expected.names}"
+    for entry in features:
+        wanted = expected.field(entry["name"]).type
+        is_list = pa.types.is_list(wanted)
+        keys = set(entry) - {"name"}
+        kind = "list" if is_list else "dtype"
+        value = entry.get(kind, entry.get("sequence") if is_list else None)
+        if len(keys) != 1 or not isinstance(value, str):
+            return f"column {shown(entry['name'])}: expected {kind}: <type>, got {shown(dict(entry))}"
+        allowed = _yaml_type(wanted.value_type if is_list else wanted)
+        if value not in allowed:
+            return f"column {shown(entry['name'])}: type {shown(value)}, expected one of {sorted(allowed)}"
+    return None

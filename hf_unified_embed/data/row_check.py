@@ -8,11 +8,15 @@ it. It is vectorised: pyarrow finds, column by column, every row that may break 
 :class:`~hf_unified_embed.schema.InstructionTracker`); only those rows become Python rows, and ``validate_row``
 itself says what is wrong. So the first problem and its message are exactly those of a row-by-row check,
 at the cost of a few column scans.
+
+``validate`` records what it checked in the folder (:mod:`~hf_unified_embed.data.check_record`); a reader's
+:func:`check_unified_rows` then skips every task whose shards are recorded as they are.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,9 +25,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hf_unified_embed.data.check_record import read_record, unchanged, write_record
 from hf_unified_embed.data.layout_check import FolderLayout, check_arrow_schema, check_layout, check_shard_schemas
 from hf_unified_embed.data.row_group_reader import row_group_batches as _shard_batches  # decoded ahead, in order
 from hf_unified_embed.data.task_totals import TaskSummary
+from hf_unified_embed.errors import SourceFormatError, one_line
 from hf_unified_embed.schema import (
     DIFFICULTY_COLUMN,
     INSTRUCTION_COLUMNS,
@@ -32,6 +38,8 @@ from hf_unified_embed.schema import (
     validate_row,
 )
 from hf_unified_embed.utils.naming import task_name_problem
+
+logger = logging.getLogger(__name__)
 
 #: Rows read and checked at a time: enough for the column scans to dominate, little memory.
 ROW_BATCH = 65_536
@@ -184,25 +192,43 @@ def check_task_rows(batches: Iterable[tuple[str, pa.RecordBatch]], task: str) ->
     first: tuple[str, str, str] | None = None
     index = 0
     for source, batch in batches:
-        if first is None and batch.num_rows:
-            row = batch.slice(0, 1).to_pylist()[0]
-            validate_row(row, index, source=source, expected_task=task)
-            tracker.check(row, index, source=source)
-            first = (row["task_type"], *(row[name] for name in INSTRUCTION_COLUMNS))
-        for position in np.flatnonzero(_suspect_rows(batch, task, first)):
-            row = batch.slice(int(position), 1).to_pylist()[0]
-            validate_row(row, index + int(position), source=source, expected_task=task)
-            tracker.check(row, index + int(position), source=source)
+        try:
+            if first is None and batch.num_rows:
+                row = batch.slice(0, 1).to_pylist()[0]
+                validate_row(row, index, source=source, expected_task=task)
+                tracker.check(row, index, source=source)
+                first = (row["task_type"], *(row[name] for name in INSTRUCTION_COLUMNS))
+            for position in np.flatnonzero(_suspect_rows(batch, task, first)):
+                row = batch.slice(int(position), 1).to_pylist()[0]
+                validate_row(row, index + int(position), source=source, expected_task=task)
+                tracker.check(row, index + int(position), source=source)
+        except (pa.ArrowException, UnicodeDecodeError) as error:
+            # Bytes that decode but are not what a writer wrote (a damaged file): text that is not UTF-8.
+            raise SourceFormatError(
+                f"rows {index}-{index + batch.num_rows - 1} cannot be read ({type(error).__name__}: {one_line(error, 200)})",
+                file=source,
+                expected="a complete Parquet file",
+            ) from None
         index += batch.num_rows
     return index
 
 
-def validate_unified_folder(repo_dir: str | Path) -> FolderLayout:
-    """Check a local unified folder completely with pyarrow: layout, schema of every file, every row.
+def validate_unified_folder(repo_dir: str | Path, *, record: bool = True) -> FolderLayout:
+    """Check a local unified folder completely with pyarrow: layout, card, every file's footer, every row.
 
-    Raises an :class:`~hf_unified_embed.errors.HfUnifiedEmbedError` naming the file, task, row and
-    field of the first problem. Row numbers count within a task's split across its shards. The files
-    are read once: the summary of each task's split (:attr:`FolderLayout.summaries`) comes from the same pass.
+    Args:
+        repo_dir: the folder.
+        record: leave the check record in the folder (:func:`~hf_unified_embed.data.check_record.write_record`),
+            so that readers skip the rows checked here while the shards stay as they are. A folder that cannot
+            be written is checked all the same (a warning says the record is missing).
+
+    Returns:
+        The folder's layout, with the summary of each task's split (:attr:`FolderLayout.summaries`), gathered
+        by the same pass over the rows.
+
+    Raises:
+        HfUnifiedEmbedError: naming the file, task, row and field of the first problem. Row numbers count
+            within a task's split across its shards.
     """
     layout = check_layout(repo_dir)
     check_shard_schemas(layout)
@@ -210,6 +236,13 @@ def validate_unified_folder(repo_dir: str | Path) -> FolderLayout:
         summary = TaskSummary()
         check_task_rows(summary.passing(_shard_batches(paths)), key[0])
         layout.summaries[key] = summary.result()
+    if record:
+        try:
+            write_record(layout.folder, layout.facts.values())
+        except OSError as error:
+            logger.warning(
+                "%s: the check could not be recorded (%s); readers will check the rows again", repo_dir, error
+            )
     return layout
 
 
@@ -223,19 +256,22 @@ def check_unified_rows(
 ) -> FolderLayout:
     """Check the rows a training run reads from a local unified folder, as ``validate`` checks them.
 
-    The card, the layout and every shard's schema (unless ``layout`` is given: :func:`check_layout`'s
+    The card, the layout and every shard's footer (unless ``layout`` is given: :func:`check_layout`'s
     result after :func:`check_shard_schemas`), then the first ``limit`` rows (all by default) of each of
-    ``tasks`` (default: every task with ``split``) in ``split``, with :func:`check_task_rows`.
-    Only pyarrow reads the files: nothing is written, ``datasets``' cache included. A task or split the
-    folder does not declare is left to :func:`~hf_unified_embed.data.hub_layout.load_unified` to report.
+    ``tasks`` (default: every task with ``split``) in ``split``, with :func:`check_task_rows` — except the
+    tasks whose shards the folder's check record holds as they are now (:mod:`~hf_unified_embed.data.check_record`):
+    their rows were checked by ``build`` or ``validate`` and have not changed. Only pyarrow reads the files:
+    nothing is written, ``datasets``' cache included. A task or split the folder does not declare is left to
+    :func:`~hf_unified_embed.data.hub_layout.load_unified` to report.
     """
     if layout is None:
         layout = check_layout(repo_dir, strict_root=False)
         check_shard_schemas(layout)
     names = list(tasks) if tasks is not None else [task for task, splits in layout.declared.items() if split in splits]
+    record = read_record(layout.folder)
     for task in names:
         paths = layout.shards.get((task, split))
-        if paths:
+        if paths and not (record and unchanged((layout.facts[path] for path in paths), record)):
             check_task_rows(_shard_batches(paths, limit), task)
     return layout
 

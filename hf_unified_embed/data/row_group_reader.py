@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hf_unified_embed.errors import SourceFormatError
+from hf_unified_embed.errors import SourceFormatError, one_line
 
 #: Uncompressed bytes of the row groups decoded ahead of the check (at least one row group): memory stays
 #: bounded whatever the folder (the builder writes row groups of about 16 MB).
@@ -27,7 +27,9 @@ READ_AHEAD_BYTES = 256 * 1024**2
 
 
 def _unreadable(path: Path, error: BaseException) -> SourceFormatError:
-    return SourceFormatError(f"not a readable Parquet file ({error})", file=path, expected="a complete Parquet file")
+    return SourceFormatError(
+        f"not a readable Parquet file ({one_line(error)})", file=path, expected="a complete Parquet file"
+    )
 
 
 def _jobs(paths: Sequence[Path], limit: int | None) -> Iterator[tuple[Path, int, Callable[[], pa.Table]]]:

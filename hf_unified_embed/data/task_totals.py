@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hf_unified_embed.errors import SourceFormatError, one_line
 from hf_unified_embed.schema import INSTRUCTION_COLUMNS
 
 
@@ -49,7 +50,14 @@ class TaskSummary:
     def passing(self, batches: Iterable[tuple[str, pa.RecordBatch]]) -> Iterator[tuple[str, pa.RecordBatch]]:
         """``batches`` unchanged, each added to the summary on its way (to a row check that reads them anyway)."""
         for source, batch in batches:
-            self.add(batch)
+            try:
+                self.add(batch)
+            except (pa.ArrowException, UnicodeDecodeError) as error:  # bytes no writer wrote: a damaged file
+                raise SourceFormatError(
+                    f"rows cannot be read ({type(error).__name__}: {one_line(error, 200)})",
+                    file=source,
+                    expected="a complete Parquet file",
+                ) from None
             yield source, batch
 
     def result(self) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from datasets import DatasetDict
 from huggingface_hub import ModelCard
 from huggingface_hub.errors import HfHubHTTPError
 
+from hf_unified_embed.data.check_record import CHECK_RECORD
 from hf_unified_embed.errors import (
     HfUnifiedEmbedError,
     HubError,
@@ -57,8 +58,9 @@ MODEL_FILES = (
     "pytorch_model.bin.index.json",
 )
 
-# Never uploaded: local caches, editor/OS clutter, and the marker of a folder the tool wrote (it says that
-# `--overwrite` may replace this local folder; it means nothing in a repository).
+# Never uploaded: local caches, editor/OS clutter, the marker of a folder the tool wrote (it says that
+# `--overwrite` may replace this local folder; it means nothing in a repository) and the record of what was
+# checked in it (it holds the local files' modification times).
 IGNORE_PATTERNS = [
     ".git/*",
     "**/.ipynb_checkpoints/*",
@@ -67,6 +69,7 @@ IGNORE_PATTERNS = [
     "**/.DS_Store",
     MARKER,
     f"**/{MARKER}",
+    CHECK_RECORD,
 ]
 
 
