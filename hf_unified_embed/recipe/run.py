@@ -115,7 +115,7 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
     stream = None
     if streams is not None:
         try:
-            stream = recipe.sampler.training_stream(streams, recipe.data.shuffle_window)
+            stream = recipe.sampler.training_stream(streams, recipe.data.shuffle_window, recipe.data.on_data_change)
         except ValueError as error:
             raise RecipeError(f"{origin}: sampler: {error}") from None
     with _named(origin):
@@ -274,7 +274,9 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
             from hf_unified_embed.sampling.stream_resume import check_stream_checkpoint
 
             checkpoint = get_last_checkpoint(args.output_dir) if resume is True else resume
-            check_stream_checkpoint(checkpoint, run.stream.task_names, trainer.accelerator.num_processes)
+            check_stream_checkpoint(
+                checkpoint, run.stream.task_names, trainer.accelerator.num_processes, stream=run.stream
+            )
         finished = finished_checkpoint(resume, args)
         if finished is not None:
             # transformers would run one more step past max_steps; the finished checkpoint's model is the result.

@@ -69,7 +69,10 @@ class DataConfig:
     """The unified folder or Hub dataset to train on. ``streaming: true`` reads each task as a stream
     (:func:`~hf_unified_embed.data.stream_unified`): nothing is downloaded or cached in full, each process
     reads its own shards, and the sampler's ``balance``/``weights`` weigh the tasks
-    (:class:`~hf_unified_embed.sampling.MultiTaskStream`); ``shuffle_window`` rows of a task are shuffled together."""
+    (:class:`~hf_unified_embed.sampling.MultiTaskStream`); ``shuffle_window`` rows of a task are shuffled together.
+    ``on_data_change`` is what resuming a streaming run does with a task whose data changed since the
+    checkpoint: ``refuse`` (default: one line naming the task and what changed) or ``restart`` (its pass
+    starts afresh on the new data, with a warning)."""
 
     path: str
     tasks: list[str] | None = None
@@ -77,6 +80,7 @@ class DataConfig:
     max_rows_per_task: int | None = None
     streaming: bool = False
     shuffle_window: int = 1000
+    on_data_change: str = "refuse"
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not self.path:
@@ -87,6 +91,8 @@ class DataConfig:
         if self.max_rows_per_task is not None:
             _positive_int(self.max_rows_per_task, "max_rows_per_task")
         _positive_int(self.shuffle_window, "shuffle_window")
+        if self.on_data_change not in ("refuse", "restart"):
+            raise ValueError(f"on_data_change must be 'refuse' or 'restart', got {shown(self.on_data_change)}")
 
 
 @dataclass
@@ -194,11 +200,16 @@ class SamplerConfig:
             balance=self.balance,
         )
 
-    def training_stream(self, tasks: Mapping[str, Any], shuffle_window: int) -> Any:
+    def training_stream(self, tasks: Mapping[str, Any], shuffle_window: int, on_data_change: str = "refuse") -> Any:
         """The :class:`~hf_unified_embed.sampling.MultiTaskStream` of a ``data.streaming`` run over ``tasks``."""
         from hf_unified_embed.sampling import MultiTaskStream
 
-        return MultiTaskStream(tasks, weights=dict(self.weights) or self.balance, shuffle_window=shuffle_window)
+        return MultiTaskStream(
+            tasks,
+            weights=dict(self.weights) or self.balance,
+            shuffle_window=shuffle_window,
+            on_data_change=on_data_change,
+        )
 
     def card_section(self, args: Any, stream: Any | None = None) -> dict[str, Any]:
         """The sampler as the card and ``train --check`` show it, with the run's processes and accumulation

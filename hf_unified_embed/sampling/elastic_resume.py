@@ -50,4 +50,5 @@ def resplit(states: Sequence[dict[str, Any]], rank: int, world_size: int) -> dic
             "offset": 0,
             "remainder": {"world_size": len(states), "states": saved, "source": 0, "seen": 0, "inner": None},
         }
-    return {"step": steps.pop(), "tasks": resumed}
+    # The data each task's rows came from (the same for every saving process), compared on load.
+    return {"step": steps.pop(), "tasks": resumed, "data": dict(states[0].get("data") or {})}

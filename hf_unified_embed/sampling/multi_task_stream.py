@@ -13,6 +13,7 @@ Each process reads its own part of every task (:class:`~hf_unified_embed.samplin
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import sys
 from collections import OrderedDict
@@ -25,8 +26,11 @@ from datasets import Features, IterableDataset, Value
 from datasets.info import DatasetInfo
 from datasets.iterable_dataset import ExamplesIterable
 
-from hf_unified_embed.errors import shown
-from hf_unified_embed.sampling.task_stream import DEFAULT_SHUFFLE_WINDOW, TaskStream
+from hf_unified_embed.data.parquet_stream import data_identity, identity_change
+from hf_unified_embed.errors import InputError, shown
+from hf_unified_embed.sampling.task_stream import DEFAULT_SHUFFLE_WINDOW, TaskStream, task_state_problem
+
+logger = logging.getLogger(__name__)
 
 #: ``weights`` given by name: steps in proportion to the rows of a task, the same for every task, or √rows.
 STREAM_BALANCES = ("none", "equal", "sqrt")
@@ -34,6 +38,9 @@ STREAM_BALANCES = ("none", "equal", "sqrt")
 _SCHEDULE_CHUNK = 4096
 #: Step states kept for the checkpoint callback: the dataloader reads at most a step or two ahead of training.
 _KEPT_STATES = 16
+#: What a resumed stream does with a task whose data is not the data its saved state read: refuse to resume
+#: (the default: an exact resume cannot hold), or start that task's pass afresh on the new data and say so.
+DATA_CHANGE_ACTIONS = ("refuse", "restart")
 
 
 def task_weights(
@@ -101,6 +108,44 @@ def declared_rows(dataset: IterableDataset) -> int | None:
     return int(rows) if rows else None
 
 
+def stream_state_problem(
+    state: Any,
+    *,
+    step: int | None = None,
+    shuffle_window: int | None = None,
+    rows_per_task: Mapping[str, int | None] | None = None,
+) -> tuple[str, str] | None:
+    """The first field of a :meth:`MultiTaskStream.state_at` state (as read back from a checkpoint) that no
+    stream can have written, and why: ``(field, problem)``, or ``None`` for a well-formed state.
+
+    Args:
+        state: one process's saved state.
+        step: the step the state must be of (the checkpoint's), when known.
+        shuffle_window: the stream's window (an offset past it is no position).
+        rows_per_task: each task's rows, when known (a position past them is no position).
+    """
+    if not isinstance(state, dict):
+        return "", f"expected a mapping with step and tasks, got {shown(state)}"
+    for key in ("step", "tasks"):
+        if key not in state:
+            return key, "missing"
+    if isinstance(state["step"], bool) or not isinstance(state["step"], int) or state["step"] < 0:
+        return "step", f"expected a whole number >= 0, got {shown(state['step'])}"
+    if step is not None and state["step"] != step:
+        return "step", f"the state is of step {state['step']}, the checkpoint of step {step}"
+    if not isinstance(state["tasks"], dict):
+        return "tasks", f"expected a mapping of task states, got {shown(state['tasks'])}"
+    data = state.get("data", {})
+    if not isinstance(data, dict):
+        return "data", f"expected a mapping of data identities, got {shown(data)}"
+    for name, task in state["tasks"].items():
+        rows = (rows_per_task or {}).get(name)
+        problem = task_state_problem(task, shuffle_window=shuffle_window, rows=rows)
+        if problem is not None:
+            return f"tasks.{name}{'.' if problem[0] else ''}{problem[0]}", problem[1]
+    return None
+
+
 class MultiTaskStream(IterableDataset):
     """Task streams as one endless stream of task-pure steps for ``SentenceTransformerTrainer``.
 
@@ -135,6 +180,10 @@ class MultiTaskStream(IterableDataset):
         rank: this process. Default: accelerate calls :meth:`shard` on each process when it prepares
             the dataloader; 0 otherwise.
         world_size: the number of processes. Default: set by :meth:`shard` as ``rank``; 1 otherwise.
+        on_data_change: what a resume does with a task whose data is not what its saved state read (other
+            shards, rows or file contents: :func:`~hf_unified_embed.data.parquet_stream.data_identity`):
+            ``"refuse"`` (an :class:`~hf_unified_embed.errors.InputError` naming the task and what changed) or
+            ``"restart"`` (that task's pass starts afresh on the new data, with a warning).
 
     Example:
         ::
@@ -166,6 +215,7 @@ class MultiTaskStream(IterableDataset):
         shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
         rank: int | None = None,
         world_size: int | None = None,
+        on_data_change: str = "refuse",
     ) -> None:
         if not tasks:
             raise ValueError("MultiTaskStream needs at least one task")
@@ -183,6 +233,10 @@ class MultiTaskStream(IterableDataset):
         ):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{option} must be a positive int, got {shown(value)}")
+        if on_data_change not in DATA_CHANGE_ACTIONS:
+            raise ValueError(f"on_data_change must be one of {list(DATA_CHANGE_ACTIONS)}, got {shown(on_data_change)}")
+        self.on_data_change = on_data_change
+        self._identities: dict[str, dict[str, Any] | None] | None = None
         self.tasks = dict(tasks)
         self.task_names = list(self.tasks)
         rows = {name: declared_rows(dataset) for name, dataset in self.tasks.items()}
@@ -285,12 +339,61 @@ class MultiTaskStream(IterableDataset):
             return self._start or {"step": 0, "tasks": {}}
         return self._states[next(reversed(self._states))]
 
+    def identities(self) -> dict[str, dict[str, Any] | None]:
+        """Each task's data identity (:func:`~hf_unified_embed.data.parquet_stream.data_identity`: its local
+        Parquet files' names, sizes, rows and footers; ``None`` for other streams), read once, saved with every
+        state and compared on resume."""
+        if self._identities is None:
+            self._identities = {name: data_identity(dataset) for name, dataset in self.tasks.items()}
+        return self._identities
+
+    def data_changes(self, state_dict: dict[str, Any]) -> dict[str, str]:
+        """``{task: what changed}`` for each task whose data is not what ``state_dict`` was saved on (tasks of
+        a state that recorded no identity, or of streams that have none, are taken as unchanged)."""
+        saved = state_dict.get("data") or {}
+        changes = {}
+        for name, identity in self.identities().items():
+            if name in saved and identity is not None:
+                change = identity_change(saved[name], identity)
+                if change is not None:
+                    changes[name] = change
+        return changes
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Start the next iteration where ``state_dict`` (from :meth:`state_at` / :meth:`state_dict`) was."""
-        unknown = sorted(set(state_dict.get("tasks", {})) - set(self.task_names))
+        """Start the next iteration where ``state_dict`` (from :meth:`state_at` / :meth:`state_dict`) was.
+
+        Raises:
+            InputError: the state is malformed (naming the field), names tasks this stream does not have, or
+                was saved on other data for a task while ``on_data_change="refuse"``.
+        """
+        tasks = state_dict.get("tasks") if isinstance(state_dict, dict) else None
+        unknown = sorted(set(tasks) - set(self.task_names)) if isinstance(tasks, dict) else []
         if unknown:
-            raise ValueError(f"the stream state names task(s) {unknown} that this stream does not have")
-        self._start = copy.deepcopy(state_dict)
+            raise InputError(f"the stream state names task(s) {unknown} that this stream does not have")
+        problem = stream_state_problem(state_dict, shuffle_window=self.shuffle_window)
+        changes = self.data_changes(state_dict) if problem is None else {}
+        if problem is None:  # a position past the rows of unchanged data is no position in them
+            rows = {name: value["rows"] for name, value in self.identities().items() if value and name not in changes}
+            problem = stream_state_problem(state_dict, shuffle_window=self.shuffle_window, rows_per_task=rows)
+        if problem is not None:
+            field = f", field {problem[0]!r}" if problem[0] else ""
+            raise InputError(f"the saved stream state{field}: {problem[1]}")
+        start = copy.deepcopy(state_dict)
+        for name, change in changes.items():
+            if self.on_data_change == "refuse":
+                raise InputError(data_change_message(name, change))
+            task = start["tasks"].get(name)
+            if task is not None:
+                # The saved positions mean nothing in other data: the task reads a fresh pass of it.
+                start["tasks"][name] = {"pass": int(task["pass"]), "window": -1, "window_start": None, "offset": 0}
+            logger.warning(
+                "task %r: its data changed since the stream state was saved (%s); on_data_change='restart': "
+                "its pass starts afresh on the new data",
+                name,
+                change,
+            )
+        start["data"] = {**(start.get("data") or {}), **{k: v for k, v in self.identities().items() if v is not None}}
+        self._start = start
         self._states = OrderedDict()
 
     def attach(self, trainer: Any) -> MultiTaskStream:
@@ -363,7 +466,11 @@ class MultiTaskStream(IterableDataset):
         return 0, 1
 
     def _keep_state(self, step: int, streams: Mapping[str, TaskStream]) -> None:
-        self._states[step] = {"step": step, "tasks": {name: stream.state_dict() for name, stream in streams.items()}}
+        self._states[step] = {
+            "step": step,
+            "tasks": {name: stream.state_dict() for name, stream in streams.items()},
+            "data": {name: identity for name, identity in self.identities().items() if identity is not None},
+        }
         while len(self._states) > _KEPT_STATES:
             self._states.popitem(last=False)
 
@@ -378,6 +485,15 @@ class MultiTaskStream(IterableDataset):
 
     def __repr__(self) -> str:
         return f"MultiTaskStream(tasks={self.task_names}, weights={self.describe()['task_probabilities']})"
+
+
+def data_change_message(task: str, change: str) -> str:
+    """The refusal of a resume on changed data: the task, what changed, and the two ways on."""
+    return (
+        f"task {task!r}: its data changed since the stream state was saved ({change}); an exact resume needs the "
+        "data it was saved on: resume with that data, or set on_data_change='restart' (recipe: "
+        "data.on_data_change: restart) to start that task's pass afresh"
+    )
 
 
 def _common_features(tasks: Mapping[str, IterableDataset]) -> Features | None:

@@ -7,6 +7,11 @@ next step* (:meth:`MultiTaskStream.state_at`) to the main process, which writes 
 callback states into ``trainer_state.json``; on resume each process loads its own before the first
 batch is read, or, under another number of processes, its share of the rest of each task's pass
 (:func:`~hf_unified_embed.sampling.elastic_resume.resplit`). Added by :meth:`MultiTaskStream.attach`.
+
+Each state records the data identity of every task (its shards' names, sizes, rows and footers): a resume on
+other data is refused, naming the task and what changed, unless the stream was made with
+``on_data_change="restart"`` (recipe: ``data.on_data_change: restart``), which starts that task's pass afresh.
+A state that no stream wrote (edited, truncated) is refused naming the checkpoint file and the field.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import ExportableState
 
-from hf_unified_embed.errors import InputError
+from hf_unified_embed.errors import InputError, shown
 from hf_unified_embed.sampling.elastic_resume import resplit
 
 
@@ -30,6 +35,7 @@ class ResumableStream(Protocol):
 
     rank: int | None
     world_size: int | None
+    shuffle_window: int
 
     def state_at(self, step: int) -> dict[str, Any]: ...
 
@@ -81,7 +87,10 @@ class StreamResumeCallback(TrainerCallback, ExportableState):
                 f"the checkpoint of step {state.global_step} holds no training stream state (found one for step "
                 f"{attributes.get('step')}); it was not saved by a MultiTaskStream run with this callback"
             )
-        processes = attributes["processes"]
+        processes: Any = attributes.get("processes")  # a list of mappings once checked
+        problem = _processes_problem(processes, state.global_step, stream.shuffle_window, None)
+        if problem is not None:
+            raise InputError(f"the checkpoint's stream state, field {problem[0]!r}: {problem[1]}")
         # Saved by another number of processes: the rest of each task's pass is split among this run's.
         stream.load_state_dict(resplit(processes, stream.rank or 0, stream.world_size or 1))
 
@@ -99,29 +108,74 @@ class StreamResumeCallback(TrainerCallback, ExportableState):
         self.step = state.global_step
 
 
-def check_stream_checkpoint(checkpoint: str | Path, task_names: Sequence[str], world_size: int) -> None:
+#: Where the processes' stream states lie in ``trainer_state.json``.
+_PROCESSES_FIELD = f"stateful_callbacks.{StreamResumeCallback.__name__}.attributes.processes"
+
+
+def _processes_problem(
+    processes: Any, step: Any, shuffle_window: int | None, rows: dict[str, int | None] | None
+) -> tuple[str, str] | None:
+    """The first field of the saved processes' stream states that no stream wrote, and why, or ``None``."""
+    from hf_unified_embed.sampling.multi_task_stream import stream_state_problem
+
+    if not isinstance(processes, list) or not processes:
+        return _PROCESSES_FIELD, f"expected a list of the processes' stream states, got {shown(processes)}"
+    for number, process in enumerate(processes):
+        problem = stream_state_problem(
+            process,
+            step=step if isinstance(step, int) else None,
+            shuffle_window=shuffle_window,
+            rows_per_task=rows,
+        )
+        if problem is not None:
+            return f"{_PROCESSES_FIELD}[{number}]{'.' if problem[0] else ''}{problem[0]}", problem[1]
+    return None
+
+
+def check_stream_checkpoint(
+    checkpoint: str | Path, task_names: Sequence[str], world_size: int, stream: Any = None
+) -> None:
     """Refuse, before training, a checkpoint a streaming run cannot resume from: one line, on every process alike.
 
     The checkpoint must hold the stream state of its step (a checkpoint of a run that did not stream has
-    none), that ``world_size`` processes can continue, for tasks this run streams (a state of another recipe names
-    others). Raises :class:`~hf_unified_embed.errors.InputError`, which the command line reports with exit
-    code 2 on the launching process only, instead of a traceback on every rank.
+    none), well-formed (each field of the type and range a stream writes), that ``world_size`` processes can
+    continue, for tasks this run streams (a state of another recipe names others), saved on the data ``stream``
+    (the run's :class:`~hf_unified_embed.sampling.MultiTaskStream`, when given) reads, unless the stream
+    restarts a changed task's pass (``on_data_change="restart"``).
+
+    Raises:
+        InputError: naming the checkpoint, and for a malformed state its ``trainer_state.json`` and the field;
+            the command line reports it with exit code 2 on the launching process only, instead of a traceback
+            on every rank.
     """
     where = f"resume_from_checkpoint {checkpoint}"
+    file = Path(checkpoint) / "trainer_state.json"
     try:
-        state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
+        state = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise InputError(f"{where}: cannot read its trainer_state.json ({error})") from None
-    saved = (state.get("stateful_callbacks") or {}).get(StreamResumeCallback.__name__)
+    if not isinstance(state, dict):
+        raise InputError(f"{where}: {file}: expected a JSON object, got {type(state).__name__}")
+    callbacks = state.get("stateful_callbacks")
+    saved = callbacks.get(StreamResumeCallback.__name__) if isinstance(callbacks, dict) else None
     attributes = saved.get("attributes", {}) if isinstance(saved, dict) else {}
+    attributes = attributes if isinstance(attributes, dict) else {}
     step = state.get("global_step")
     if not attributes or attributes.get("step") != step:
         raise InputError(
             f"{where}: holds no training stream state for its step {step}: it was not saved by a streaming run "
             "(data.streaming: true); resume it with the recipe that wrote it, or start this run afresh"
         )
-    processes = attributes.get("processes") or []
-    unknown = sorted({task for process in processes for task in (process.get("tasks") or {})} - set(task_names))
+    processes: Any = attributes.get("processes")  # a list of mappings once checked
+    shuffle_window = getattr(stream, "shuffle_window", None)
+    problem = _processes_problem(processes, step, shuffle_window, None)
+    if problem is None and stream is not None:  # a position past the rows of unchanged data is no position in them
+        changed = {task for process in processes for task in stream.data_changes(process)}
+        rows = {name: value["rows"] for name, value in stream.identities().items() if value and name not in changed}
+        problem = _processes_problem(processes, step, shuffle_window, rows)
+    if problem is not None:
+        raise InputError(f"{where}: {file}, field {problem[0]!r}: {problem[1]}")
+    unknown = sorted({task for process in processes for task in process["tasks"]} - set(task_names))
     if unknown:
         raise InputError(
             f"{where}: its stream state names task(s) {unknown} that this run does not stream ({sorted(task_names)}); "
@@ -135,6 +189,13 @@ def check_stream_checkpoint(checkpoint: str | Path, task_names: Sequence[str], w
                 f"{where}: its stream state, saved by {len(processes)} process(es), cannot be split among "
                 f"{world_size}: {error}"
             ) from None
+    if stream is not None and stream.on_data_change == "refuse":
+        from hf_unified_embed.sampling.multi_task_stream import data_change_message
+
+        changes = {task: change for process in processes for task, change in stream.data_changes(process).items()}
+        if changes:
+            task = min(changes)
+            raise InputError(f"{where}: {data_change_message(task, changes[task])}")
 
 
 def _stream(kwargs: dict[str, Any]) -> ResumableStream | None:

@@ -25,10 +25,77 @@ import numpy as np
 from datasets import IterableDataset, concatenate_datasets
 from datasets.distributed import split_dataset_by_node
 
-from hf_unified_embed.errors import shown
+from hf_unified_embed.errors import InputError, shown
 
 #: Rows per shuffle window when none is given: the window of every task is held in memory at once.
 DEFAULT_SHUFFLE_WINDOW = 1000
+
+
+def _whole(value: Any, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def task_state_problem(
+    state: Any, *, shuffle_window: int | None = None, rows: int | None = None
+) -> tuple[str, str] | None:
+    """The first field of a :meth:`TaskStream.state_dict` (as read back from a checkpoint) that no stream can
+    have written, and why: ``(field, problem)``, or ``None`` for a well-formed state.
+
+    Args:
+        state: the task's saved state.
+        shuffle_window: the stream's window; an offset past it cannot be a position in one.
+        rows: the rows of the task's data, when known; a position past them cannot be one in its pass.
+    """
+    if not isinstance(state, dict):
+        return "", f"expected a mapping, got {shown(state)}"
+    for key, low in (("pass", 0), ("window", -1), ("offset", 0)):
+        if key not in state:
+            return key, "missing"
+        if not _whole(state[key], low):
+            return key, f"expected a whole number >= {low}, got {shown(state[key])}"
+    if "window_start" not in state:
+        return "window_start", "missing"
+    if state["window_start"] is not None and not isinstance(state["window_start"], dict):
+        return "window_start", f"expected a mapping or null, got {shown(state['window_start'])}"
+    if state["window"] < 0 and (state["offset"] or state["window_start"] is not None):
+        return "offset", f"a stream that has read no window is at offset 0, got {shown(state['offset'])}"
+    if shuffle_window is not None and state["offset"] > shuffle_window:
+        return "offset", f"{state['offset']} is past the end of a window of {shuffle_window} rows"
+    if rows is not None and state["window"] >= 0 and state["window"] * (shuffle_window or 1) + state["offset"] > rows:
+        return "offset", (
+            f"window {state['window']}, offset {state['offset']} is past the task's {rows:,} rows"
+            + (f" in windows of {shuffle_window}" if shuffle_window else "")
+        )
+    remainder = state.get("remainder")
+    if remainder is None:
+        return None
+    return _remainder_problem(remainder, shuffle_window, rows)
+
+
+def _remainder_problem(remainder: Any, shuffle_window: int | None, rows: int | None) -> tuple[str, str] | None:
+    if not isinstance(remainder, dict):
+        return "remainder", f"expected a mapping, got {shown(remainder)}"
+    for key in ("world_size", "states", "source", "seen", "inner"):
+        if key not in remainder:
+            return f"remainder.{key}", "missing"
+    states = remainder["states"]
+    if not _whole(remainder["world_size"], 1):
+        return "remainder.world_size", f"expected a whole number >= 1, got {shown(remainder['world_size'])}"
+    if not isinstance(states, list) or len(states) != remainder["world_size"]:
+        return "remainder.states", f"expected a list of {remainder['world_size']} task states, got {shown(states)}"
+    if not _whole(remainder["source"], 0) or remainder["source"] > len(states):
+        return "remainder.source", f"expected a whole number in [0, {len(states)}], got {shown(remainder['source'])}"
+    if not _whole(remainder["seen"], 0):
+        return "remainder.seen", f"expected a whole number >= 0, got {shown(remainder['seen'])}"
+    for number, inner in enumerate(states):
+        problem = task_state_problem(inner, shuffle_window=shuffle_window, rows=rows)
+        if problem is not None:
+            return f"remainder.states[{number}]{'.' if problem[0] else ''}{problem[0]}", problem[1]
+    if remainder["inner"] is not None:
+        problem = task_state_problem(remainder["inner"], shuffle_window=shuffle_window, rows=rows)
+        if problem is not None:
+            return f"remainder.inner{'.' if problem[0] else ''}{problem[0]}", problem[1]
+    return None
 
 
 class TaskStream:
@@ -104,7 +171,16 @@ class TaskStream:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` (from :meth:`state_dict` of a stream with the same arguments and data)."""
+        """Continue from ``state`` (from :meth:`state_dict` of a stream with the same arguments and data).
+
+        Raises:
+            InputError: the state is not one a stream writes (:func:`task_state_problem`), or it points at a
+                position its data does not have (the data changed since it was saved).
+        """
+        problem = task_state_problem(state, shuffle_window=self.shuffle_window)
+        if problem is not None:
+            field = f", field {problem[0]!r}" if problem[0] else ""
+            raise InputError(f"task {shown(self.name)}: the saved stream state{field}: {problem[1]}")
         self._pass, self._window = int(state["pass"]), int(state["window"])
         self._window_start, self._offset = state["window_start"], int(state["offset"])
         self._rows, self._source, self._batches = [], None, None
@@ -112,10 +188,16 @@ class TaskStream:
         self._remainder = PassRemainder(self, remainder) if remainder is not None else None
         if self._window < 0:
             return
-        self._open_pass(self._window_start)
-        self._rows = self._window_rows()
+        try:  # datasets applies the source's saved state when the first batch is read
+            self._open_pass(self._window_start)
+            self._rows = self._window_rows()
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
+            raise InputError(
+                f"task {shown(self.name)}: the saved stream state's window_start does not fit the task's data "
+                f"({type(error).__name__}: {shown(str(error), 120)}); it was edited, or the data changed since"
+            ) from None
         if self._offset > len(self._rows):
-            raise ValueError(
+            raise InputError(
                 f"task {shown(self.name)}: the saved stream state points at row {self._offset} of a window of "
                 f"{len(self._rows)} rows; the task's data changed since it was saved"
             )
