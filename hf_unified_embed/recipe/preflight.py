@@ -71,7 +71,7 @@ from hf_unified_embed.recipe.preflight_training_args import (
 from hf_unified_embed.recipe.train_recipe import TrainRecipe
 from hf_unified_embed.utils import stack
 from hf_unified_embed.utils.locations import looks_local
-from hf_unified_embed.utils.outputs import check_output
+from hf_unified_embed.utils.outputs import check_name_lengths, check_output
 from hf_unified_embed.utils.processes import world_size
 from hf_unified_embed.utils.typecheck import mismatched_field
 
@@ -300,4 +300,5 @@ def preflight(recipe: TrainRecipe, *, overwrite: bool = False) -> ResolvedRecipe
 
         inputs += [str(path) for path in suite_inputs(suite)]
     check_output(recipe.output_dir, overwrite=overwrite, inputs=inputs)
+    check_name_lengths(Path(args.output_dir).absolute())  # <output_dir>-checkpoints: 12 bytes longer
     return ResolvedRecipe(recipe, losses, args, hub_token, suite, peft_config, merge_adapter, overwrite, inputs)

@@ -283,7 +283,7 @@ def check_location(target: str | Path, *, inputs: Iterable[str | Path] = ()) -> 
     why = _protected(absolute)
     if why is not None:
         raise OutputError(f"output {target} {why}; give a new folder or file to write, the tool never replaces it")
-    _check_name_lengths(absolute)
+    check_name_lengths(absolute)
     check_not_inputs(absolute, inputs)
     return absolute
 
@@ -298,9 +298,10 @@ def _name_limit(path: Path) -> int:
         return 255
 
 
-def _check_name_lengths(absolute: Path) -> None:
+def check_name_lengths(absolute: Path) -> None:
     """Refuse a target (or a folder to create for it) whose name the file system cannot hold, before anything
-    runs: it failed as ``ENAMETOOLONG`` when the first file was written."""
+    runs: it failed as ``ENAMETOOLONG`` when the first file was written (a folder named after the output,
+    such as ``train``'s ``<output>-checkpoints``, is checked by the command that names it)."""
     limit = _name_limit(absolute.parent)
     for part in absolute.parts[1:]:
         size = len(part.encode("utf-8", "surrogateescape"))
