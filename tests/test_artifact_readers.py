@@ -403,3 +403,25 @@ def test_train_check_refuses_a_retyped_config_field(
         return
     assert code == 2, err
     assert f"base_model: {folder}" in _one_error_line(err)
+
+
+def test_train_resume_from_a_list_trainer_state_exits_2(model: Path, tmp_path: Path, capsys) -> None:
+    from _curriculum_helpers import tiny_tasks
+
+    from hf_unified_embed.data import save_unified
+
+    checkpoint = tmp_path / "checkpoints" / "checkpoint-1"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text("[1, 2]")
+    recipe = {
+        "base_model": str(model),
+        "data": {"path": str(save_unified(tiny_tasks(), tmp_path / "data"))},
+        "output_dir": str(tmp_path / "out"),
+        "losses": {"retrieval": {"name": "MultiPositiveInfoNCELoss"}},
+        "training_args": {"max_steps": 2, "per_device_train_batch_size": 2, "resume_from_checkpoint": str(checkpoint)},
+    }
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(recipe))
+    assert main(["train", str(tmp_path / "train.yaml")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"{checkpoint / 'trainer_state.json'}: expected a JSON object, got list" in line, line
+    assert not (tmp_path / "out").exists()
