@@ -201,3 +201,13 @@ def test_curriculum_refuses_an_instruction_that_leaves_no_room(tmp_path: Path, t
     line = one_error(*run(tmp_path, argv))
     assert "task 'alpha', field 'query_instruction'" in line and "max_seq_length" in line, line
     assert not (tmp_path / "out").exists()
+
+
+def test_train_refuses_an_output_whose_checkpoint_folder_name_cannot_exist(tmp_path: Path, tiny_model_path: str):
+    from _output_project import project_template
+
+    with project_template(tmp_path, tiny_model_path) as project:
+        name = "t" * 250  # a legal name; <name>-checkpoints is 262 bytes
+        line = one_error(*run(project, ["train", "recipe.yaml", "-o", name]))
+        assert "-checkpoints' is 262 bytes long" in line and "at most 255 bytes in a name" in line, line
+        assert not (project / name).exists()

@@ -306,9 +306,10 @@ def check_name_lengths(absolute: Path) -> None:
     for part in absolute.parts[1:]:
         size = len(part.encode("utf-8", "surrogateescape"))
         if size > limit:
+            named = part if len(part) <= 64 else f"{part[:32]}…{part[-24:]}"  # both ends: the suffix tells
             raise OutputError(
-                f"output {shown(str(absolute))}: the name {shown(part, 60)} is {size} bytes long, and this file "
-                f"system allows at most {limit} bytes in a name; choose a shorter name"
+                f"output in {shown(str(absolute.parent), 120)}: the name {named!r} is {size} bytes long, and this "
+                f"file system allows at most {limit} bytes in a name; choose a shorter name"
             )
 
 
