@@ -15,13 +15,21 @@ the start of mining (embedding included) to the mined rows in memory; peak RSS i
    which this miner's peak RSS is below sentence-transformers'.
 3. ``scale``: this miner alone at several corpus sizes with ``Q`` fixed: time and peak RSS; memory
    should stay flat once the corpus is larger than the search blocks.
-4. ``quality`` (optional, slow: MiniLM trained twice): WikiQA + TrecQA from ``--data-root`` with the
+4. ``processes``: this miner in one process and in ``--processes`` processes under ``torchrun`` (gloo,
+   each process encodes its slice of the texts and searches every query over its slice of the corpus):
+   the time ratio (the slowest process, from the start of mining to the mined rows, after every process
+   has started) and each process's peak RSS against the one process's, in one run; beside them the
+   machine's own speed-up of a pure-Python loop in 1 and in N processes (``bench/build.py``'s
+   ``cpu-loop``), the ceiling of the miner's. torchrun gives each process one torch thread; the one
+   process runs with one thread too (its default, all the CPUs, is also timed).
+5. ``quality`` (optional, slow: MiniLM trained twice): WikiQA + TrecQA from ``--data-root`` with the
    sources' own negatives vs negatives mined by MiniLM, the same steps of ``MultiPositiveInfoNCELoss``
    (4 negatives per query), evaluated on ``examples/suites/shared.yaml``.
 
     flock /tmp/hfue-bench.lock .venv/bin/python bench/mining.py compare --corpus 100000 --queries 10000
     flock /tmp/hfue-bench.lock .venv/bin/python bench/mining.py crossover --sizes 2000 5000 10000 20000 50000 100000 --queries 2000
     flock /tmp/hfue-bench.lock .venv/bin/python bench/mining.py scale --sizes 10000 100000 1000000
+    flock /tmp/hfue-bench.lock .venv/bin/python bench/mining.py processes --corpus 100000 --queries 10000
     .venv/bin/python bench/mining.py quality --data-root ../shared/data --max-steps 200   # GPU if present
 """
 
@@ -123,6 +131,7 @@ def worker(mode: str, options: dict[str, Any]) -> dict[str, Any]:
             verbose=False,
         )
         negatives = {row["anchor"]: row["positive"][1:] for row in mined}
+        seconds = time.perf_counter() - start
     else:
         from hf_unified_embed.negatives import HardNegativeConfig, mine_hard_negatives
         from hf_unified_embed.schema import UNIFIED_FEATURES
@@ -147,12 +156,25 @@ def worker(mode: str, options: dict[str, Any]) -> dict[str, Any]:
             drop_query_text=False,
             batch_size=options["batch_size"],
         )
-        work = tempfile.mkdtemp(dir=scratch, prefix="mine-")
-        result = mine_hard_negatives(
-            {"bench": rows}, model, config, corpus=corpus, scratch_dir=work, show_progress_bar=False
-        )
-        negatives = {row["query"]: row["negatives"] for row in result.tasks["bench"] if row["negatives"]}
-    seconds = time.perf_counter() - start
+        from hf_unified_embed.utils.distributed_encode import launched_processes
+
+        with launched_processes() as processes:
+            processes.barrier()  # every process has started: the time is the mining's, not the start-ups'
+            start = time.perf_counter()
+            work = tempfile.mkdtemp(dir=scratch, prefix=f"mine-{processes.rank}-")
+            result = mine_hard_negatives(
+                {"bench": rows},
+                model,
+                config,
+                corpus=corpus,
+                scratch_dir=work,
+                show_progress_bar=False,
+                processes=processes,
+            )
+            negatives = {row["query"]: row["negatives"] for row in result.tasks["bench"] if row["negatives"]}
+            seconds = time.perf_counter() - start
+            if not processes.is_main:
+                options = {**options, "negatives_file": None}
     if options.get("negatives_file"):
         Path(options["negatives_file"]).write_text(json.dumps(negatives))
     return {
@@ -162,15 +184,50 @@ def worker(mode: str, options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_worker(mode: str, options: dict[str, Any]) -> dict[str, Any]:
+def run_worker(mode: str, options: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
     output = subprocess.run(
         [sys.executable, __file__, "--worker", mode, json.dumps(options)],
         check=True,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
     ).stdout
     return json.loads(output.strip().splitlines()[-1])
+
+
+def run_launched(options: dict[str, Any], processes: int) -> list[dict[str, Any]]:
+    """``ours`` in ``processes`` processes under torchrun (loopback only); each process's result, in rank order."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    output = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={processes}",
+            "--master_addr=127.0.0.1",
+            f"--master_port={port}",
+            "--tee=1",
+            __file__,
+            "--worker",
+            "ours",
+            json.dumps(options),
+        ],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+    ).stdout
+    # torchrun's --tee prefixes each process's lines with "[default<rank>]:".
+    results: dict[int, dict[str, Any]] = {}
+    for line in output.splitlines():
+        prefix, _, rest = line.partition("]:")
+        if prefix.startswith("[default") and rest.startswith("{"):
+            results[int(prefix.removeprefix("[default"))] = json.loads(rest)
+    return [results[rank] for rank in sorted(results)]
 
 
 def overlap(ours: dict[str, list[str]], theirs: dict[str, list[str]]) -> float:
@@ -213,6 +270,56 @@ def compare(args: argparse.Namespace, scratch: Path) -> None:
         f"peak RSS ratio {runs['ours']['peak_rss_mb'] / runs['theirs']['peak_rss_mb']:.2f}, "
         f"overlap of their negatives {shared:.4f} "
         f"(negatives: ours {runs['ours']['negatives']:,}, theirs {runs['theirs']['negatives']:,})"
+    )
+
+
+def processes(args: argparse.Namespace, scratch: Path) -> None:
+    """One process against ``--processes`` launched ones, back to back in each of ``--repeat`` rounds, with the
+    machine's own speed-up of work that shares nothing in the same round; the median of the rounds' ratios."""
+    import statistics
+
+    sys.path.insert(0, str(REPO / "bench"))
+    from _process_measure import cpu_loop
+
+    common = {
+        "scratch": str(scratch),
+        "model": args.model,
+        "queries": args.queries,
+        "corpus": args.corpus,
+        "negatives": args.negatives,
+        "relative_margin": args.relative_margin,
+        "batch_size": args.batch_size,
+    }
+    count = args.processes
+    print(
+        f"corpus {args.corpus:,}, queries {args.queries:,}, model {args.model}, device {device()}, {count} processes"
+    )
+    print(
+        f"{'round':>5} {'1 proc s':>9} {'1 proc MB':>10} {'1 all-threads s':>16} {f'{count} procs s':>10} "
+        f"{'max MB/proc':>12} {'time ratio':>11} {'MB ratio':>9} {'machine 1->N':>13} {'overlap':>8}"
+    )
+    rows = []
+    for round_number in range(args.repeat):
+        one = run_worker("ours", {**common, "negatives_file": str(scratch / "one.json")}, {"OMP_NUM_THREADS": "1"})
+        threaded = run_worker("ours", common)
+        launched = run_launched({**common, "negatives_file": str(scratch / "launched.json")}, count)
+        loop = cpu_loop(1) / cpu_loop(count)
+        slowest = max(result["seconds"] for result in launched)
+        largest = max(result["peak_rss_mb"] for result in launched)
+        # Scores of the same pair may differ in the last bits (another split of the matmul), which reorders
+        # near-equal candidates: the share of one process's (query, negative) pairs the processes chose too.
+        shared = overlap(*(json.loads((scratch / f"{name}.json").read_text()) for name in ("launched", "one")))
+        rows.append((slowest / one["seconds"], largest / one["peak_rss_mb"], loop))
+        print(
+            f"{round_number:>5} {one['seconds']:>9.1f} {one['peak_rss_mb']:>10.0f} {threaded['seconds']:>16.1f} "
+            f"{slowest:>10.1f} {largest:>12.0f} {rows[-1][0]:>11.2f} {rows[-1][1]:>9.2f} {loop:>12.2f}x "
+            f"{shared:>8.4f}",
+            flush=True,
+        )
+    time_ratio, memory_ratio, machine = (statistics.median(column) for column in zip(*rows))
+    print(
+        f"median: {count} processes take {time_ratio:.2f}x one process's time with {memory_ratio:.2f}x its peak RSS "
+        f"per process; the machine's own {count}-process speed-up {machine:.2f}x (ceiling {1 / machine:.2f}x)"
     )
 
 
@@ -326,7 +433,7 @@ def main() -> None:
         print(json.dumps(worker(sys.argv[2], json.loads(sys.argv[3]))))
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("compare", "crossover", "scale", "quality"))
+    parser.add_argument("mode", choices=("compare", "crossover", "scale", "processes", "quality"))
     parser.add_argument(
         "--model", help="static, minilm or a model path (default: static; quality: minilm, teacher and student)"
     )
@@ -336,6 +443,7 @@ def main() -> None:
         "--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="scale, crossover: corpus sizes"
     )
     parser.add_argument("--negatives", type=int, default=4)
+    parser.add_argument("--processes", type=int, default=2, help="processes: launched processes")
     parser.add_argument("--repeat", type=int, default=2, help="compare: runs of each miner (the fastest counts)")
     parser.add_argument("--relative-margin", type=float, default=0.05)
     parser.add_argument("--batch-size", type=int, default=256, help="encoding batch size")
@@ -345,7 +453,14 @@ def main() -> None:
     args = parser.parse_args()
     args.model = args.model or ("minilm" if args.mode == "quality" else "static")
     with tempfile.TemporaryDirectory(prefix="bench-mining-") as folder:
-        {"compare": compare, "crossover": crossover, "scale": scale, "quality": quality}[args.mode](args, Path(folder))
+        modes = {
+            "compare": compare,
+            "crossover": crossover,
+            "scale": scale,
+            "processes": processes,
+            "quality": quality,
+        }
+        modes[args.mode](args, Path(folder))
 
 
 if __name__ == "__main__":
