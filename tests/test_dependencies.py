@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from hf_unified_embed.errors import IncompatibleStackError
@@ -78,12 +81,40 @@ def test_lora_under_a_transformers_that_wants_a_newer_peft_names_package_version
     monkeypatch.setattr(stack.metadata, "version", lambda package: versions.get(package) or real_version(package))
     with pytest.raises(IncompatibleStackError) as error:
         stack.check("peft: (LoRA)", stack.peft_needs(), origin="r.yaml")
-    transformers_range = stack.declared("transformers").specifier
+    transformers_range = stack.declared("transformers", "lora").specifier
+    assert str(transformers_range) == "<5.22,>=5.18", "the lora extra's range, narrower than the core's"
     assert str(error.value) == (
         "r.yaml: peft: (LoRA) needs peft>=0.22.0 (transformers 5.24.0 requires it), but peft 0.21.2 is installed; "
         f"fix: pip install 'transformers{transformers_range}' (hf-unified-embed's tested range), "
         "or pip install 'peft>=0.22.0'"
     )
+
+
+@settings(max_examples=20, deadline=None)
+@given(minor=st.integers(min_value=22, max_value=40))
+def test_a_transformers_the_core_allows_is_never_blamed_outside_lora(minor: int) -> None:
+    """transformers 5.22+ is outside only the ``lora`` extra's range: a DeepSpeed run that lacks deepspeed is
+    told to install deepspeed, not to go back to an older transformers."""
+    versions = {"transformers": f"5.{minor}.0"}
+    with pytest.MonkeyPatch.context() as patch:
+        real_version = stack.metadata.version
+        patch.setattr(stack.metadata, "version", lambda p: versions.get(p) or real_version(p))
+        patch.setattr(
+            stack,
+            "installed_version",
+            lambda p: None if p == "deepspeed" else Version(versions.get(p) or real_version(p)),
+        )
+        with pytest.raises(IncompatibleStackError) as error:
+            stack.check("DeepSpeed", [stack.Need("deepspeed", SpecifierSet(">=0.9.3"), f"transformers 5.{minor}.0")])
+    message = str(error.value)
+    assert message.endswith("fix: pip install 'deepspeed>=0.9.3'"), message
+    assert stack.declared("transformers").specifier.contains(f"5.{minor}.0")
+    assert not stack.declared("transformers", "lora").specifier.contains(f"5.{minor}.0")
+
+
+def test_merge_methods_check_mergekit_against_the_merge_extras_range() -> None:
+    (need,) = stack.mergekit_needs()
+    assert str(need.specifier) == ">=0.1.5"
 
 
 def test_a_missing_package_is_named_with_its_install_command(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,11 +31,16 @@ DISTRIBUTION = "hf-unified-embed"
 
 @dataclass(frozen=True)
 class Need:
-    """One package a path needs, within ``specifier``, and who says so."""
+    """One package a path needs, within ``specifier``, and who says so.
+
+    ``extra`` names the extra whose declared ranges the path runs under (``"lora"``): a neighbour named in
+    ``source`` is blamed only when it lies outside the core's ranges and that extra's.
+    """
 
     package: str
     specifier: SpecifierSet
     source: str
+    extra: str | None = None
 
     @property
     def requirement(self) -> str:
@@ -50,8 +55,12 @@ def installed_version(package: str) -> Version | None:
 
 
 @functools.cache
-def declared_ranges() -> dict[str, SpecifierSet]:
-    """This package's declared ranges (every extra included) by canonical package name."""
+def declared_ranges(extra: str | None = None) -> dict[str, SpecifierSet]:
+    """This package's declared ranges by canonical package name: the core's, and ``extra``'s with it.
+
+    An extra narrows a range for its own path only: ``[lora]`` keeps transformers below the releases that
+    refuse the released PEFT, which says nothing about a run without LoRA.
+    """
     try:
         requirements = metadata.requires(DISTRIBUTION) or []
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed
@@ -59,14 +68,16 @@ def declared_ranges() -> dict[str, SpecifierSet]:
     ranges: dict[str, SpecifierSet] = {}
     for text in requirements:
         requirement = Requirement(text)
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": extra or ""}):
+            continue
         name = canonicalize_name(requirement.name)
         ranges[name] = ranges.get(name, SpecifierSet()) & requirement.specifier
     return ranges
 
 
-def declared(package: str) -> Need:
-    """``package`` within the range this package declares for it."""
-    return Need(package, declared_ranges().get(canonicalize_name(package), SpecifierSet()), DISTRIBUTION)
+def declared(package: str, extra: str | None = None) -> Need:
+    """``package`` within the range this package declares for it (in ``extra``, when given, too)."""
+    return Need(package, declared_ranges(extra).get(canonicalize_name(package), SpecifierSet()), DISTRIBUTION)
 
 
 def _fix(need: Need, installed: Version | None, culprit: Need | None) -> str:
@@ -96,7 +107,7 @@ def check(feature: str, needs: list[Need], *, origin: str | None = None) -> None
             continue
         culprit = None
         if need.source != DISTRIBUTION:
-            neighbour = declared(need.source.split()[0])
+            neighbour = declared(need.source.split()[0], need.extra)
             neighbour_version = installed_version(neighbour.package)
             if neighbour_version is not None and not neighbour.specifier.contains(neighbour_version, prereleases=True):
                 culprit = neighbour
@@ -109,13 +120,17 @@ def check(feature: str, needs: list[Need], *, origin: str | None = None) -> None
 
 
 def peft_needs() -> list[Need]:
-    """LoRA: PEFT at least at the minimum the installed transformers accepts, and in the declared range."""
+    """LoRA: PEFT at least at the minimum the installed transformers accepts, and in the declared range.
+
+    A transformers outside the ``lora`` extra's range is blamed (its fix is that range): transformers 5.22+
+    refuses PEFT below 0.22, which core installs allow so that an environment without LoRA keeps them.
+    """
     from transformers.integrations.peft import MIN_PEFT_VERSION
 
     transformers_version = metadata.version("transformers")
     return [
-        Need("peft", SpecifierSet(f">={MIN_PEFT_VERSION}"), f"transformers {transformers_version}"),
-        declared("peft"),
+        Need("peft", SpecifierSet(f">={MIN_PEFT_VERSION}"), f"transformers {transformers_version}", extra="lora"),
+        declared("peft", "lora"),
     ]
 
 
@@ -148,4 +163,4 @@ def deepspeed_needs() -> list[Need]:
 
 def mergekit_needs() -> list[Need]:
     """mergekit's merge methods: mergekit in the declared range (its kernels' API)."""
-    return [declared("mergekit")]
+    return [declared("mergekit", "merge")]
