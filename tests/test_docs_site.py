@@ -209,6 +209,14 @@ def test_the_dependency_table_lists_every_declared_requirement_but_the_dev_extra
     assert "| `[lora]` | `transformers` | `<5.22, >=5.18` |" in table
 
 
+def test_the_loss_table_is_the_losses_own_declaration_wherever_a_page_asks_for_it() -> None:
+    from hf_unified_embed.losses.overview import loss_overview_markdown
+
+    page = "# Losses\n\n<!-- loss-overview -->\n\nMore.\n"
+    assert hook.render(page, REPO) == f"# Losses\n\n{loss_overview_markdown().strip()}\n\n\nMore.\n"
+    assert hook.LOSS_MARKER in (DOCS / "losses.md").read_text(encoding="utf-8")
+
+
 # --- the build -----------------------------------------------------------------------------------------------------
 
 
@@ -231,5 +239,6 @@ def test_the_strict_build_passes_and_holds_the_generated_references(tmp_path: Pa
     assert 'id="sample"' in cli and "hf-unified-embed sample" in cli
     losses = (site / "api" / "losses" / "index.html").read_text(encoding="utf-8")
     assert 'id="hf_unified_embed.losses.MultiPositiveInfoNCELoss"' in losses
+    assert "losses that fit" in (site / "losses" / "index.html").read_text(encoding="utf-8")
     changelog = (site / "changelog" / "index.html").read_text(encoding="utf-8")
     assert f"{hf_unified_embed.__version__}" in changelog
