@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
         "sample",
         help="write the bundled sample data, recipes and suites into a new folder",
         description=(
-            "Write the bundled sample into DIR: raw files of seven real sources (data/, a few hundred rows "
+            "Write the bundled sample into DIR: raw files of six real sources (data/, a few hundred rows "
             "each, with their licences), the build recipe recipes/sample.yaml, the training recipe "
             "recipes/train_sample.yaml and the evaluation suites suites/demo.yaml and suites/sample.yaml; "
             "then print the commands that build, train and evaluate with them."
