@@ -1,7 +1,7 @@
 """``hf-unified-embed sample DIR``: write the bundled sample (raw data, recipes, suites) into a new folder.
 
 The sample is the repository's ``examples/`` subset that the quick start needs: a few hundred rows of
-each real source (``data/``, with their licences), the build recipe ``recipes/sample.yaml``, the training
+each real source (``data/``, with their licenses), the build recipe ``recipes/sample.yaml``, the training
 recipe ``recipes/train_sample.yaml`` and the evaluation suites ``suites/demo.yaml`` (held-out sets) and
 ``suites/sample.yaml``. The wheel carries it as package data (``hf_unified_embed/sample/``,
 ``pyproject.toml``'s ``force-include``); a source checkout reads it from ``examples/``. Paths inside the
@@ -18,7 +18,7 @@ from typing import Any
 #: The sample's files: path in the written folder → path in a source checkout. The wheel's copy
 #: (``hf_unified_embed/sample/<path>``) is made from the same paths (a test keeps the two in step), and
 #: the data are exactly the files the recipes and suites read (the raw training files, the held-out
-#: ``eval/`` sets, the BEIR folder) with their licences.
+#: ``eval/`` sets, the BEIR folder) with their licenses.
 SAMPLE_LAYOUT: dict[str, str] = {
     "data/LICENSES.md": "examples/data/LICENSES.md",
     "data/stsb-train.tsv": "examples/data/stsb-train.tsv",
@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
         help="write the bundled sample data, recipes and suites into a new folder",
         description=(
             "Write the bundled sample into DIR: raw files of six real sources (data/, a few hundred rows "
-            "each, with their licences), the build recipe recipes/sample.yaml, the training recipe "
+            "each, with their licenses), the build recipe recipes/sample.yaml, the training recipe "
             "recipes/train_sample.yaml and the evaluation suites suites/demo.yaml and suites/sample.yaml; "
             "then print the commands that build, train and evaluate with them."
         ),
