@@ -1,4 +1,9 @@
-"""Loss classes (one per file) following the sentence-transformers loss API."""
+"""Loss classes (one per file) following the sentence-transformers loss API.
+
+Each loss declares the columns it reads in its ``column_layout`` (:mod:`~hf_unified_embed.losses.columns`);
+:mod:`~hf_unified_embed.losses.task_fit` checks that declaration against a task's rows before any model loads,
+and :mod:`~hf_unified_embed.losses.overview` renders the "which loss for my data" table from it.
+"""
 
 from hf_unified_embed.losses.angle_joint import AnglEJointLoss
 from hf_unified_embed.losses.codiemb_sts import CoDiEmbSTSLoss
