@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from hf_unified_embed.errors import shown
 from hf_unified_embed.utils.deprecation import install_finder
-from hf_unified_embed.utils.version import package_version
 
-__version__ = package_version()
+#: The installed release, from the package metadata (:func:`hf_unified_embed.utils.version.package_version`);
+#: read on first use by :func:`__getattr__`, so that importing the package does not import importlib.metadata.
+__version__: str
 
 #: The headline names, by the sub-package that defines them.
 _EXPORTS: dict[str, tuple[str, ...]] = {
@@ -230,6 +231,11 @@ install_finder()
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from hf_unified_embed.utils.version import package_version
+
+        globals()[name] = version = package_version()
+        return version
     module = _NAME_TO_MODULE.get(name)
     if module is None and name in _DEPRECATED:
         module = _DEPRECATED[name]

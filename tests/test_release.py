@@ -39,11 +39,23 @@ def test_one_version_in_the_metadata_the_package_and_the_command() -> None:
     assert completed.stdout.strip() == f"hf-unified-embed {declared}"
 
 
+def test_the_version_is_read_only_when_asked_for() -> None:
+    """Importing the package or the command line does not import importlib.metadata (tens of milliseconds of
+    every command's start); ``__version__`` and ``--version`` read it when used."""
+    code = (
+        "import sys, hf_unified_embed, hf_unified_embed.cli.main\n"
+        "before = 'importlib.metadata' in sys.modules\n"
+        "print(before, hf_unified_embed.__version__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", PYPROJECT["project"]["version"]]
+
+
 def test_a_source_tree_without_metadata_reads_its_pyproject(monkeypatch: pytest.MonkeyPatch) -> None:
     def not_installed(name: str) -> str:
         raise metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(version.metadata, "version", not_installed)
+    monkeypatch.setattr(metadata, "version", not_installed)
     assert version.package_version() == PYPROJECT["project"]["version"]
 
 

@@ -31,9 +31,8 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from hf_unified_embed import __version__
 from hf_unified_embed.errors import HfUnifiedEmbedError, one_line
 from hf_unified_embed.utils.processes import command_lifetime, is_main_process, stop_exit_code, stop_seen, stop_signal
 from hf_unified_embed.utils.redaction import RedactingFilter
@@ -57,12 +56,34 @@ NON_MAIN_EXIT_DELAY_S = 60.0
 YOUNG_GENERATION_THRESHOLD = 10_000
 
 
+class VersionAction(argparse.Action):
+    """``--version``: print ``hf-unified-embed <release>`` and exit.
+
+    The release comes from the package metadata (:func:`~hf_unified_embed.utils.version.package_version`),
+    read only when asked for: importing :mod:`importlib.metadata` and scanning the installed distributions
+    would add tens of milliseconds to every command's start.
+    """
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help="print the installed release and exit"
+        )
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        from hf_unified_embed.utils.version import package_version
+
+        print(f"{parser.prog} {package_version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hf-unified-embed",
         description="Unified retrieval + STS embedding training on the Hugging Face stack.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action=VersionAction)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMAND_MODULES:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from importlib import metadata
 from pathlib import Path
 
 #: The distribution name on PyPI.
@@ -23,6 +22,8 @@ def package_version() -> str:
     A source tree put on ``sys.path`` without an install has no metadata: there the release is the
     ``version`` of the checkout's ``pyproject.toml`` (:func:`version_from_pyproject`).
     """
+    from importlib import metadata  # here, not at import: it costs every command tens of milliseconds
+
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
