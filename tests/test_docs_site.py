@@ -206,7 +206,8 @@ def test_the_dependency_table_lists_every_declared_requirement_but_the_dev_extra
             users |= {Requirement(text).name for text in texts}
     assert listed == users
     assert "| every install | `transformers` | `>=5.18` |" in table
-    assert "| `[lora]` | `transformers` | `<5.22, >=5.18` |" in table
+    assert "| `[lora]` | `transformers` | `>=5.18, <5.22` |" in table
+    assert "| every install | `sentence-transformers` | `>=6.2, <7` |" in table
 
 
 def test_the_loss_table_is_the_losses_own_declaration_wherever_a_page_asks_for_it() -> None:

@@ -145,7 +145,10 @@ def dependency_ranges(pyproject: Path) -> str:
         for text in texts:
             requirement = Requirement(text)
             extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
-            allowed = ", ".join(sorted(str(spec) for spec in requirement.specifier)) or "any"
+            lower_first = sorted(
+                requirement.specifier, key=lambda spec: (not spec.operator.startswith(">"), str(spec))
+            )
+            allowed = ", ".join(str(spec) for spec in lower_first) or "any"
             rows.append(f"| {group} | `{requirement.name}{extras}` | `{allowed}` |")
     python = project.get("requires-python", "")
     head = f"Python `{python}`.\n\n" if python else ""
