@@ -188,6 +188,13 @@ class TaskStream:
         self._remainder = PassRemainder(self, remainder) if remainder is not None else None
         if self._window < 0:
             return
+        if self._window_start is not None:
+            problem = _shape_problem(self._window_start, self._pass_source(self._pass).state_dict())
+            if problem is not None:
+                raise InputError(
+                    f"task {shown(self.name)}: the saved stream state, field 'window_start{problem[0]}': {problem[1]}; "
+                    "it is not a position this stream's data has (edited, or saved on other data)"
+                )
         try:  # datasets applies the source's saved state when the first batch is read
             self._open_pass(self._window_start)
             self._rows = self._window_rows()
@@ -250,6 +257,36 @@ class TaskStream:
             generator = np.random.default_rng([self.seed, self._key, self._pass, self._window])
             rows = [rows[index] for index in generator.permutation(len(rows))]
         return rows
+
+
+def _shape_problem(saved: Any, template: Any, where: str = "") -> tuple[str, str] | None:
+    """Where ``saved`` (a source's ``state_dict()`` read back from a checkpoint) is not shaped as ``template`` (the
+    same source's fresh one), and why: the same keys, list lengths and type names, whole numbers >= 0 for
+    numbers. A ``None`` of the template (an inner state not taken yet) may be ``None`` or shaped as its sibling
+    ``examples_iterable`` (datasets keeps the previous state of the iterable it wraps)."""
+    if isinstance(template, dict):
+        if not isinstance(saved, dict) or set(saved) != set(template):
+            return where, f"expected a mapping with keys {sorted(template)}, got {shown(saved)}"
+        for key, inner in template.items():
+            if inner is None and saved[key] is not None and "examples_iterable" in template:
+                inner = template["examples_iterable"]
+            if inner is None and saved[key] is None:
+                continue
+            problem = _shape_problem(saved[key], inner, f"{where}.{key}")
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(template, list):
+        if not isinstance(saved, list) or len(saved) != len(template):
+            return where, f"expected a list of {len(template)}, got {shown(saved)}"
+        for index, (mine, theirs) in enumerate(zip(saved, template)):
+            problem = _shape_problem(mine, theirs, f"{where}[{index}]")
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(template, int) and not isinstance(template, bool):
+        return None if _whole(saved, 0) else (where, f"expected a whole number >= 0, got {shown(saved)}")
+    return None if saved == template else (where, f"expected {shown(template)}, got {shown(saved)}")
 
 
 def _chain(shards: list[IterableDataset]) -> IterableDataset:
