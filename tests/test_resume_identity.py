@@ -273,3 +273,20 @@ def test_a_streaming_recipe_resumed_on_a_rebuilt_folder_is_refused(tiny_model_pa
         train_from_recipe(recipe_from_dict(copy.deepcopy(raw)), overwrite=True)
     raw["data"]["on_data_change"] = "restart"
     assert train_from_recipe(recipe_from_dict(raw), overwrite=True).train_loss is not None
+
+
+def test_an_edited_window_start_is_refused_naming_the_task_and_field(saved) -> None:
+    """The source position inside a state must have the shape of the data's own; before, an edited one ended in
+    a ``TypeError`` deep in datasets some windows later."""
+    folder, state, _ = saved
+    edited = copy.deepcopy(state)
+    start = edited["tasks"]["alpha"]["window_start"]
+    assert start is not None
+    start["examples_iterable"]["num_chunks_since_previous_state"] = None
+    stream = _stream(folder)
+    stream.load_state_dict(edited)
+    with pytest.raises(InputError) as refused:
+        next(iter(stream))
+    message = str(refused.value)
+    assert "task 'alpha'" in message and "window_start.examples_iterable.num_chunks_since_previous_state" in message
+    assert "\n" not in message
