@@ -4,13 +4,14 @@ For each command that writes (``build`` in one and in two processes, ``train``, 
 ``curriculum``, ``evaluate -o``), hypothesis draws a fault and a moment: Ctrl-C (to the whole process group,
 as a terminal sends it), ``kill`` (``SIGTERM``), ``kill -9`` of the main process, a file-size limit
 (``ulimit -f``) of a drawn size, or the output's parent folder removed or made read-only (not as root, whom
-permissions do not stop). Then:
+permissions do not stop). A moment counts from when the command's own code begins (it then ignores
+``SIGXFSZ``): a Ctrl-C within the interpreter's start-up, before that, is Python's, as for any program. Then:
 
 * the command ended with 0, 2 (one ``error:`` line), 130 / 143 (``interrupted``) or was killed, and printed
   no traceback;
 * no process of its session is alive (workers included);
 * the inputs are byte for byte as they were;
-* the output is complete (exit 0) or absent, and nothing the command staged is left beside it (after a
+* the output is complete (a stop after it was in place may leave it, whole) or absent, and nothing the command staged is left beside it (after a
   ``kill -9``: until the next run, which removes it);
 * a rerun succeeds and leaves nothing beside its output.
 

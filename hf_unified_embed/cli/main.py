@@ -110,11 +110,11 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    with command_lifetime():
-        try:
+    try:
+        with command_lifetime():
             return _run(argv)
-        except KeyboardInterrupt:  # Ctrl-C or kill, wherever it lands (an error being reported included)
-            return _interrupted()
+    except KeyboardInterrupt:  # Ctrl-C or kill, wherever it lands: an error being reported, the command's end
+        return _interrupted()
 
 
 def _run(argv: Sequence[str] | None) -> int:

@@ -106,6 +106,8 @@ class _Forks:
 
 
 _COMMAND: _Command | None = None
+#: The stopping signal the running (or the last) command of this process got.
+_STOPPED_BY: int | None = None
 _HOOK_REGISTERED = False
 
 
@@ -153,11 +155,12 @@ def _after_fork_in_child() -> None:
 
 def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
     """Raise ``KeyboardInterrupt`` in the command's main thread, and make sure it ends the command."""
+    global _STOPPED_BY
     command = _COMMAND
     if command is None or command.pid != os.getpid() or command.seen.is_set():
         return  # not the command's process, or the command is already ending: let its clean-up finish
     if command.signum is None:
-        command.signum = signum
+        command.signum = _STOPPED_BY = signum
         _end_children()
         threading.Thread(target=_enforce_stop, args=(command,), name="stop", daemon=True).start()
     raise KeyboardInterrupt
@@ -194,8 +197,8 @@ def _enforce_stop(command: _Command) -> None:
 
 
 def stop_signal() -> int | None:
-    """The stopping signal (``SIGINT``, ``SIGTERM``) the running command got, or ``None``."""
-    return _COMMAND.signum if _COMMAND is not None else None
+    """The stopping signal (``SIGINT``, ``SIGTERM``) the running (or the last) command got, or ``None``."""
+    return _STOPPED_BY
 
 
 def stop_seen() -> None:
@@ -206,7 +209,7 @@ def stop_seen() -> None:
 
 def stop_exit_code() -> int:
     """128 plus the stopping signal, as a shell reports a command a signal ended (130 after Ctrl-C)."""
-    return 128 + (stop_signal() or signal.SIGINT)
+    return 128 + (_STOPPED_BY or signal.SIGINT)
 
 
 @contextlib.contextmanager
@@ -224,7 +227,7 @@ def command_lifetime() -> Iterator[None]:
 
     Only in the main thread (signal handlers can be set nowhere else); elsewhere the command just runs.
     """
-    global _COMMAND, _HOOK_REGISTERED
+    global _COMMAND, _HOOK_REGISTERED, _STOPPED_BY
     if threading.current_thread() is not threading.main_thread() or _COMMAND is not None:
         yield
         return
@@ -234,6 +237,7 @@ def command_lifetime() -> Iterator[None]:
         os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
         _HOOK_REGISTERED = True
     command = _COMMAND = _Command()
+    _STOPPED_BY = None
     previous = {signum: signal.signal(signum, _on_stop_signal) for signum in STOP_SIGNALS}
     if hasattr(signal, "SIGXFSZ"):
         previous[signal.SIGXFSZ] = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -241,6 +245,7 @@ def command_lifetime() -> Iterator[None]:
     try:
         yield
     finally:
+        command.seen.set()  # first: no stop is raised again from here on (the caller catches one raised before)
         _Forks.active = False
         command.ended.set()
         _COMMAND = None
