@@ -44,6 +44,7 @@ CONSOLE_SCRIPT = str(Path(sys.executable).parent / "hf-unified-embed")
 LOSS_NAMES = [
     *sorted({name for name in package_losses.__all__ if name.endswith("Loss")} - {"EmbeddingLoss", "KeepBaseLoss"}),
     *("MultipleNegativesRankingLoss", "CoSENTLoss", "CosineSimilarityLoss", "OnlineContrastiveLoss", "TripletLoss"),
+    *("MegaBatchMarginLoss", "MarginMSELoss", "DenoisingAutoEncoderLoss"),  # two columns only; inputs no row holds
 ]
 
 #: "all" rows carry the column, "some" (every other row), or "none".
@@ -178,6 +179,7 @@ TRAINED = [
     ("DistillKLLoss", "retrieval", "all", "none", 3),
     ("DistillMarginMSELoss", "retrieval", "all", "all", 1),
     ("TripletLoss", "retrieval", "none", "all", 1),
+    ("MegaBatchMarginLoss", "retrieval", "none", "all", 3),
     ("CurriculumInfoNCELoss", "retrieval", "none", "some", 1),
 ]
 
@@ -236,6 +238,14 @@ def test_a_refused_pair_names_what_is_missing_and_what_fits() -> None:
     assert check("DistillKLLoss", {**mixed, "negatives": "none"}) is None  # no row has any: positives only
     curriculum = str(check("CurriculumInfoNCELoss", retrieval))
     assert "it needs difficulty (no such column: add it with hf-unified-embed curriculum)" in curriculum
+    for name in (
+        "MarginMSELoss",
+        "DenoisingAutoEncoderLoss",
+    ):  # sentence-transformers' losses the collator cannot feed
+        assert (
+            f"cannot train with {name}: the columns and labels this sentence-transformers loss reads are not known"
+            in str(check(name, retrieval))
+        )
     unlabelled = {**retrieval, "task_type": "clustering", "no_positives": True}
     assert "no known loss fits this task" in str(check("MultiPositiveInfoNCELoss", unlabelled))
 

@@ -106,12 +106,29 @@ def _is_stand_in(loss: nn.Module) -> bool:
     return "_parameters" not in loss.__dict__
 
 
-def _name(loss: nn.Module) -> str:
-    # A wrapper (MatryoshkaLoss, KeepBaseLoss) is named for the loss inside it, which reads the columns.
+def _innermost(loss: nn.Module) -> nn.Module:
+    # A wrapper (MatryoshkaLoss, KeepBaseLoss) keeps the loss that reads the columns in `.loss`.
     inner = getattr(loss, "loss", None)
     while isinstance(inner, nn.Module):
         loss, inner = inner, getattr(inner, "loss", None)
-    return type(loss).__name__
+    return loss
+
+
+def _name(loss: nn.Module) -> str:
+    return type(_innermost(loss)).__name__
+
+
+def _undeclared_sentence_transformers_loss(loss: nn.Module) -> bool:
+    """A sentence-transformers loss the collator would lay out by task type, guessing (``MarginMSELoss``
+    wants score margins, ``SoftmaxLoss`` class ids, ``MSELoss`` teacher embeddings: none is in unified rows)."""
+    from hf_unified_embed.training.layout import SENTENCE_TRANSFORMERS_LAYOUTS
+
+    inner = _innermost(loss)
+    return (
+        type(inner).__module__.startswith("sentence_transformers.")
+        and not callable(getattr(inner, "column_layout", None))
+        and type(inner).__name__ not in SENTENCE_TRANSFORMERS_LAYOUTS
+    )
 
 
 def known_losses() -> dict[str, type[nn.Module]]:
@@ -170,12 +187,14 @@ def check_loss_fits(loss: nn.Module, task: TaskColumns, negatives_per_query: int
     except ValueError as error:
         problem = str(error).rstrip(".")
     else:
-        if layout is None:
+        if _undeclared_sentence_transformers_loss(loss):
+            problem = "the columns and labels this sentence-transformers loss reads are not known to the collator"
+        elif layout is None:
             return  # described once built (losses_for_tasks checks the built loss)
-        missing = layout.missing(task)
-        if not missing:
+        elif missing := layout.missing(task):
+            problem = "it needs " + "; ".join(missing)
+        else:
             return
-        problem = "it needs " + "; ".join(missing)
     fitting = losses_that_fit(task, negatives_per_query)
     suggestion = f"losses that fit this task: {', '.join(fitting)}" if fitting else "no known loss fits this task"
     raise LossFitError(

@@ -22,8 +22,9 @@ from hf_unified_embed.schema import DIFFICULTY_COLUMN
 #: Task types whose rows are sentence pairs with a graded score (CoDiEmb's STS data organisation).
 SCORED_PAIR_TASK_TYPES: tuple[str, ...] = ("sts", "pair_classification")
 
-#: sentence-transformers' losses by class name: ``"scored_pair"``, ``"contrastive"`` (query, positive, K− negatives)
-#: or ``"triplet"`` (query, positive and exactly one hard negative of the row's own).
+#: sentence-transformers' losses by class name: ``"scored_pair"``, ``"contrastive"`` (query, positive, K− negatives),
+#: ``"pair"`` (query and positive only) or ``"triplet"`` (query, positive and exactly one hard negative of the
+#: row's own). The recipe check refuses any other of their losses: what it reads is not known here.
 SENTENCE_TRANSFORMERS_LAYOUTS: dict[str, str] = {
     **dict.fromkeys(
         ("CoSENTLoss", "AnglELoss", "CosineSimilarityLoss", "ContrastiveLoss", "OnlineContrastiveLoss"), "scored_pair"
@@ -39,6 +40,7 @@ SENTENCE_TRANSFORMERS_LAYOUTS: dict[str, str] = {
         ),
         "contrastive",
     ),
+    "MegaBatchMarginLoss": "pair",
     "TripletLoss": "triplet",
 }
 
@@ -75,6 +77,8 @@ def layout_for_loss(loss: nn.Module, task_type: str, negatives_per_query: int = 
         kind = "scored_pair" if task_type in SCORED_PAIR_TASK_TYPES else "contrastive"
     if kind == "scored_pair":
         return ColumnLayout.scored_pair()
+    if kind == "pair":
+        return ColumnLayout.pair()
     if kind == "triplet":  # (anchor, positive, negative): never fewer or more columns
         return ColumnLayout(positives=1, negatives=1, hard_negatives=True)
     return ColumnLayout(positives=1, negatives=negatives_per_query)
