@@ -268,3 +268,57 @@ def test_each_process_of_a_node_encodes_on_its_own_gpu(local_rank: int, devices:
     assert chosen == (f"cuda:{local_rank % devices}" if asked in (None, "cuda") else asked)
     with mock.patch.dict(os.environ, {"LOCAL_WORLD_SIZE": "1"}):
         assert process_device(asked) == asked
+
+
+@pytest.mark.multiprocess
+def test_a_multi_process_pool_encodes_for_the_miner_and_the_suite(unified_dir: Path, static_model_path: str) -> None:
+    """sentence-transformers' pool (two CPU processes here; GPUs in use) is passed through to every ``encode``."""
+    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.evaluation import run_suite
+    from hf_unified_embed.negatives import HardNegativeConfig, mine_hard_negatives
+
+    model = SentenceTransformer(static_model_path, device="cpu")
+    tasks = load_unified(unified_dir, ["trecqa"])
+    config = HardNegativeConfig(relative_margin=0.01, query_block=8)
+    suite = {"data_root": str(REPO / "examples" / "data"), "evaluations": []}
+    suite["evaluations"] = [
+        {"name": "stsb", "kind": "sts", "source": "stsb", "data_files": "stsb-train.tsv", "split": "train"},
+        {"name": "msmarco", "kind": "retrieval", "source": "beir", "data_files": "msmarco-dl-sample", "split": "test"},
+    ]
+    alone = mine_hard_negatives(tasks, model, config, show_progress_bar=False).tasks["trecqa"]
+    metrics = run_suite(model, suite, diagnostics=False, show_progress_bar=False).to_dict()["results"]
+    pool = model.start_multi_process_pool(["cpu", "cpu"])
+    try:
+        pooled = mine_hard_negatives(tasks, model, config, show_progress_bar=False, pool=pool).tasks["trecqa"]
+        pooled_metrics = run_suite(model, suite, diagnostics=False, show_progress_bar=False, pool=pool)
+    finally:
+        model.stop_multi_process_pool(pool)
+    assert pooled["negatives"] == alone["negatives"]
+    for a, b in zip(pooled["negative_scores"], alone["negative_scores"]):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    for name, entry in pooled_metrics.to_dict()["results"].items():
+        assert entry["metrics"] == pytest.approx(metrics[name]["metrics"], rel=1e-6)
+
+
+def test_a_static_model_mines_a_task_with_an_instruction(static_model_path: str) -> None:
+    """A static embedding model has no length limit (``max_seq_length`` is infinite): the instruction check
+    lets every instruction through instead of failing with a TypeError on slicing."""
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformer
+
+    from hf_unified_embed.negatives import HardNegativeConfig, mine_hard_negatives
+    from hf_unified_embed.schema import UNIFIED_FEATURES
+
+    model = SentenceTransformer(static_model_path, device="cpu")
+    assert model.max_seq_length == float("inf")
+    row = {"task": "qa", "task_type": "retrieval", "negatives": [], "positive_scores": [], "negative_scores": []}
+    rows = [
+        {**row, "query_instruction": "Find the passage: ", "document_instruction": "", "query": f"q {i}"}
+        | {"positives": [f"passage number {i} about rivers"]}
+        for i in range(12)
+    ]
+    tasks = {"qa": Dataset.from_list(rows, features=UNIFIED_FEATURES)}
+    config = HardNegativeConfig(num_negatives=2, relative_margin=None)
+    mined = mine_hard_negatives(tasks, model, config, show_progress_bar=False).tasks["qa"]
+    assert all(len(negatives) == 2 for negatives in mined["negatives"])

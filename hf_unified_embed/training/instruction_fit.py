@@ -12,6 +12,7 @@ evaluation suite entry gives its evaluator; :func:`long_instruction_warning` is 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,13 +50,14 @@ def check_instruction_room(tokenizer: Any, instruction: str, max_seq_length: int
     Args:
         tokenizer: the model's tokenizer.
         instruction: the prompt put in front of every text (empty: nothing to check).
-        max_seq_length: the model's; ``None`` (no limit known) checks nothing.
+        max_seq_length: the model's; ``None`` (no limit known) or infinite (a static embedding model's: it
+            truncates nothing) checks nothing.
         where: names the task and the field in the error, e.g. ``"task 'wikiqa', field 'query_instruction'"``.
 
     Raises:
         InputError: naming ``where``, the instruction's tokens and ``max_seq_length``.
     """
-    if not instruction.strip() or not max_seq_length:
+    if not instruction.strip() or not max_seq_length or not math.isfinite(max_seq_length):
         return
     tokens = instruction_tokens(tokenizer, instruction, max_seq_length)
     needed = text_room(max_seq_length)
