@@ -17,7 +17,7 @@ import contextlib
 import datetime
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -94,7 +94,7 @@ class EncodingProcesses:
             pieces.append(part[: stop - start])
         return torch.cat(pieces)
 
-    def all_reduce(self, tensor: torch.Tensor, op: str) -> torch.Tensor:
+    def all_reduce(self, tensor: torch.Tensor, op: Literal["sum", "max"]) -> torch.Tensor:
         """``tensor`` reduced over the processes with ``op`` (``"sum"`` or ``"max"``), on the host."""
         if not self.distributed:
             return tensor
@@ -157,7 +157,7 @@ def encode_shared(
     Returns:
         The embeddings of every text, in order, in the form ``encode`` returns them.
     """
-    if not processes.distributed:
+    if not processes.distributed or not len(texts):  # every process knows the length: nothing to exchange
         return encode(texts, **kwargs)
     # The processes agree on which texts to encode, not always on their order: sentence-transformers' evaluators
     # list a set of texts, whose order follows the process's own string hashing (PYTHONHASHSEED). Slices of
