@@ -4,9 +4,11 @@
 truncated Parquet file and mixes stray files into the ``all`` config. These checks run first, with
 pyarrow only, and name the file, task and field of the first problem:
 
-* the card (``README.md``): every config name and split follows the naming rule and its
-  ``data_files`` are exactly ``data/<task>/<split>-*.parquet`` (so no card can send a reader
-  outside the folder);
+* the card (``README.md``): readable (a binary or broken card is one line, not a YAML traceback); every
+  config name and split follows the naming rule and its ``data_files`` are exactly
+  ``data/<task>/<split>-*.parquet`` (so no card can send a reader outside the folder); its ``dataset_info``
+  declares, for a task, only the task's splits, the rows its shards hold and the unified columns (readers
+  weigh tasks by these counts and ``datasets`` casts every row to these columns);
 * the layout: under ``data/`` only declared task folders holding complete shard sets
   ``<split>-NNNNN-of-NNNNN.parquet`` of declared splits; in the root only the card, ``data/`` and
   plain documentation, plot and plan files (:data:`ROOT_FILE_SUFFIXES`);
