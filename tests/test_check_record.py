@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from huggingface_hub.utils import filter_repo_objects
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,7 @@ from hf_unified_embed.cli.main import main
 from hf_unified_embed.data import load_unified, row_check, stream_unified
 from hf_unified_embed.data.check_record import CHECK_RECORD, CHECK_VERSION, read_record
 from hf_unified_embed.errors import UnifiedSchemaError
+from hf_unified_embed.hub.publishing import IGNORE_PATTERNS
 from hf_unified_embed.utils.outputs import MARKER, not_written_by_tool
 
 REPO = Path(__file__).resolve().parent.parent
@@ -74,6 +76,8 @@ def test_build_records_every_shard_and_the_folder_stays_the_tool_s(built: Path) 
     assert data["version"] == CHECK_VERSION and data["written_by"] == "hf-unified-embed"
     assert CHECK_RECORD in json.loads((built / MARKER).read_text())["files"]
     assert not_written_by_tool(built) is None  # --overwrite may still replace it
+    # The record speaks of local files: push leaves it out, as it leaves out the manifest.
+    assert list(filter_repo_objects([CHECK_RECORD, "README.md"], ignore_patterns=IGNORE_PATTERNS)) == ["README.md"]
     assert main(["validate", str(built)]) == 0  # the strict root check allows the record
     assert not_written_by_tool(built) is None
 
