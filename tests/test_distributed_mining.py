@@ -322,3 +322,24 @@ def test_a_static_model_mines_a_task_with_an_instruction(static_model_path: str)
     config = HardNegativeConfig(num_negatives=2, relative_margin=None)
     mined = mine_hard_negatives(tasks, model, config, show_progress_bar=False).tasks["qa"]
     assert all(len(negatives) == 2 for negatives in mined["negatives"])
+
+
+@pytest.mark.multiprocess
+def test_a_curriculum_planned_by_two_processes_is_one_process_plan(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path
+) -> None:
+    from hf_unified_embed.curriculum import CurriculumPlan
+
+    arguments = ["curriculum", str(unified_dir), "--teacher", tiny_model_path, "--tasks", "stsb,wikiqa,trecqa"]
+    options = ["--n-samples", "25", "--iterations", "2000", "--negative-pool", "16", "--batch-size", "16"]
+    assert main([*arguments, "-o", str(tmp_path / "one"), *options]) == 0
+    completed = run(_torchrun(*arguments, "-o", str(tmp_path / "two"), *options), expected=LAUNCH, env=_environment())
+    assert completed.returncode == 0, failure(completed)
+    assert completed.stdout.count("wrote ") == 1, "the first process reports"
+    one, two = (CurriculumPlan.load(tmp_path / name) for name in ("one", "two"))
+    assert one.order == two.order
+    np.testing.assert_allclose(one.similarity, two.similarity, atol=1e-5)
+    first, second = load_unified(tmp_path / "one"), load_unified(tmp_path / "two")
+    for task in first:
+        np.testing.assert_allclose(first[task]["difficulty"], second[task]["difficulty"], atol=1e-5, err_msg=task)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "two"]

@@ -8,11 +8,15 @@ Encoding the distinct texts — the expensive part — can be split over process
 
     hf-unified-embed curriculum DATA --teacher MODEL -o OUT --shard 0/4    # ... up to 3/4, anywhere
     hf-unified-embed curriculum DATA --teacher MODEL -o OUT --merge        # reads OUT.shards/
+
+or run unchanged under ``torchrun --nproc_per_node=N`` / ``accelerate launch``: each process encodes its
+slice of the texts on its own device, every one gets all the embeddings, and the first writes OUT.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import re
 from collections.abc import Mapping
@@ -25,6 +29,7 @@ from hf_unified_embed.utils.model_loading import load_model
 
 if TYPE_CHECKING:
     from hf_unified_embed.curriculum.planner import CurriculumResult
+    from hf_unified_embed.utils.distributed_encode import EncodingProcesses
 
 logger = logging.getLogger(__name__)
 
@@ -79,9 +84,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--shard encodes one shard and --merge combines them; use one of them")
     if (args.shard or args.merge) and args.no_difficulty:
         raise UsageError("--shard/--merge split the difficulty encoding; they make no sense with --no-difficulty")
+    from hf_unified_embed.utils.distributed_encode import launched_processes
     from hf_unified_embed.utils.locations import looks_local
     from hf_unified_embed.utils.model_loading import check_model_location
-    from hf_unified_embed.utils.outputs import StagedOutput, check_location
+    from hf_unified_embed.utils.outputs import StagedOutput, check_location, check_output
+    from hf_unified_embed.utils.processes import is_main_process, quiet_progress_bars
 
     check_model_location(args.teacher, "--teacher")  # a mistyped local path: a missing folder, not a Hub lookup
     # The data and a local teacher are inputs: no output may be, hold or lie inside them.
@@ -95,10 +102,19 @@ def run(args: argparse.Namespace) -> int:
         inputs.append(shard_dir)  # --merge reads the shards
 
     # Dataset, plan and plots appear together or not at all. The stage exists before the teacher
-    # runs, so an unwritable output fails at once and a killed run leaves only a stale stage.
-    with StagedOutput(args.output, overwrite=args.overwrite, inputs=inputs) as stage:
-        result = _plan(args, shard_dir)
-        _write(result, stage.path, args.data)
+    # runs, so an unwritable output fails at once and a killed run leaves only a stale stage. Under a
+    # launcher every process encodes its share and the first one writes; the others check the output alike.
+    main = is_main_process()
+    if not main:
+        check_output(args.output, overwrite=args.overwrite, inputs=inputs)
+        quiet_progress_bars()  # rank 0 draws the run's bars, and its error line starts a line of its own
+    stage = StagedOutput(args.output, overwrite=args.overwrite, inputs=inputs) if main else None
+    with stage or contextlib.nullcontext(), launched_processes() as processes:
+        result = _plan(args, shard_dir, processes)
+        if stage is not None:
+            _write(result, stage.path, args.data)
+    if stage is None:
+        return 0
     plan = result.plan
     print(f"task order ({len(plan.order)} tasks, Eq. 6 score {plan.score:.4f}): {' -> '.join(plan.order)}")
     print(f"wrote {stage.target} (dataset{' with difficulty' if result.difficulty else ''}, plan and plots)")
@@ -140,7 +156,7 @@ def _encode_shard(args: argparse.Namespace, shard: tuple[int, int], shard_dir: P
     return 0
 
 
-def _plan(args: argparse.Namespace, shard_dir: Path) -> CurriculumResult:
+def _plan(args: argparse.Namespace, shard_dir: Path, processes: EncodingProcesses) -> CurriculumResult:
     from hf_unified_embed.curriculum import DistinctTexts, difficulty_from_embeddings, plan_curriculum
     from hf_unified_embed.curriculum.texts import load_shards
     from hf_unified_embed.data import load_unified
@@ -168,6 +184,7 @@ def _plan(args: argparse.Namespace, shard_dir: Path) -> CurriculumResult:
         difficulty=difficulty,
         negative_pool=args.negative_pool,
         batch_size=args.batch_size,
+        processes=processes,
     )
 
 
@@ -210,5 +227,7 @@ def _write(result: CurriculumResult, folder: Path, data: str) -> None:
 def _teacher(args: argparse.Namespace) -> Any:
     """The ``--teacher`` model (a bidirectional model this package trained loads too)."""
     from hf_unified_embed.training.bidirectional_transformer import load_sentence_transformer
+    from hf_unified_embed.training.devices import process_device
 
-    return load_model(args.teacher, "--teacher", device=args.device, loader=load_sentence_transformer)
+    device = process_device(args.device)  # under a launcher, each process of a node on its own GPU
+    return load_model(args.teacher, "--teacher", device=device, loader=load_sentence_transformer)

@@ -27,6 +27,7 @@ from datasets import Dataset, DatasetDict
 from hf_unified_embed.curriculum.texts import DistinctTexts, TaskTextIds
 from hf_unified_embed.errors import shown
 from hf_unified_embed.schema import DIFFICULTY_COLUMN, DIFFICULTY_FEATURE
+from hf_unified_embed.utils.distributed_encode import ONE_PROCESS, EncodingProcesses
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -140,6 +141,7 @@ def score_difficulty(
     negative_pool: int = 1_024,
     seed: int = 0,
     show_progress_bar: bool | None = None,
+    processes: EncodingProcesses = ONE_PROCESS,
 ) -> dict[str, np.ndarray]:
     """Data-CUBE's instance difficulty φ = cos(q, d+) − cos(q, d−) (Eq. 8) for every row of every task.
 
@@ -154,6 +156,8 @@ def score_difficulty(
             take the hardest from (0: no negative term).
         seed: seeds the choice of the pool.
         show_progress_bar: ``False`` hides the progress bar.
+        processes: the processes of a launched run, each encoding its slice of the inputs (every one gets
+            every φ).
 
     Returns:
         ``{task: float32 array of φ, one per row in row order}``.
@@ -168,7 +172,9 @@ def score_difficulty(
         tasks = add_difficulty(tasks, scores)
     """
     distinct = DistinctTexts.from_tasks(tasks)
-    embeddings = distinct.encode(model, batch_size=batch_size, show_progress_bar=show_progress_bar)
+    embeddings = distinct.encode(
+        model, batch_size=batch_size, show_progress_bar=show_progress_bar, processes=processes
+    )
     return difficulty_from_embeddings(distinct, embeddings, negative_pool, seed)
 
 

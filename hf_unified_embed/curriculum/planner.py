@@ -13,6 +13,7 @@ from hf_unified_embed.curriculum.difficulty import DIFFICULTY_RULE, add_difficul
 from hf_unified_embed.curriculum.plan import CurriculumPlan, TaskStatistics
 from hf_unified_embed.curriculum.representations import cosine_similarity_matrix, task_representations
 from hf_unified_embed.curriculum.task_order import Method, solve_task_order
+from hf_unified_embed.utils.distributed_encode import ONE_PROCESS, EncodingProcesses
 from hf_unified_embed.utils.locations import public_name
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ def plan_curriculum(
     negative_pool: int = 1_024,
     batch_size: int = 64,
     show_progress_bar: bool | None = None,
+    processes: EncodingProcesses = ONE_PROCESS,
 ) -> CurriculumResult:
     """Plan a Data-CUBE curriculum for ``tasks`` with ``model`` as the teacher.
 
@@ -52,6 +54,9 @@ def plan_curriculum(
     2. Task order maximising Eq. 6 with :func:`~hf_unified_embed.curriculum.solve_task_order`.
     3. Instance difficulty φ (Eq. 8) for every row, added as the float32 ``difficulty`` column —
        computed here, or taken from ``difficulty`` (e.g. merged from sharded runs).
+
+    With ``processes`` (a launched run) every process calls this alike: each encodes its slice of the texts
+    of steps 1 and 3, and every one gets the same result.
 
     Returns:
         a :class:`CurriculumResult` with the :class:`CurriculumPlan`, the scored tasks and the φ arrays.
@@ -62,7 +67,13 @@ def plan_curriculum(
     teacher_name = public_name(teacher_name) if teacher_name else None
     names = list(tasks)
     representations = task_representations(
-        model, tasks, n_samples=n_samples, seed=seed, batch_size=batch_size, show_progress_bar=show_progress_bar
+        model,
+        tasks,
+        n_samples=n_samples,
+        seed=seed,
+        batch_size=batch_size,
+        show_progress_bar=show_progress_bar,
+        processes=processes,
     )
     similarity = cosine_similarity_matrix(representations)
     solved = solve_task_order(
@@ -86,6 +97,7 @@ def plan_curriculum(
             negative_pool=negative_pool,
             seed=seed,
             show_progress_bar=show_progress_bar,
+            processes=processes,
         )
     if scores:
         difficulty_settings = {

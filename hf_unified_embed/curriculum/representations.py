@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from hf_unified_embed.errors import shown
 from hf_unified_embed.schema import task_instruction
+from hf_unified_embed.utils.distributed_encode import ONE_PROCESS, EncodingProcesses, encode_shared
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -46,6 +47,7 @@ def task_representations(
     seed: int = 0,
     batch_size: int = 64,
     show_progress_bar: bool | None = None,
+    processes: EncodingProcesses = ONE_PROCESS,
 ) -> np.ndarray:
     """Eq. 4: per task, the mean teacher embedding of ``n_samples`` sampled queries.
 
@@ -56,6 +58,8 @@ def task_representations(
         seed: seeds the sampling.
         batch_size: encoding batch size.
         show_progress_bar: ``False`` hides the per-task progress bar.
+        processes: the processes of a launched run, each encoding its slice of every task's sampled queries
+            (every one gets every representation).
 
     Returns:
         float32 ``(len(tasks), dim)`` array, one row per task in the mapping's order.
@@ -63,13 +67,23 @@ def task_representations(
     samples = sample_query_rows(tasks, n_samples, seed)
     rows = []
     for task, dataset in tqdm(
-        tasks.items(), total=len(tasks), desc="Task representations", unit="task", disable=show_progress_bar is False
+        tasks.items(),
+        total=len(tasks),
+        desc="Task representations",
+        unit="task",
+        disable=processes.show_progress(show_progress_bar) is False,
     ):
         table = dataset.select_columns(["query_instruction", "query"]).with_format("arrow")[:]
         prompt = task_instruction(table, "query_instruction", task)
         queries = table.column("query").take(samples[task]).to_pylist()
-        embeddings = model.encode(
-            queries, prompt=prompt or None, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
+        embeddings = encode_shared(
+            model.encode,
+            queries,
+            processes,
+            prompt=prompt or None,
+            batch_size=batch_size,
+            convert_to_numpy=True,
+            show_progress_bar=False,
         )
         rows.append(embeddings.mean(axis=0))
     return np.stack(rows).astype(np.float32)

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from hf_unified_embed.errors import InputError, InputNotFoundError
 from hf_unified_embed.schema import task_instruction
+from hf_unified_embed.utils.distributed_encode import ONE_PROCESS, EncodingProcesses, encode_shared
 from hf_unified_embed.utils.outputs import StagedOutput
 
 if TYPE_CHECKING:
@@ -156,9 +157,22 @@ class DistinctTexts:
         ids: np.ndarray | None = None,
         batch_size: int = 64,
         show_progress_bar: bool | None = None,
+        processes: EncodingProcesses = ONE_PROCESS,
     ) -> np.ndarray:
-        """Encode inputs ``ids`` (default all) with their prompts; returns float32 ``(len(ids), dim)`` embeddings."""
+        """Encode inputs ``ids`` (default all) with their prompts; returns float32 ``(len(ids), dim)`` embeddings.
+
+        With ``processes`` (a launched run) each process encodes a contiguous slice of ``ids`` and every one
+        gets all the embeddings.
+        """
         selected = np.arange(len(self.texts), dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
+        if processes.distributed:
+            progress = processes.show_progress(show_progress_bar)
+            whole = encode_shared(
+                lambda part: self.encode(model, np.asarray(part, dtype=np.int64), batch_size, progress),
+                selected.tolist(),
+                processes,
+            )
+            return np.asarray(whole, dtype=np.float32)
         dimension = model.get_embedding_dimension()
         embeddings = np.zeros((len(selected), dimension or 0), dtype=np.float32)
         chunk = batch_size * ENCODE_CHUNK_BATCHES
