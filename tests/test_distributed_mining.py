@@ -343,3 +343,44 @@ def test_a_curriculum_planned_by_two_processes_is_one_process_plan(
     for task in first:
         np.testing.assert_allclose(first[task]["difficulty"], second[task]["difficulty"], atol=1e-5, err_msg=task)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "two"]
+
+
+@pytest.mark.multiprocess
+def test_a_merge_search_by_two_processes_scores_and_writes_as_one_process(
+    tiny_model_path: str, tmp_path: Path
+) -> None:
+    import yaml
+    from _merge_helpers import noisy_copy, read_weights
+
+    base = noisy_copy(tiny_model_path, tmp_path / "base", 0, scale=0.0)
+    tuned = noisy_copy(tiny_model_path, tmp_path / "run", 1, scale=0.05)
+    suite = {
+        "data_root": str(REPO / "examples" / "data"),
+        "evaluations": [
+            {"name": "stsb", "kind": "sts", "source": "stsb", "data_files": "stsb-train.tsv", "split": "train"},
+            {"name": "msrp", "kind": "pair_classification", "source": "msrp", "data_files": "msrp-train.tsv"}
+            | {"split": "train"},
+        ],
+    }
+    for name in ("one", "two"):
+        recipe = {
+            "method": "slerp",
+            "models": [str(base), str(tuned)],
+            "output_dir": str(tmp_path / name),
+            "search": {"suite": suite, "parameters": {"t": [0.2, 0.8]}, "objective": {"stsb": 1.0, "msrp": 1.0}},
+        }
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(recipe))
+    assert main(["merge", str(tmp_path / "one.yaml"), "--no-progress"]) == 0
+    completed = run(
+        _torchrun("merge", str(tmp_path / "two.yaml"), "--no-progress"), expected=LAUNCH, env=_environment()
+    )
+    assert completed.returncode == 0, failure(completed)
+    assert completed.stdout.strip().endswith("two") and completed.stdout.count("score") == 2, failure(completed)
+    one, two = (json.loads((tmp_path / name / "merge_search.json").read_text()) for name in ("one", "two"))
+    assert one["best"] == two["best"]
+    for a, b in zip(one["candidates"], two["candidates"]):
+        assert a["parameters"] == b["parameters"]
+        assert b["metrics"] == pytest.approx(a["metrics"], rel=1e-6)
+    weights = read_weights(tmp_path / "two")
+    for key, value in read_weights(tmp_path / "one").items():
+        torch.testing.assert_close(weights[key], value)

@@ -209,7 +209,16 @@ def run(args: argparse.Namespace) -> int:
     if config.search is None:
         print(run_merge(config, show_progress=not args.no_progress))
         return 0
-    result = run_search(config, show_progress=not args.no_progress)
+    from hf_unified_embed.utils.distributed_encode import launched_processes
+    from hf_unified_embed.utils.processes import is_main_process, quiet_progress_bars
+
+    if not is_main_process():
+        quiet_progress_bars()  # rank 0 draws the run's bars, and its error line starts a line of its own
+    # Under a launcher every process merges each candidate and encodes its share of the suite; rank 0 writes.
+    with launched_processes() as processes:
+        result = run_search(config, show_progress=not args.no_progress, processes=processes)
+    if not processes.is_main:
+        return 0
     for index, candidate in enumerate(result.candidates):
         mark = "*" if index == result.best_index else " "
         print(f"{mark} {index:3d} {candidate.parameters} score {candidate.score:.4f} {candidate.metrics}")

@@ -30,10 +30,12 @@ together.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import math
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,7 +56,9 @@ from hf_unified_embed.merge.card import METRIC_DIGITS
 from hf_unified_embed.merge.engine import FolderSink, MemorySink
 from hf_unified_embed.merge.merge_config import CardConfig, MergeConfig, SearchConfig
 from hf_unified_embed.merge.methods import MergeMethod
-from hf_unified_embed.utils.outputs import StagedOutput
+from hf_unified_embed.training.devices import process_device
+from hf_unified_embed.utils.distributed_encode import ONE_PROCESS, EncodingProcesses
+from hf_unified_embed.utils.outputs import StagedOutput, check_output
 from hf_unified_embed.utils.redaction import redact
 
 if TYPE_CHECKING:
@@ -265,7 +269,13 @@ class _Evaluator:
     """Merges candidates and scores them with one evaluation model (loaded once from the reference)."""
 
     def __init__(
-        self, config: MergeConfig, search: SearchConfig, opened: OpenedInputs, scratch: Path, base: Path | None
+        self,
+        config: MergeConfig,
+        search: SearchConfig,
+        opened: OpenedInputs,
+        scratch: Path,
+        base: Path | None,
+        processes: EncodingProcesses = ONE_PROCESS,
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
@@ -274,6 +284,7 @@ class _Evaluator:
         from hf_unified_embed.evaluation.suite_rows import load_entry_rows
 
         self.config, self.search, self.opened, self.scratch = config, search, opened, scratch
+        self.processes = processes  # every process merges each candidate; they share its evaluation's encoding
         self.suite = load_suite(search.suite, search.data_root)
         if base is not None:
             # Entries that compare with a reference model (forgetting) compare with the merge's base.
@@ -296,7 +307,7 @@ class _Evaluator:
                 raise MergeError(
                     f"search.objective: no evaluation {shown(key.partition('/')[0])}; the suite has {sorted(names)}"
                 )
-        self.device = search.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = process_device(search.device) or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model = SentenceTransformer(str(opened.reference.path), device=self.device)
         size = sum(opened.reference.info(name).nbytes for name in opened.reference.names)
         self.in_memory = search.in_memory if isinstance(search.in_memory, bool) else size < IN_MEMORY_LIMIT
@@ -313,6 +324,7 @@ class _Evaluator:
             diagnostics=False,
             show_progress_bar=False,
             rows=self.rows,
+            processes=self.processes,
         )
         return objective_metrics(results, self.constrained)
 
@@ -340,12 +352,26 @@ class _Evaluator:
                 tensors = {(f"{prefix}/{k}" if prefix != "." else k): v for k, v in load_file(str(shard)).items()}
                 load_weights(self.model, tensors, module_paths)
                 shard.unlink()
-        results = run_suite(self.model, self.suite, diagnostics=False, show_progress_bar=False, rows=self.rows)
+        results = run_suite(
+            self.model,
+            self.suite,
+            diagnostics=False,
+            show_progress_bar=False,
+            rows=self.rows,
+            processes=self.processes,
+        )
         return objective_metrics(results, self.metrics), results
 
 
-def run_search(config: MergeConfig, show_progress: bool = True) -> SearchResult:
-    """Evaluate every candidate of ``config.search`` and write the best merge to ``config.output_dir``."""
+def run_search(
+    config: MergeConfig, show_progress: bool = True, processes: EncodingProcesses = ONE_PROCESS
+) -> SearchResult:
+    """Evaluate every candidate of ``config.search`` and write the best merge to ``config.output_dir``.
+
+    With ``processes`` (a launched run) every process calls this alike: each merges every candidate and
+    encodes its slice of the suite's texts; the first process writes the output, the others check it as it
+    does and keep their candidates in a temporary folder of their own.
+    """
     search = config.search
     if search is None:
         raise MergeError("the merge config has no search section")
@@ -356,11 +382,20 @@ def run_search(config: MergeConfig, show_progress: bool = True) -> SearchResult:
     searched = list(search.parameters)
     candidates: list[Candidate] = []
     base = next((path for path, roles in methods[0].input_roles().items() if "base" in roles), None)
-    with (
-        StagedOutput(config.output_dir, overwrite=config.overwrite, inputs=inputs) as stage,
-        open_inputs(inputs, reference, stage.scratch, input_labels(methods[0])) as opened,
-    ):
-        evaluator = _Evaluator(config, search, opened, stage.scratch, base)
+    show_progress = show_progress and processes.is_main
+    stage: StagedOutput | None = None
+    if processes.is_main:
+        stage = StagedOutput(config.output_dir, overwrite=config.overwrite, inputs=inputs)
+    else:
+        check_output(config.output_dir, overwrite=config.overwrite, inputs=inputs)
+    with stage or contextlib.nullcontext(), contextlib.ExitStack() as cleanup:
+        scratch = (
+            stage.scratch
+            if stage is not None
+            else Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix=f"merge-search-{processes.rank}-")))
+        )
+        opened = cleanup.enter_context(open_inputs(inputs, reference, scratch, input_labels(methods[0])))
+        evaluator = _Evaluator(config, search, opened, scratch, base, processes)
         constraint = None
         if search.constraint is not None and base is not None:
             epsilon = {metric: search.epsilon(metric) for metric in evaluator.constrained}
@@ -395,9 +430,16 @@ def run_search(config: MergeConfig, show_progress: bool = True) -> SearchResult:
         card = config.card
         if not card.evaluation_results and best_results is not None:
             card = dataclasses.replace(card, evaluation_results=[vars(r) for r in best_results.eval_results()])
-        write_merged_model(
-            config, methods[best], opened, stage.path, show_progress=show_progress, card_sections=[section], card=card
-        )
+        if stage is not None:
+            write_merged_model(
+                config,
+                methods[best],
+                opened,
+                stage.path,
+                show_progress=show_progress,
+                card_sections=[section],
+                card=card,
+            )
     logger.info("Best of %d candidates: %s (score %.4f)", len(candidates), result.best.parameters, result.best.score)
     return result
 
