@@ -86,16 +86,18 @@ def _limit(size: int) -> Callable[[], None]:
 
 
 def _command_began(pid: int) -> bool:
-    """Whether the command's own code runs in ``pid``: it ignores ``SIGXFSZ`` from then on (``SigIgn`` in
-    ``/proc``). Before, the interpreter starts and imports its modules, and a Ctrl-C there is Python's
-    (a ``KeyboardInterrupt`` traceback from ``runpy``, as with any program)."""
+    """Whether the command's own code runs in ``pid``: from then on it catches ``SIGTERM`` (``SigCgt`` in
+    ``/proc``; Python catches only ``SIGINT`` by itself). Before, the interpreter starts and imports its
+    modules, and a Ctrl-C there is Python's (a ``KeyboardInterrupt`` traceback from ``runpy``, as with any
+    program)."""
     try:
+        started = b"hf_unified_embed" in Path(f"/proc/{pid}/cmdline").read_bytes()  # exec'd, not just forked
         fields = dict(
             line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
         )
     except OSError:
         return True
-    return bool(int(fields["SigIgn"].strip(), 16) >> (signal.SIGXFSZ - 1) & 1)
+    return started and bool(int(fields["SigCgt"].strip(), 16) >> (signal.SIGTERM - 1) & 1)
 
 
 def _wait_for_the_command(process: subprocess.Popen[str]) -> None:

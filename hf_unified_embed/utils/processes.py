@@ -220,7 +220,8 @@ def command_lifetime() -> Iterator[None]:
       :data:`_RERAISE_S` while no code has seen it, :func:`stop_seen`; the process exits after
       :data:`_STOP_DEADLINE_S` whatever it waits on); :func:`stop_signal` says which came.
     * ``SIGXFSZ`` is ignored: a file-size limit (``ulimit -f``) then fails the write with ``EFBIG``, which
-      the command reports in one line; by default the signal kills the process without a word.
+      the command reports in one line; the signal's default is to kill the process without a word. CPython
+      ignores it at start-up already; a program that embeds the command may have restored the default.
     * Every process forked meanwhile ignores the stopping signals (the command ends it) and is killed when
       its parent dies, ``kill -9`` included (``PR_SET_PDEATHSIG`` on Linux, else a thread watching the
       parent): a killed build left its readers running for minutes.
