@@ -233,8 +233,8 @@ def _merged_in_memory(config: Any, scratch: Path) -> Any:
     from sentence_transformers import SentenceTransformer
 
     from hf_unified_embed.merge.api import build_method, open_inputs, reference_input
+    from hf_unified_embed.merge.candidate_scoring import load_weights
     from hf_unified_embed.merge.engine import MemorySink
-    from hf_unified_embed.merge.search import load_weights
 
     method = build_method(config)
     reference = reference_input(config, method)
