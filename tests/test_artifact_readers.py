@@ -180,6 +180,19 @@ def test_broken_model_json_names_the_file(model: Path, tmp_path: Path, name: str
         _load(folder)
 
 
+def test_what_a_load_does_not_read_is_not_checked(tmp_path: Path) -> None:
+    """all-MiniLM-L6-v2 as published: a ``data_config.json`` list, and (saved by some tools) a Normalize
+    module without a folder of its own; both load, so neither is refused."""
+    from hf_unified_embed.recipe import packaged_minilm_path
+    from hf_unified_embed.utils.model_files import model_files_problem
+
+    folder = Path(shutil.copytree(packaged_minilm_path(), tmp_path / "minilm"))
+    assert isinstance(json.loads((folder / "data_config.json").read_text()), list)
+    shutil.rmtree(folder / "2_Normalize", ignore_errors=True)
+    assert model_files_problem(folder) is None
+    assert _load(folder).encode(["a sentence"]).shape == (1, 384)
+
+
 def _suite(tmp_path: Path) -> Path:
     data = tmp_path / "sts.tsv"
     data.write_text("".join(f"g\tf\t2012\t{i}\t{i % 5}.0\tfirst {i}.\tsecond {i}.\n" for i in range(6)))

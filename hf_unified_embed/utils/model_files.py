@@ -21,9 +21,21 @@ from hf_unified_embed.errors import one_line, shown
 
 #: JSON files whose top level is a list; every other JSON file of a model folder holds an object.
 _LIST_FILES = ("modules.json",)
-#: The JSON files a load reads besides those named ``*config.json`` and ``*.index.json`` (a sharded model's
-#: index); another JSON file in the folder (an evaluation's results, a user's notes) is not the model's.
-_READ_FILES = ("modules.json", "tokenizer.json", "special_tokens_map.json", "added_tokens.json")
+#: The JSON files a load reads besides a sharded model's ``*.index.json``: transformers', the tokenizer's,
+#: PEFT's and sentence-transformers' (each module's ``config.json`` included). Other JSON files of a model
+#: folder are not read by a load and may hold anything: all-MiniLM-L6-v2 ships a ``data_config.json`` list.
+_READ_FILES = (
+    "modules.json",
+    "config.json",
+    "config_sentence_transformers.json",
+    "sentence_bert_config.json",
+    "generation_config.json",
+    "adapter_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+)
 #: The keys of a ``modules.json`` entry that sentence-transformers reads, with their JSON types.
 _MODULE_KEYS: dict[str, type | tuple[type, ...]] = {"idx": int, "name": str, "path": str, "type": str}
 
@@ -62,7 +74,7 @@ def model_files_problem(folder: str | Path) -> str | None:
 
 
 def _is_read(name: str) -> bool:
-    return name in _READ_FILES or name.endswith(("config.json", ".index.json"))
+    return name in _READ_FILES or name.endswith(".index.json")
 
 
 def _files(folder: Path, pattern: str) -> Iterator[Path]:
@@ -89,7 +101,8 @@ def _json(path: Path) -> tuple[Any, str | None]:
 
 def _modules_problem(path: Path, entries: list[Any]) -> str | None:
     """Why the entries of a ``modules.json`` cannot name a model's modules: an entry that is not an object, a
-    key of the wrong type, a module folder outside the model folder or missing."""
+    key of the wrong type, a module folder outside the model folder. A missing folder is no problem: a module
+    without weights or configuration (``Normalize``) may be saved without one."""
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict):
             return f"{path}: entry {index} is {type(entry).__name__}, expected an object with path and type"
@@ -102,8 +115,6 @@ def _modules_problem(path: Path, entries: list[Any]) -> str | None:
         module = (path.parent / entry["path"]).resolve()
         if not module.is_relative_to(path.parent.resolve()):
             return f"{path}: entry {index}, field 'path': {shown(entry['path'])} is outside the model folder"
-        if entry["path"] and not module.is_dir():
-            return f"{path}: entry {index}, field 'path': no folder {shown(entry['path'])} in the model folder"
     return None
 
 
