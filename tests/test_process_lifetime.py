@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from _fault_runs import session_processes
 
 from hf_unified_embed.cli.main import main
 from hf_unified_embed.data import build_plan
@@ -87,18 +88,6 @@ def _start(script: str, *args: str, cwd: Path) -> subprocess.Popen[str]:
     )
 
 
-def _session(leader: int) -> list[psutil.Process]:
-    """The live processes of the session ``leader`` started (children that were reparented included)."""
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if os.getsid(process.pid) == leader and process.status() != psutil.STATUS_ZOMBIE:
-                found.append(process)
-        except (OSError, psutil.Error):
-            continue
-    return found
-
-
 def _wait_for_workers(process: subprocess.Popen[str], count: int) -> None:
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
@@ -113,7 +102,7 @@ def _wait_for_workers(process: subprocess.Popen[str], count: int) -> None:
 
 def _none_left(leader: int) -> None:
     deadline = time.monotonic() + ORPHAN_LIMIT_S
-    while (left := _session(leader)) and time.monotonic() < deadline:
+    while (left := session_processes(leader)) and time.monotonic() < deadline:
         time.sleep(0.1)
     for process in left:
         process.kill()  # not to leave them to the next test
@@ -130,7 +119,7 @@ def test_kill_9_of_a_parallel_build_takes_its_workers_along(tmp_path: Path):
         assert process.wait(30) == -signal.SIGKILL
         _none_left(process.pid)
     finally:
-        with_leftovers = _session(process.pid)
+        with_leftovers = session_processes(process.pid)
         for child in with_leftovers:
             child.kill()
 
@@ -146,7 +135,7 @@ def test_a_stopped_parallel_build_ends_at_once_as_interrupted(tmp_path: Path, st
         _, err = process.communicate(timeout=120)
         took = time.monotonic() - started
     finally:
-        for child in _session(process.pid):
+        for child in session_processes(process.pid):
             child.kill()
     assert process.returncode == code, err[-3000:]
     assert err.splitlines()[-1] == "interrupted", err[-3000:]
@@ -163,7 +152,7 @@ def test_an_interrupt_swallowed_by_a_finalizer_still_ends_the_command(tmp_path: 
     try:
         out, err = process.communicate(timeout=120)
     finally:
-        for child in _session(process.pid):
+        for child in session_processes(process.pid):
             child.kill()
     took = time.monotonic() - started
     assert process.returncode == 130, (out, err[-3000:])
