@@ -4,7 +4,7 @@ A loss says what it reads in its :class:`~hf_unified_embed.losses.columns.Column
 are counted once into :class:`~hf_unified_embed.losses.columns.TaskColumns`. Before the model exists a
 loss is described from its class and options: :func:`stand_in` is an instance whose ``__init__`` did not
 run, holding only the options, which is all ``column_layout`` may read. sentence-transformers' losses are
-described by :func:`~hf_unified_embed.training.layout.layout_for_loss`, exactly as the collator will lay
+described by :func:`~hf_unified_embed.losses.layouts.layout_for_loss`, exactly as the collator will lay
 out their batches.
 
 The losses a refusal suggests, and the loss overview (:mod:`hf_unified_embed.losses.overview`), come from
@@ -23,6 +23,7 @@ from torch import nn
 
 from hf_unified_embed.errors import LossFitError, shown
 from hf_unified_embed.losses.columns import ColumnLayout, TaskColumns
+from hf_unified_embed.losses.layouts import SENTENCE_TRANSFORMERS_LAYOUTS, innermost_loss, layout_for_loss
 
 #: The entry-point group a package registers its own losses under, e.g. in ``pyproject.toml``::
 #:
@@ -92,8 +93,6 @@ def layout_of(loss: nn.Module, task_type: str, negatives_per_query: int) -> Colu
     Raises:
         ValueError: The loss refuses the task type or ``negatives_per_query`` (its own message).
     """
-    from hf_unified_embed.training.layout import layout_for_loss
-
     try:
         return layout_for_loss(loss, task_type, negatives_per_query)
     except AttributeError:
@@ -106,24 +105,14 @@ def _is_stand_in(loss: nn.Module) -> bool:
     return "_parameters" not in loss.__dict__
 
 
-def _innermost(loss: nn.Module) -> nn.Module:
-    # A wrapper (MatryoshkaLoss, KeepBaseLoss) keeps the loss that reads the columns in `.loss`.
-    inner = getattr(loss, "loss", None)
-    while isinstance(inner, nn.Module):
-        loss, inner = inner, getattr(inner, "loss", None)
-    return loss
-
-
 def _name(loss: nn.Module) -> str:
-    return type(_innermost(loss)).__name__
+    return type(innermost_loss(loss)).__name__
 
 
 def _undeclared_sentence_transformers_loss(loss: nn.Module) -> bool:
     """A sentence-transformers loss the collator would lay out by task type, guessing (``MarginMSELoss``
     wants score margins, ``SoftmaxLoss`` class ids, ``MSELoss`` teacher embeddings: none is in unified rows)."""
-    from hf_unified_embed.training.layout import SENTENCE_TRANSFORMERS_LAYOUTS
-
-    inner = _innermost(loss)
+    inner = innermost_loss(loss)
     return (
         type(inner).__module__.startswith("sentence_transformers.")
         and not callable(getattr(inner, "column_layout", None))
@@ -141,7 +130,6 @@ def known_losses() -> dict[str, type[nn.Module]]:
     from sentence_transformers.sentence_transformer import losses as st_losses
 
     from hf_unified_embed import losses as package_losses
-    from hf_unified_embed.training.layout import SENTENCE_TRANSFORMERS_LAYOUTS
 
     found: dict[str, Any] = {name: getattr(package_losses, name) for name in package_losses.__all__}
     found.update({name: getattr(st_losses, name, None) for name in SENTENCE_TRANSFORMERS_LAYOUTS})

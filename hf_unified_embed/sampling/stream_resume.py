@@ -26,6 +26,7 @@ from transformers.trainer_callback import ExportableState
 
 from hf_unified_embed.errors import InputError, shown
 from hf_unified_embed.sampling.elastic_resume import resplit
+from hf_unified_embed.sampling.stream_state_checks import data_change_message, stream_state_problem
 
 
 @runtime_checkable
@@ -116,8 +117,6 @@ def _processes_problem(
     processes: Any, step: Any, shuffle_window: int | None, rows: dict[str, int | None] | None
 ) -> tuple[str, str] | None:
     """The first field of the saved processes' stream states that no stream wrote, and why, or ``None``."""
-    from hf_unified_embed.sampling.multi_task_stream import stream_state_problem
-
     if not isinstance(processes, list) or not processes:
         return _PROCESSES_FIELD, f"expected a list of the processes' stream states, got {shown(processes)}"
     for number, process in enumerate(processes):
@@ -190,8 +189,6 @@ def check_stream_checkpoint(
                 f"{world_size}: {error}"
             ) from None
     if stream is not None and stream.on_data_change == "refuse":
-        from hf_unified_embed.sampling.multi_task_stream import data_change_message
-
         changes = {task: change for process in processes for task, change in stream.data_changes(process).items()}
         if changes:
             task = min(changes)
