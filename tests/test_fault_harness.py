@@ -1,8 +1,8 @@
 """Faults at any moment of a writing command end in one line, not in orphans, tracebacks or half-written outputs.
 
-For each command that writes (``build`` in one and in two processes, ``train``, ``merge``, ``mine-negatives``,
-``curriculum``, ``evaluate -o``), hypothesis draws a fault and a moment: Ctrl-C (to the whole process group,
-as a terminal sends it), ``kill`` (``SIGTERM``), ``kill -9`` of the main process, a file-size limit
+For each command that writes (``build`` in one and in two processes, ``train`` with its data loaded and
+streamed, ``merge``, ``mine-negatives``, ``curriculum``, ``evaluate -o``), hypothesis draws a fault and a
+moment: Ctrl-C (to the whole process group, as a terminal sends it), ``kill`` (``SIGTERM``), ``kill -9`` of the main process, a file-size limit
 (``ulimit -f``) of a drawn size, or the output's parent folder removed or made read-only (not as root, whom
 permissions do not stop). A moment counts from when the command's own code begins (it then catches
 ``SIGTERM``): a Ctrl-C within the interpreter's start-up, before that, is Python's, as for any program. Then:
@@ -15,7 +15,7 @@ permissions do not stop). A moment counts from when the command's own code begin
   ``kill -9``: until the next run, which removes it);
 * a rerun succeeds and leaves nothing beside its output.
 
-CI runs one example per command (about three minutes in all); ``FAULT_EXAMPLES=N`` runs N per command.
+CI runs one example per command (about two minutes in all); ``FAULT_EXAMPLES=N`` runs N per command.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from _fault_runs import EXIT_CODES, Fault, beside, check_one_line_end, run_command
 from _output_project import COMMANDS, hashes, project_template
 from hypothesis import HealthCheck, given, settings
@@ -37,12 +38,13 @@ from hf_unified_embed.utils.outputs import not_written_by_tool, written_by_tool
 #: ``FAULT_EXAMPLES=N``: N examples per command (CI: one).
 SCALE = max(1, int(os.environ.get("FAULT_EXAMPLES", "1")))
 #: Seconds within which a fault is drawn, per command, from when its code begins: about its run on a quiet
-#: two-core machine (build 1.1 s, in two processes 1.3 s, train 10 s, merge 1.9 s, mine-negatives 6 s,
-#: curriculum 8 s, evaluate 5.5 s, start-up included); a moment past the end draws no fault.
+#: two-core machine (build 1.1 s, in two processes 1.3 s, train 10 s, streaming 7.5 s, merge 1.9 s,
+#: mine-negatives 6 s, curriculum 8 s, evaluate 5.5 s, start-up included); a moment past the end draws no fault.
 WINDOW_S = {
     "build": 1.5,
     "build-2": 2.0,
     "train": 10.0,
+    "train-stream": 10.0,
     "merge": 2.5,
     "mine-negatives": 6.0,
     "curriculum": 8.0,
@@ -55,16 +57,25 @@ ROOT_IGNORES_PERMISSIONS = hasattr(os, "geteuid") and os.geteuid() == 0
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: str) -> Iterator[Path]:
     with project_template(tmp_path_factory.mktemp("faults"), tiny_model_path) as project:
+        # The training recipe reading its tasks as streams (a stream trains for max_steps, not a row cap).
+        recipe = yaml.safe_load((project / "recipe.yaml").read_text())
+        recipe["data"]["streaming"] = True
+        del recipe["data"]["max_rows_per_task"]
+        (project / "recipe-stream.yaml").write_text(yaml.safe_dump(recipe))
         yield project
 
 
 def argv_of(command: str, output: str) -> list[str]:
     if command == "build-2":
         return [*COMMANDS["build"][0](output), "--num-proc", "2"]
+    if command == "train-stream":
+        return ["train", "recipe-stream.yaml", "-o", output]
     return COMMANDS[command][0](output)
 
 
 def inputs_of(command: str) -> list[str]:
+    if command == "train-stream":
+        return ["recipe-stream.yaml", *COMMANDS["train"][1]]
     return COMMANDS["build" if command == "build-2" else command][1]
 
 
