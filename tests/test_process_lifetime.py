@@ -23,6 +23,7 @@ from _fault_runs import session_processes
 
 from hf_unified_embed.cli.main import main
 from hf_unified_embed.data import build_plan
+from hf_unified_embed.utils import processes
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_RECIPE = REPO / "examples" / "recipes" / "sample.yaml"
@@ -157,7 +158,8 @@ def test_an_interrupt_swallowed_by_a_finalizer_still_ends_the_command(tmp_path: 
     took = time.monotonic() - started
     assert process.returncode == 130, (out, err[-3000:])
     assert err.splitlines()[-1] == "interrupted", err[-3000:]
-    assert took < 30, f"the command went on for {took:.0f} s after Ctrl-C"
+    # Raised again within a second, well before the deadline after which a stopped command exits regardless.
+    assert took < processes._STOP_DEADLINE_S / 2, f"the command went on for {took:.0f} s after Ctrl-C"
 
 
 def test_num_proc_is_capped_at_the_cpus_and_a_number_beyond_any_machine_refused(
@@ -189,8 +191,6 @@ def test_num_proc_is_capped_at_the_cpus_and_a_number_beyond_any_machine_refused(
 
 def test_child_processes_follow_the_command_only_while_it_runs():
     """The fork hook is the command's: a process forked outside a command keeps its signals."""
-    from hf_unified_embed.utils import processes
-
     with processes.command_lifetime():
         assert processes._Forks.active
         assert signal.getsignal(signal.SIGINT) is processes._on_stop_signal

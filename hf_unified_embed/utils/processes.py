@@ -7,7 +7,6 @@ the trainer exists).
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import ctypes
 import gc
@@ -91,6 +90,7 @@ class _Command:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
+        self.main_thread = threading.get_ident()  # created in the main thread (command_lifetime)
         self.signum: int | None = None  # the first stopping signal it got
         self.seen = threading.Event()  # its KeyboardInterrupt reached code that ends the command
         self.ended = threading.Event()
@@ -189,7 +189,9 @@ def _enforce_stop(command: _Command) -> None:
     while not command.seen.wait(_RERAISE_S):
         if command.ended.is_set() or time.monotonic() > deadline:
             break
-        _thread.interrupt_main(signal.Signals(command.signum or signal.SIGINT))
+        # A real signal to the main thread: it also ends a blocking call (a sleep, a read), which a flag set
+        # by _thread.interrupt_main would wait for.
+        signal.pthread_kill(command.main_thread, command.signum or signal.SIGINT)
     if not command.ended.wait(max(0.0, deadline - time.monotonic())):
         sys.stderr.write("interrupted\n")
         sys.stderr.flush()
