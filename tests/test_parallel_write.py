@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from datasets import Dataset, DatasetDict, load_from_disk
 
+from hf_unified_embed.data.check_record import CHECK_RECORD
 from hf_unified_embed.data.hub_layout import save_unified, write_unified
 from hf_unified_embed.data.shard_writer import MAX_ROW_GROUP_BYTES, plan_shards, writer_processes
 from hf_unified_embed.errors import UnifiedSchemaError
@@ -53,8 +54,19 @@ def _mapped(tmp_path: Path, tasks: dict[str, list[dict[str, Any]]]) -> DatasetDi
     return loaded
 
 
-def _files(folder: Path) -> dict[str, bytes]:
-    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+def _files(folder: Path) -> dict[str, Any]:
+    """Each file's bytes; the check record without what only says when a shard was written (its time,
+    and the record's digest over it), so that two builds of the same content compare equal."""
+    files: dict[str, Any] = {
+        str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()
+    }
+    if CHECK_RECORD in files:
+        record = json.loads(files[CHECK_RECORD])
+        record.pop("digest")
+        for facts in record["files"].values():
+            facts.pop("mtime_ns")
+        files[CHECK_RECORD] = record
+    return files
 
 
 @pytest.fixture(scope="module")
