@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -122,3 +123,16 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def launch_command(*arguments: str, processes: int = 2) -> list[str]:
+    """``python -m hf_unified_embed.cli.launch --nproc_per_node=N --master_port=<free> ARGUMENTS``: the
+    package's own launcher (torchrun keeping an input error's exit code 2) on a port free right now."""
+    return [
+        sys.executable,
+        "-m",
+        "hf_unified_embed.cli.launch",
+        f"--nproc_per_node={processes}",
+        f"--master_port={free_port()}",
+        *arguments,
+    ]

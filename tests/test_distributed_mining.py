@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _processes import Expected, failure, free_port, run
+from _processes import Expected, failure, free_port, launch_command, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -181,19 +181,9 @@ def test_an_input_error_stops_every_mining_process_with_exit_2_and_one_line(
 ) -> None:
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("mine")
-    command = [
-        sys.executable,
-        "-m",
-        "hf_unified_embed.cli.launch",
-        "--nproc_per_node=2",
-        f"--master_port={free_port()}",
-        "mine-negatives",
-        str(unified_dir),
-        "-o",
-        str(tmp_path / "out"),
-        "--model",
-        tiny_model_path,
-    ]
+    command = launch_command(
+        "mine-negatives", str(unified_dir), "-o", str(tmp_path / "out"), "--model", tiny_model_path
+    )
     completed = run(command, expected=LAUNCH, env=_environment())
     assert completed.returncode == 2, failure(completed)
     lines = completed.stderr.strip().splitlines()

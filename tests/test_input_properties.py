@@ -22,7 +22,6 @@ import dataclasses
 import io
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 
 import pytest
 import yaml
-from _processes import Expected, failure, free_port, run
+from _processes import Expected, failure, launch_command, run
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -505,15 +504,8 @@ def test_broken_recipes_under_torchrun_exit_2(inputs: dict[str, Path]) -> None:
     def check(mutation: tuple[str, bytes]) -> None:
         what = mutation[0]
         with written(config, mutation, inputs) as (work, path):
-            command = [
-                sys.executable,
-                "-m",
-                "hf_unified_embed.cli.launch",
-                "--nproc_per_node=2",
-                f"--master_port={free_port()}",
-            ]
             completed = run(
-                [*command, *config.command(path, work)], expected=Expected(startup_s=15, processes=2), env=env
+                launch_command(*config.command(path, work)), expected=Expected(startup_s=15, processes=2), env=env
             )
             assert completed.returncode == 2, f"{what}\n{failure(completed)}"
             check_one_located_error(completed.returncode, completed.stderr, path, what)

@@ -8,14 +8,13 @@ with nothing but that line, while a bug keeps torchrun's whole report and exit c
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
-from _processes import Expected, failure, free_port, run
+from _processes import Expected, failure, launch_command, run
 
 from hf_unified_embed.cli.launch import worker_command
 
@@ -79,14 +78,7 @@ def _recipe(folder: Path, unified_dir: Path, model: str, **changes: Any) -> Path
 
 
 def _launch(*arguments: str, **env: str) -> Any:
-    command = [
-        sys.executable,
-        "-m",
-        "hf_unified_embed.cli.launch",
-        "--nproc_per_node=2",
-        f"--master_port={free_port()}",
-    ]
-    return run([*command, *arguments], expected=LAUNCH, env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+    return run(launch_command(*arguments), expected=LAUNCH, env={**os.environ, "OMP_NUM_THREADS": "1", **env})
 
 
 @pytest.mark.multiprocess
