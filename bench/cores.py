@@ -2,7 +2,7 @@
 
 Each kind of work runs once alone, then twice at once in two processes (the same work each); the ratio
 printed is the time alone over the slower of the two (1.0: the second process costs the first nothing).
-``build --num-proc 2`` can gain no more than its work's kinds allow (docs/data.md, "Still short"):
+``build --num-proc 2`` can gain no more than its work's kinds allow (docs/benchmarks.md, "Build"):
 
 * ``python``: a pure-Python loop (parsing a row by hand);
 * ``copy``: copying a 200 MB numpy array (streaming through memory);

@@ -1,5 +1,5 @@
 """What a build loads and changes in its own process: the serial part every build pays before and after its
-workers (docs/data.md, "Measured again")."""
+workers (docs/benchmarks.md, "Build")."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ MAX_ROW_GROUP_BYTES = 16 * 1024**2
 #: Arrow bytes a shard's write reads through one mapping before it takes a fresh one: the pages a mapping has
 #: read stay in this process's resident memory until it is unmapped, so one mapping for the whole shard made
 #: every shard's rows resident while it was written (10M rows, two processes writing 500 MB shards: the
-#: build's peak, 1.5 GB of its 2.0 GB PSS, docs/data.md).
+#: build's peak, 1.5 GB of its 2.0 GB PSS, measured with bench/build.py).
 REMAP_BYTES = 64 * 1024**2
 #: Rows handed to the row check at a time (as ``validate`` reads them).
 CHECK_BATCH_ROWS = 65_536
