@@ -15,6 +15,7 @@ cannot be described unbuilt and is not listed.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from hf_unified_embed.losses.columns import ColumnLayout, TaskColumns
@@ -90,7 +91,11 @@ def _fitting(shape: DataShape, task_type: str) -> list[tuple[str, str]]:
     rows = shape.rows(task_type)
     fitting = []
     for name, cls in known_losses().items():
-        loss = stand_in(cls, {})
+        # Describing a class is not using it: sentence-transformers warns of its deprecated losses when one
+        # is built for training, not in a table of what a recipe accepts.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            loss = stand_in(cls, {})
         if loss is None:
             continue
         try:
