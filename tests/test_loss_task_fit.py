@@ -305,15 +305,17 @@ class PlainLoss(nn.Module):
 
 
 def test_a_users_loss_is_checked_by_its_own_declaration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "userlosses.py").write_text(USER_LOSSES)
+    # A module name of its own: another test's user module named ``userlosses`` stays in sys.modules.
+    (tmp_path / "fit_userlosses.py").write_text(USER_LOSSES)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fit_userlosses", raising=False)
     retrieval = {"task_type": "retrieval", "scores": "none", "negatives": "all", "positives": 1, "no_positives": False, "difficulty": "none"}  # fmt: skip
-    message = str(check("userlosses:ScaledCosineLoss", retrieval))
+    message = str(check("fit_userlosses:ScaledCosineLoss", retrieval))
     assert "cannot train with ScaledCosineLoss: it needs positive_scores (empty in 8 of 8 rows)" in message
-    assert check("userlosses:ScaledCosineLoss", {**retrieval, "scores": "all"}) is None
-    assert check("userlosses:PlainLoss", retrieval) is None
+    assert check("fit_userlosses:ScaledCosineLoss", {**retrieval, "scores": "all"}) is None
+    assert check("fit_userlosses:PlainLoss", retrieval) is None
     assert "cannot train with PlainLoss: it needs positive_scores" in str(
-        check("userlosses:PlainLoss", {**retrieval, "task_type": "pair_classification"})
+        check("fit_userlosses:PlainLoss", {**retrieval, "task_type": "pair_classification"})
     )
 
 

@@ -68,6 +68,8 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder.mkdir()
     (folder / "userlosses.py").write_text(USER_LOSS_MODULE)
     monkeypatch.syspath_prepend(str(folder))
+    # This test's module, not one of the same name an earlier test imported.
+    monkeypatch.delitem(sys.modules, "userlosses", raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]))
     return folder
 
