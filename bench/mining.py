@@ -29,7 +29,7 @@ the start of mining (embedding included) to the mined rows in memory; peak RSS i
     flock /tmp/hfue-bench.lock .venv/bin/python bench/mining.py compare --corpus 100000 --queries 10000
     flock /tmp/hfue-bench.lock .venv/bin/python bench/mining.py crossover --sizes 2000 5000 10000 20000 50000 100000 --queries 2000
     flock /tmp/hfue-bench.lock .venv/bin/python bench/mining.py scale --sizes 10000 100000 1000000
-    flock /tmp/hfue-bench.lock .venv/bin/python bench/mining.py processes --corpus 100000 --queries 10000
+    .venv/bin/python bench/mining.py processes --corpus 100000 --queries 10000
     .venv/bin/python bench/mining.py quality --data-root ../shared/data --max-steps 200   # GPU if present
 """
 

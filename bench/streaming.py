@@ -42,7 +42,7 @@ check record says which shards were checked: the rows are not read again) and, a
 run, on a copy of it that has no record (hard links to the same files: every row is checked first, as for a
 folder written before the record existed). A folder without a valid record is validated first (timed)::
 
-    .venv/bin/python bench/streaming.py --first-batch /tmp/scale/built-1m /tmp/scale/built-5m
+    .venv/bin/python bench/streaming.py --first-batch built-1m built-5m   # folders from bench/sources.py + build
 """
 
 from __future__ import annotations
