@@ -1,5 +1,6 @@
 """Two nodes on one machine: two torchrun agents (``--nnodes=2``, c10d rendezvous on the loopback address) of
-one process each run ``mine-negatives`` and ``train`` as one node of two processes does.
+one process each run ``mine-negatives``, ``evaluate`` and ``train`` (in memory and streaming) as one node of
+two processes does, and a streaming checkpoint the two nodes saved resumes on one node of two processes.
 
 What is per run is on global rank 0 alone, whichever agent holds it: the printed report and the progress
 bars, and the one writer of the output. Every address is 127.0.0.1 (the rendezvous, each agent's own
@@ -8,6 +9,7 @@ address, the gloo group's interface), so nothing leaves the machine.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +25,7 @@ from hf_unified_embed.data import build_unified, load_unified, save_unified
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_RECIPE = REPO / "examples" / "recipes" / "sample.yaml"
+SAMPLE_SUITE = REPO / "examples" / "suites" / "sample.yaml"
 #: Two agents of one process each, then one agent of two: start-up, a gloo group, a tiny model's few steps.
 NODE = Expected(startup_s=20, processes=2, steps=4)
 MINING_OPTIONS = ["--tasks", "trecqa", "--query-block", "8", "--corpus-block", "200", "--relative-margin", "0.01"]
@@ -73,6 +76,23 @@ def _one_node(*arguments: str) -> Any:
     return run(command, expected=NODE, env=_environment())
 
 
+def _succeeded(*completed: Any) -> None:
+    for process in completed:
+        assert process.returncode == 0, failure(process)
+
+
+def _weights(folder: Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    return load_file(folder / "model.safetensors")
+
+
+def _assert_same_weights(trained: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> None:
+    assert trained.keys() == reference.keys()
+    for key, weights in reference.items():
+        np.testing.assert_allclose(trained[key], weights, atol=1e-6, err_msg=key)
+
+
 @pytest.fixture(scope="module")
 def unified_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_unified(build_unified(SAMPLE_RECIPE, split="train"), tmp_path_factory.mktemp("sample") / "data")
@@ -106,8 +126,6 @@ def test_mining_on_two_nodes_writes_what_one_node_of_two_processes_writes(
 def test_training_on_two_nodes_gives_one_node_of_two_processes_model(
     unified_dir: Path, tiny_model_path: str, tmp_path: Path
 ) -> None:
-    from safetensors.numpy import load_file
-
     recipes = {}
     for name in ("nodes", "one"):
         recipe = {
@@ -124,14 +142,71 @@ def test_training_on_two_nodes_gives_one_node_of_two_processes_model(
         recipes[name] = tmp_path / f"{name}.yaml"
         recipes[name].write_text(yaml.safe_dump(recipe))
     nodes = _two_nodes("train", str(recipes["nodes"]))
-    for completed in nodes:
-        assert completed.returncode == 0, failure(completed)
+    _succeeded(*nodes)
     one = _one_node("train", str(recipes["one"]))
-    assert one.returncode == 0, failure(one)
+    _succeeded(one)
     assert sum("trained model" in completed.stdout for completed in nodes) == 1, "global rank 0 reports"
-    trained, reference = (load_file(tmp_path / name / "model.safetensors") for name in ("nodes", "one"))
-    assert trained.keys() == reference.keys()
-    for key, weights in reference.items():
-        np.testing.assert_allclose(trained[key], weights, atol=1e-6, err_msg=key)
+    _assert_same_weights(_weights(tmp_path / "nodes"), _weights(tmp_path / "one"))
     written = sorted(p.name for p in tmp_path.iterdir())
     assert written == ["nodes", "nodes.yaml", "one", "one.yaml"], "one writer per run, no staging or lock left"
+
+
+@pytest.mark.multiprocess
+def test_evaluating_on_two_nodes_gives_one_node_of_two_processes_metrics(tiny_model_path: str, tmp_path: Path) -> None:
+    # A set of each kind that encodes lists of texts: sentence pairs, a corpus with queries, answer candidates.
+    only = ["--only", "stsb-sample", "msmarco-sample", "trecqa-sample"]
+    arguments = ["evaluate", tiny_model_path, str(SAMPLE_SUITE), "--batch-size", "16", "--no-diagnostics", *only]
+    nodes = _two_nodes(*arguments, "-o", str(tmp_path / "nodes.json"))
+    _succeeded(*nodes)
+    one = _one_node(*arguments, "-o", str(tmp_path / "one.json"))
+    _succeeded(one)
+    assert sum(completed.stdout.count("wrote ") for completed in nodes) == 1, "global rank 0 prints the table once"
+    measured, reference = (json.loads((tmp_path / name).read_text()) for name in ("nodes.json", "one.json"))
+    assert list(measured["results"]) == list(reference["results"])
+    for name, entry in reference["results"].items():
+        for metric, value in entry["metrics"].items():
+            assert measured["results"][name]["metrics"][metric] == pytest.approx(value, rel=1e-6), (name, metric)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nodes.json", "one.json"]
+
+
+def _streaming_recipe(unified_dir: Path, model: str, out: Path, **training: Any) -> dict[str, Any]:
+    return {
+        "base_model": model,
+        "data": {"path": str(unified_dir), "tasks": ["stsb", "wikiqa"], "streaming": True},
+        "losses": {
+            "retrieval": {"name": "MultiPositiveInfoNCELoss", "gather_across_devices": True},
+            "sts": {"name": "CoDiEmbSTSLoss", "gather_across_devices": True},
+        },
+        "negatives_per_query": 2,
+        "training_args": {
+            "max_steps": 4,
+            "per_device_train_batch_size": 4,
+            "seed": 0,
+            "save_strategy": "steps",
+            "save_steps": 2,
+            **training,
+        },
+        "output_dir": str(out),
+    }
+
+
+@pytest.mark.multiprocess
+def test_streaming_on_two_nodes_trains_as_one_node_and_its_checkpoint_resumes_on_one_node(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path
+) -> None:
+    def recipe(name: str, **training: Any) -> str:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(_streaming_recipe(unified_dir, tiny_model_path, tmp_path / name, **training)))
+        return str(path)
+
+    nodes = _two_nodes("train", recipe("nodes"))
+    _succeeded(*nodes)
+    assert sum("trained model" in completed.stdout for completed in nodes) == 1, "global rank 0 reports"
+    one = _one_node("train", recipe("one"))
+    _succeeded(one)
+    _assert_same_weights(_weights(tmp_path / "nodes"), _weights(tmp_path / "one"))
+    # The state two nodes of one process saved at step 2 continues on one node of two: same rows, same model.
+    checkpoint = tmp_path / "nodes-checkpoints" / "checkpoint-2"
+    resumed = _one_node("train", recipe("resumed", resume_from_checkpoint=str(checkpoint)))
+    _succeeded(resumed)
+    _assert_same_weights(_weights(tmp_path / "resumed"), _weights(tmp_path / "one"))
