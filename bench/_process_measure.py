@@ -31,11 +31,26 @@ def _proportional_kb(pid: int) -> tuple[int, int]:
     return values["Pss:"], values["Pss_Anon:"]
 
 
+def _peak_rss_kb(pid: int) -> int:
+    """``VmHWM`` of a process in kB: the peak of its resident set so far (mapped files' pages included), as the
+    kernel keeps it, so a sample after the peak still sees it."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def measure(
     command: list[str], env: dict[str, str] | None = None, memory: bool = True, warm: Sequence[Path] = ()
 ) -> dict[str, float]:
     """Run ``command``; its seconds and the sampled peaks of the process tree's memory (MB): ``pss_mb``, all
-    its pages (file-backed ones included, such as memory-mapped Arrow files), and ``anon_mb``, its heap.
+    its pages (file-backed ones included, such as memory-mapped Arrow files), ``anon_mb``, its heap, and
+    ``process_rss_mb``, the largest peak resident set of any one process of the tree (``VmHWM``: what a
+    per-process memory limit, such as a container's or a scheduler's, holds against it).
     The files ``warm`` are read first, so that every run finds its inputs in the page cache.
 
     Sampling slows what it samples, the more the more processes and mappings it has (``smaps_rollup`` walks
@@ -62,7 +77,7 @@ def measure(
     cpu_before = cpu()
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    peaks = {"pss": 0, "anon": 0}
+    peaks = {"pss": 0, "anon": 0, "process_rss": 0}
     done = threading.Event()
 
     def sample() -> None:
@@ -74,6 +89,7 @@ def measure(
                 tree = []
             totals = [sum(values) for values in zip((0, 0), *(_proportional_kb(pid) for pid in tree))]
             peaks["pss"], peaks["anon"] = max(peaks["pss"], totals[0]), max(peaks["anon"], totals[1])
+            peaks["process_rss"] = max([peaks["process_rss"], *(_peak_rss_kb(pid) for pid in tree)])
             done.wait(SAMPLE_SECONDS)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -91,6 +107,7 @@ def measure(
         "cpu_seconds": cpu() - cpu_before,
         "pss_mb": peaks["pss"] / 1024 if memory else math.nan,
         "anon_mb": peaks["anon"] / 1024 if memory else math.nan,
+        "process_rss_mb": peaks["process_rss"] / 1024 if memory else math.nan,
         "stdout": stdout,
     }
 

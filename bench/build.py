@@ -22,14 +22,16 @@ Each measurement runs in a fresh process, back to back, and what it wrote is rem
 
 With ``--repeat``, the modes run in rounds, one after another, and each ratio is the median of the rounds'
 ratios (each round's shown): the two modes of a round run back to back, on the machine as it is then, and
-``build-1`` and ``build-N`` swap places every other round (:func:`round_modes`), so neither always runs first.
+the build modes run in reverse order every other round (:func:`round_modes`), so none always runs first.
 
 Reported per size: seconds, CPU seconds of the process and its workers (user + system: what the work
 costs whatever else the machine runs), rows/s (output rows, wall clock), the peak memory of the process
 tree (the process and its workers, sampled every 0.2 s from ``/proc/PID/smaps_rollup``; proportional set
 sizes, so pages shared after a fork count once): all its pages (``Pss``, memory-mapped Arrow files
-included) and its anonymous pages (``Pss_Anon``: the heap); and whether ``build 1`` and ``build N`` wrote
-the same bytes. The load average before and after each size is printed: on a shared machine the wall
+included) and its anonymous pages (``Pss_Anon``: the heap); the largest peak resident set of any one of its
+processes (``VmHWM``: what a per-process memory limit holds against it); and whether ``build 1`` and
+``build N`` wrote the same bytes. ``build-N-small`` is ``build N`` with ``--max-shard-size`` of
+``--small-shards`` (50MB): what more, smaller files cost. The load average before and after each size is printed: on a shared machine the wall
 times are noisy.
 
 Inputs (generated once per size into a scratch folder, N output rows in all): ``--inputs realistic`` (the
@@ -43,6 +45,7 @@ last build with ``pyarrow.parquet.read_table``: the baseline ``validate`` is mea
     .venv/bin/python bench/build.py                          # sizes 10k, 100k, 1M
     .venv/bin/python bench/build.py --sizes 10000            # quick run
     .venv/bin/python bench/build.py --sizes 10000000 --modes build-N   # 10M, the parallel build only
+    .venv/bin/python bench/build.py --sizes 1000000 --repeat 5 --no-memory --modes build-N build-N-small
     .venv/bin/python bench/build.py --sizes 1000000 --repeat 3 --no-memory   # timings: three interleaved rounds, unsampled
     .venv/bin/python bench/build.py --sizes 1000000 --repeat 5 --no-memory --modes cpu-loop build-1 build-N
     .venv/bin/python bench/build.py --sizes 1000000 5000000 --repeat 3 --no-memory --modes startup build-1 build-N
@@ -152,15 +155,16 @@ def read_shards(folder: Path) -> int:
 
 
 def round_modes(modes: Sequence[str], round_: int) -> list[str]:
-    """The modes of round ``round_`` (from 0): as given, with ``build-1`` and ``build-N`` swapped in odd rounds.
+    """The modes of round ``round_`` (from 0): as given, with the build modes in reverse order in odd rounds.
 
     Each build leaves the machine in some state for the next (its output's pages cached, its memory given
-    back); a fixed order would put one of the two always after the other.
+    back); a fixed order would put one build always after another.
     """
     order = list(modes)
-    if round_ % 2 and "build-1" in order and "build-N" in order:
-        first, second = order.index("build-1"), order.index("build-N")
-        order[first], order[second] = order[second], order[first]
+    places = [index for index, mode in enumerate(order) if mode.startswith("build-")]
+    if round_ % 2:
+        for place, mode in zip(places, reversed([order[index] for index in places])):
+            order[place] = mode
     return order
 
 
@@ -172,7 +176,8 @@ def digest(folder: Path) -> str:
     return sha.hexdigest()
 
 
-def _build_command(recipe: Path, out: Path, processes: int) -> list[str]:
+def _build_command(recipe: Path, out: Path, processes: int, shard_size: str | None = None) -> list[str]:
+    shards = ["--max-shard-size", shard_size] if shard_size else []
     return [
         sys.executable,
         "-m",
@@ -183,6 +188,7 @@ def _build_command(recipe: Path, out: Path, processes: int) -> list[str]:
         str(out),
         "--num-proc",
         str(processes),
+        *shards,
     ]
 
 
@@ -200,10 +206,25 @@ def main() -> None:
         "--modes",
         nargs="+",
         default=["build-1", "build-N", "load_dataset"],
-        choices=["build-1", "build-N", "load_dataset", "validate", "read-shards", "cpu-loop", "startup"],
+        choices=[
+            "build-1",
+            "build-N",
+            "build-N-small",
+            "load_dataset",
+            "validate",
+            "read-shards",
+            "cpu-loop",
+            "startup",
+        ],
         help="validate: `hf-unified-embed validate` of the last build's folder, HF_DATASETS_CACHE an empty folder; "
         "cpu-loop: a pure-Python loop in 1 and in N processes (the machine's own speed-up, see cpu_loop); "
-        f"startup: build 1 and build N of {STARTUP_ROWS} rows (the fixed cost of a build)",
+        f"startup: build 1 and build N of {STARTUP_ROWS} rows (the fixed cost of a build); "
+        "build-N-small: build N with --max-shard-size of --small-shards",
+    )
+    parser.add_argument(
+        "--small-shards",
+        default="50MB",
+        help="--max-shard-size of the build-N-small mode (default 50MB): more, smaller files than the default",
     )
     parser.add_argument("--scratch", type=Path, default=None, help="where to generate inputs (default: a temp folder)")
     parser.add_argument("--inputs", choices=["realistic", "mixed"], default="realistic", help="see the docstring")
@@ -247,7 +268,8 @@ def main() -> None:
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
     print(f"{num_proc} processes for build-N; {os.cpu_count()} CPUs; load average {load_average()}", flush=True)
     print(
-        f"{'rows':>10} {'mode':<13} {'seconds':>8} {'CPU s':>7} {'rows/s':>9} {'tree PSS MB':>12} {'tree anon MB':>13}"
+        f"{'rows':>10} {'mode':<13} {'seconds':>8} {'CPU s':>7} {'rows/s':>9} {'tree PSS MB':>12} {'tree anon MB':>13} "
+        f"{'largest RSS MB':>15}"
     )
     results = []
     if args.scratch is not None:
@@ -313,7 +335,8 @@ def main() -> None:
                     else:
                         processes = 1 if mode == "build-1" else num_proc
                         out = folder / f"out-{mode}-{round_}"
-                        command = _build_command(inputs["recipe"], out, processes)
+                        small = args.small_shards if mode == "build-N-small" else None
+                        command = _build_command(inputs["recipe"], out, processes, small)
                     result = measure(command, run_env, memory=args.memory, warm=input_files)
                     # What a run wrote goes once it is no longer needed (the last build's folder stays for
                     # validate and read-shards): kept, every run's output filled the page cache and each later
@@ -321,7 +344,8 @@ def main() -> None:
                     # machine (a 1M-row build 1 took 9.4-9.7 s with its predecessors' outputs removed, 10.8-11.5
                     # s after them kept), so a mode's time depended on its round and place.
                     if mode.startswith("build"):
-                        digests[f"{mode} {round_}"] = digest(out)
+                        if mode != "build-N-small":  # other shard boundaries: other bytes, by design
+                            digests[f"{mode} {round_}"] = digest(out)
                         if built is not None:
                             shutil.rmtree(built)
                         built = out
@@ -330,11 +354,12 @@ def main() -> None:
                         print(f"# validate left {len(left)} entries in HF_DATASETS_CACHE", flush=True)
                     if mode in ("load_dataset", "validate"):
                         shutil.rmtree(cache)  # the cache the run was given
-                    label = f"build {num_proc}" if mode == "build-N" else mode.replace("-", " ")
+                    labels = {"build-N": f"build {num_proc}", "build-N-small": f"build {num_proc} {args.small_shards}"}
+                    label = labels.get(mode, mode.replace("-", " "))
                     print(
                         f"{n:>10,} {label:<13} {result['seconds']:>8.1f} {result['cpu_seconds']:>7.1f} "
                         f"{n / result['seconds']:>9,.0f} "
-                        f"{result['pss_mb']:>12,.0f} {result['anon_mb']:>13,.0f}",
+                        f"{result['pss_mb']:>12,.0f} {result['anon_mb']:>13,.0f} {result['process_rss_mb']:>15,.0f}",
                         flush=True,
                     )
                     results.append(
@@ -351,6 +376,11 @@ def main() -> None:
                 (f"build 1 / build {num_proc} (speed-up)", "build 1", f"build {num_proc}"),
                 (f"cpu loop 1 / cpu loop {num_proc} (the machine's speed-up)", "cpu loop 1", f"cpu loop {num_proc}"),
                 ("validate / read shards", "validate", "read shards"),
+                (
+                    f"build {num_proc} {args.small_shards} / build {num_proc} (more, smaller shards)",
+                    f"build {num_proc} {args.small_shards}",
+                    f"build {num_proc}",
+                ),
             ]
             for name, top, bottom in ratios:
                 print_ratio(name, results, n, top, bottom)

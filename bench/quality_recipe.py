@@ -8,7 +8,7 @@ depend on: the data folder, the output folder, the seed, the device, no checkpoi
 the run (every model is scored alike afterwards), and ``--max-steps`` for a smoke run only.
 
 A lever row is ``recipe`` followed by ``+levers`` (``RECIPE_LEVERS``, in that order), each a change of
-the recipe that issue 39 asked to measure: ``recipe+batch128`` (a larger in-batch pool on bounded
+the recipe: ``recipe+batch128`` (a larger in-batch pool on bounded
 memory: gradient-cached retrieval loss), ``recipe+keep-base`` (self-distillation from the base),
 ``recipe+semeval12`` (more STS pairs: the SemEval 2012 train files),
 ``recipe+no-instructions`` (the same data, the collator adds no instructions: what instructions do),
@@ -16,7 +16,9 @@ memory: gradient-cached retrieval loss), ``recipe+keep-base`` (self-distillation
 TopK-PercPos: ``mine_hard_negatives`` with its defaults, ``relative_margin`` 0.05 — a candidate scoring above
 95 % of the positive's score is dropped as a likely false negative; four per query, of which the recipe
 takes its ``negatives_per_query``), ``recipe+1ep`` (one epoch: the recipe's until two measured better, so
-the levers measured before are ``recipe+lever+1ep``).
+the levers measured before are ``recipe+lever+1ep``). Any of these rows followed by ``+kept-merge`` is that
+seed's run interpolated with the base (λ chosen by ``merge search`` on the dev suite under the keep-the-base
+constraint, as the main setting's ``+kept-merge``): it trains nothing and needs its run's row first.
 """
 
 from __future__ import annotations
@@ -101,11 +103,24 @@ RECIPE_LEVERS: dict[str, Callable[[dict[str, Any]], None]] = {
 RECIPE_ROWS = ("recipe", "recipe+1ep", *(f"recipe+{lever}+1ep" for lever in RECIPE_LEVERS if lever != "1ep"))
 
 
+#: The last step a recipe row may end with: its run interpolated with the base (``Bench.kept_merge``).
+KEPT_MERGE = "kept-merge"
+
+
+def merged_run(row: str) -> str | None:
+    """The recipe row a ``+kept-merge`` row merges with the base (``recipe+kept-merge`` → ``recipe``), else ``None``."""
+    run, plus, last = row.rpartition("+")
+    return run if plus and last == KEPT_MERGE and is_recipe_row(run) else None
+
+
 def recipe_levers(row: str) -> list[str]:
-    """The levers of a recipe row: ``recipe+batch128+keep-base`` → ``["batch128", "keep-base"]``."""
-    head, *levers = row.split("+")
+    """The levers of a recipe row: ``recipe+batch128+keep-base`` → ``["batch128", "keep-base"]``; those of the
+    run a ``+kept-merge`` row merges."""
+    head, *levers = (merged_run(row) or row).split("+")
     if head != "recipe" or any(lever not in RECIPE_LEVERS for lever in levers):
-        raise ValueError(f"{row!r}: expected recipe followed by +levers from {list(RECIPE_LEVERS)}")
+        raise ValueError(
+            f"{row!r}: expected recipe followed by +levers from {list(RECIPE_LEVERS)}, optionally then +{KEPT_MERGE}"
+        )
     if levers != sorted(levers, key=list(RECIPE_LEVERS).index) or len(set(levers)) != len(levers):
         raise ValueError(f"{row!r}: levers must appear once each, in the order {list(RECIPE_LEVERS)}")
     return levers

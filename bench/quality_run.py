@@ -15,7 +15,7 @@ from typing import Any
 
 from _timing import every_trainer_calls, step_timer
 from example_cli import evaluation_suite, recipe_training_args
-from quality_recipe import MINED_DATA, is_recipe_row, recipe_levers, recipe_row_recipe, recipe_tasks
+from quality_recipe import MINED_DATA, is_recipe_row, merged_run, recipe_levers, recipe_row_recipe, recipe_tasks
 from quality_report import FORGETTING, report
 from quality_rows import MERGE_RUNS, ROW_SPECS, bench_recipe, row_recipe
 from quality_sources import epoch_steps, many_task_sources, training_sources
@@ -224,7 +224,8 @@ class Bench:
     def make(self, row: str, name: str, seed: int) -> Trained | None:
         """Train (or merge) a row; ``None`` for the base."""
         if is_recipe_row(row):
-            return self.train_shipped(row, name)
+            run = merged_run(row)
+            return self.train_shipped(row, name) if run is None else self.kept_merge(name, run, seed)
         spec = ROW_SPECS[row]
         if spec.setting is None:
             return None

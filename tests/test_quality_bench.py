@@ -523,6 +523,41 @@ def test_recipe_levers_change_what_they_name(quality, tmp_path: Path) -> None:
         quality.parse_options(["--rows", "recipe+fast"])
 
 
+
+def test_a_kept_merge_recipe_row_merges_its_seed_s_run_with_the_base(quality, monkeypatch, tmp_path: Path) -> None:
+    """``recipe(+levers)+kept-merge`` trains nothing: it searches λ for that seed's run on the dev suite."""
+    from types import SimpleNamespace
+
+    import hf_unified_embed.merge.search
+
+    assert quality.merged_run("recipe+kept-merge") == "recipe"
+    assert quality.merged_run("recipe+keep-base+kept-merge") == "recipe+keep-base"
+    assert quality.merged_run("recipe") is None and quality.merged_run("codiemb+kept-merge") is None
+    assert quality.recipe_levers("recipe+1ep+kept-merge") == ["1ep"]
+    for wrong in ("recipe+kept-merge+1ep", "recipe+kept-merge+kept-merge"):
+        with pytest.raises(ValueError, match="kept-merge"):
+            quality.recipe_levers(wrong)
+    searched = {}
+
+    def search_merge(models, method, output, **kwargs):
+        searched.update(models=models, method=method, output=output, **kwargs)
+        return SimpleNamespace(best=SimpleNamespace(parameters={"weight": 0.5}, admissible=True))
+
+    monkeypatch.setattr(hf_unified_embed.merge.search, "search_merge", search_merge)
+    options = quality.parse_options(["--device", "cpu", "--output-dir", str(tmp_path)])
+    bench = quality.Bench(options, [])
+    run, name = bench.key("recipe", 42), bench.key("recipe+kept-merge", 42)
+    with pytest.raises(SystemExit, match=f"needs the {run} row first"):
+        bench.make("recipe+kept-merge", name, 42)
+    (tmp_path / run).mkdir()
+    (tmp_path / run / "modules.json").write_text("[]")
+    training = {"steps": 1516, "timed_steps": 1515, "seconds": 1.0, "train_runtime": 2.0}
+    bench.results[run] = {"training": training}
+    made = bench.make("recipe+kept-merge", name, 42)
+    assert made.path == tmp_path / name and made.steps == 1516
+    assert searched["models"] == [tmp_path / run] and searched["base"] == options.base_model
+    assert searched["method"] == "task_arithmetic" and len(searched["search"]["weights"]) > 1
+
 def test_the_recipe_setting_is_built_with_the_build_recipes_instructions(quality, shared_data: Path) -> None:
     from hf_unified_embed.data import build_unified
 
