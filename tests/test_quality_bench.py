@@ -523,7 +523,6 @@ def test_recipe_levers_change_what_they_name(quality, tmp_path: Path) -> None:
         quality.parse_options(["--rows", "recipe+fast"])
 
 
-
 def test_a_kept_merge_recipe_row_merges_its_seed_s_run_with_the_base(quality, monkeypatch, tmp_path: Path) -> None:
     """``recipe(+levers)+kept-merge`` trains nothing: it searches λ for that seed's run on the dev suite."""
     from types import SimpleNamespace
@@ -557,6 +556,7 @@ def test_a_kept_merge_recipe_row_merges_its_seed_s_run_with_the_base(quality, mo
     assert made.path == tmp_path / name and made.steps == 1516
     assert searched["models"] == [tmp_path / run] and searched["base"] == options.base_model
     assert searched["method"] == "task_arithmetic" and len(searched["search"]["weights"]) > 1
+
 
 def test_the_recipe_setting_is_built_with_the_build_recipes_instructions(quality, shared_data: Path) -> None:
     from hf_unified_embed.data import build_unified

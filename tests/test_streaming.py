@@ -259,7 +259,6 @@ def test_streaming_recipe_trains_checks_resumes_and_describes_the_stream_in_the_
     assert train_from_recipe(recipe_from_dict(raw), overwrite=True).train_loss is not None
 
 
-
 def test_a_resumed_streaming_run_ends_with_the_uninterrupted_run_s_weights(
     unified_dir: Path, tiny_model_path: str, tmp_path: Path
 ) -> None:
@@ -281,6 +280,7 @@ def test_a_resumed_streaming_run_ends_with_the_uninterrupted_run_s_weights(
     assert resumed.keys() == full.keys()
     for key, weights in full.items():
         np.testing.assert_allclose(resumed[key], weights, atol=1e-7, err_msg=key)
+
 
 STREAMING_REFUSALS = [
     ({"sampler": {"kind": "proportional"}}, "sampler.kind 'proportional' does not apply with data.streaming"),
