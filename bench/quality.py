@@ -92,9 +92,9 @@ Full report (a GPU: minutes; the 2-core CPU machine: hours)::
 
 The shipped recipe and its levers, three seeds (one process per row and seed: its own peak memory)::
 
-    .venv/bin/python bench/quality.py --seeds 42 --rows recipe --output-dir outputs/q39 --resume
-    .venv/bin/python bench/quality.py --seeds 42 43 44 --rows base recipe recipe+keep-base \\
-        --output-dir outputs/q39 --report-name quality-recipe --report-only --markdown docs/quality.md
+    .venv/bin/python bench/quality.py --seeds 42 --rows recipe recipe+kept-merge --output-dir outputs/quality-recipe --resume
+    .venv/bin/python bench/quality.py --seeds 42 43 44 --rows base recipe recipe+kept-merge \\
+        --output-dir outputs/quality-recipe --report-name quality-recipe --report-only --markdown docs/quality.md
 
 A row whose evaluation exists in ``--output-dir`` is reused with ``--resume``. A quick end-to-end
 check: ``--max-steps 5 --max-rows-per-task 64 --eval-rows 32``. The reduced CPU setting of
