@@ -126,6 +126,7 @@ from example_cli import (  # noqa: E402
     recipe_training_args,
 )
 from quality_recipe import (  # noqa: E402
+    GUR_TASK,
     RECIPE_LEVERS,
     RECIPE_ROWS,
     SHIPPED_RECIPE,
@@ -171,6 +172,7 @@ from quality_sources import (  # noqa: E402
     RECIPE_TASKS,
     _question_buckets,
     epoch_steps,
+    gur_documents,
     many_task_sources,
     training_sources,
 )
@@ -181,6 +183,7 @@ from quality_sources import (  # noqa: E402
 __all__ = [
     "FORGETTING",
     "FORGETTING_COLUMN",
+    "GUR_TASK",
     "INSTRUCTIONS_LIKE",
     "KEEP_ROWS",
     "KEPT_FLOOR",
@@ -207,6 +210,7 @@ __all__ = [
     "complete_evaluation",
     "cost_columns",
     "epoch_steps",
+    "gur_documents",
     "keep_row_options",
     "main",
     "many_task_sources",

@@ -11,6 +11,8 @@ A lever row is ``recipe`` followed by ``+levers`` (``RECIPE_LEVERS``, in that or
 the recipe: ``recipe+batch128`` (a larger in-batch pool on bounded
 memory: gradient-cached retrieval loss), ``recipe+keep-base`` (self-distillation from the base),
 ``recipe+semeval12`` (more STS pairs: the SemEval 2012 train files),
+``recipe+gur`` (a task of sentence pairs GUR's rule mines from the raw documents of the training corpora,
+WikiQA's paragraphs and the MS MARCO passages: retrieval signal without labels),
 ``recipe+no-instructions`` (the same data, the collator adds no instructions: what instructions do),
 ``recipe+mined`` (the retrieval tasks' negatives mined by the base with a positive-aware filter, NV-Retriever's
 TopK-PercPos: ``mine_hard_negatives`` with its defaults, ``relative_margin`` 0.05 — a candidate scoring above
@@ -44,6 +46,11 @@ LARGE_BATCH_TASKS = ("wikiqa", "wikiqa-passages")
 MINI_BATCH = 32
 #: Extra STS data of the ``+semeval12`` lever: the task name in the report's data (``MAIN_SOURCES``).
 EXTRA_STS_TASK = "semeval12"
+#: The ``+gur`` lever's task: sentence pairs mined by GUR's rule (the ``raw-text`` format's defaults) from the raw
+#: documents of the training corpora, without labels: WikiQA's paragraphs (each question's candidate sentences
+#: joined, as ``wikiqa-passages`` reads them) and the text of the MS MARCO passages the suite retrieves from
+#: (``quality_sources.gur_documents``). Built beside the other tasks; only the lever trains it.
+GUR_TASK = "gur-pairs"
 #: The folder (beside the report's data) of the ``+mined`` lever's data: the same tasks, the retrieval
 #: tasks' negatives mined by the base (``Bench.mined_folder`` in ``quality_run`` writes it once per output folder).
 MINED_DATA = "recipe-mined-data"
@@ -81,6 +88,10 @@ def _one_epoch(recipe: dict[str, Any]) -> None:
     recipe["training_args"]["num_train_epochs"] = 1
 
 
+def _gur_pairs(recipe: dict[str, Any]) -> None:
+    recipe["data"]["tasks"] = [*recipe["data"]["tasks"], GUR_TASK]
+
+
 def _no_instructions(recipe: dict[str, Any]) -> None:
     recipe["instructions"] = False
 
@@ -94,6 +105,7 @@ RECIPE_LEVERS: dict[str, Callable[[dict[str, Any]], None]] = {
     "batch128": _large_batch,
     "keep-base": _keep_base,
     "semeval12": _extra_sts,
+    "gur": _gur_pairs,
     "no-instructions": _no_instructions,
     "mined": _mined,
     "1ep": _one_epoch,
@@ -132,7 +144,7 @@ def is_recipe_row(row: str) -> bool:
 
 def recipe_tasks() -> list[str]:
     """Every task a recipe row may train: the shipped recipe's and the levers' (built once for all rows)."""
-    return [*shipped_recipe()["data"]["tasks"], EXTRA_STS_TASK]
+    return [*shipped_recipe()["data"]["tasks"], EXTRA_STS_TASK, GUR_TASK]
 
 
 def recipe_row_recipe(

@@ -18,7 +18,7 @@ from example_cli import evaluation_suite, recipe_training_args
 from quality_recipe import MINED_DATA, is_recipe_row, merged_run, recipe_levers, recipe_row_recipe, recipe_tasks
 from quality_report import FORGETTING, report
 from quality_rows import MERGE_RUNS, ROW_SPECS, bench_recipe, row_recipe
-from quality_sources import epoch_steps, many_task_sources, training_sources
+from quality_sources import epoch_steps, gur_documents, many_task_sources, training_sources
 
 REPO = Path(__file__).resolve().parent.parent
 SUITE = REPO / "examples" / "suites" / "shared.yaml"
@@ -146,7 +146,10 @@ class Bench:
             if name == "main":
                 sources = training_sources(options.data_root, options.max_rows_per_task, options.main_tasks)
             elif name == "recipe":  # the shipped recipe's data: every task a recipe row may train, instructed
-                sources = training_sources(options.data_root, options.max_rows_per_task, recipe_tasks(), True)
+                documents = gur_documents(options.data_root, options.output_dir / "gur-documents")
+                sources = training_sources(
+                    options.data_root, options.max_rows_per_task, recipe_tasks(), True, documents
+                )
             else:
                 sources = many_task_sources(
                     options.data_root, options.output_dir / "many-task-sources", options.max_rows_per_task

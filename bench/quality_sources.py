@@ -8,12 +8,13 @@ setting (the shared train files split into 21 tasks by source file, label or que
 from __future__ import annotations
 
 import csv
+import json
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from quality_recipe import build_instructions
+from quality_recipe import GUR_TASK, build_instructions
 
 #: A question-word bucket of WikiQA / TrecQA with fewer questions joins the ``other`` bucket.
 MIN_BUCKET_QUESTIONS = 15
@@ -36,6 +37,9 @@ MAIN_SOURCES: dict[str, tuple[str, str, str, dict[str, Any]]] = {
     "semeval12": ("semeval-sts", "sts", "sts/semeval/2012/*.train.tsv", {}),
 }
 
+#: The passages of the suite's MS MARCO subset: the ``+gur`` lever mines their text (no query, no judgement).
+MSMARCO_PASSAGES = "ir/msmarco-dl-subset/corpus.jsonl"
+
 #: A source of the report's data without one in the build recipe takes the instructions of one that has.
 INSTRUCTIONS_LIKE = {"semeval12": "stsb", "msrp-positives": "msrp"}
 
@@ -47,14 +51,51 @@ MAIN_TASKS = ("stsb", "sick", "wikiqa", "trecqa")
 RECIPE_TASKS = ("stsb", "sick", "wikiqa", "wikiqa-passages", "trecqa")
 
 
+def gur_documents(data_root: Path, target: Path) -> list[Path]:
+    """The raw documents :data:`GUR_TASK` is mined from: WikiQA's distinct paragraphs, written under ``target``
+    as JSON lines, and the MS MARCO passages file of ``data_root`` as it is (``title`` and ``text`` fields)."""
+    header, rows = _read(data_root / MAIN_SOURCES["wikiqa"][2], delimiter="\t", quoting=csv.QUOTE_NONE)
+    question, sentence = header.index("Question"), header.index("Sentence")
+    sentences: dict[str, list[str]] = defaultdict(list)
+    for row in rows:
+        if len(row) > max(question, sentence):
+            sentences[row[question]].append(row[sentence])
+    # One candidate a line: the miner splits at line ends, and WikiQA's sentences often end without a full stop.
+    paragraphs = dict.fromkeys("\n".join(parts) for parts in sentences.values())  # a page asked about twice: once
+    target.mkdir(parents=True, exist_ok=True)
+    path = target / "wikiqa-paragraphs.jsonl"
+    path.write_text("".join(json.dumps({"text": text}) + "\n" for text in paragraphs), encoding="utf-8")
+    return [path, data_root / MSMARCO_PASSAGES]
+
+
 def training_sources(
-    data_root: Path, max_rows: int | None, tasks: Iterable[str] = MAIN_TASKS, instructions: bool = False
+    data_root: Path,
+    max_rows: int | None,
+    tasks: Iterable[str] = MAIN_TASKS,
+    instructions: bool = False,
+    documents: Sequence[Path] = (),
 ) -> dict[str, Any]:
     """The unified build recipe of the main setting's ``tasks`` (train splits only); with ``instructions``,
-    each source carries the instructions the shipped build recipe gives it (``examples/recipes/sample.yaml``)."""
+    each source carries the instructions the shipped build recipe gives it (``examples/recipes/sample.yaml``).
+    :data:`GUR_TASK` mines ``documents`` (:func:`gur_documents`) and has no instructions: its pairs are two
+    sentences of one document, neither a query nor a passage."""
     given = build_instructions() if instructions else {}
-    sources = []
+    sources: list[dict[str, Any]] = []
     for name in tasks:
+        if name == GUR_TASK:
+            if not documents:
+                raise ValueError(f"{GUR_TASK}: needs the documents to mine (gur_documents)")
+            files = [str(path) for path in documents]
+            sources.append(
+                {
+                    "name": name,
+                    "format": "raw-text",
+                    "task_type": "retrieval",
+                    "data_files": files,
+                    "max_rows": max_rows,
+                }
+            )
+            continue
         fmt, task_type, path, fmt_options = MAIN_SOURCES[name]
         sources.append(
             {

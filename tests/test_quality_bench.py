@@ -112,6 +112,33 @@ def test_main_setting_adds_msrp_as_pairs_or_as_positives(quality, shared_data: P
     assert {score for scores in positives["positive_scores"] for score in scores} == {1.0}
 
 
+def test_the_gur_lever_trains_pairs_mined_from_the_corpora_s_raw_documents(
+    quality, shared_data: Path, tmp_path: Path
+) -> None:
+    """WikiQA's paragraphs (a line per candidate sentence, each paragraph once) and the MS MARCO passages' text."""
+    import json
+
+    from hf_unified_embed.data import build_unified
+
+    documents = quality.gur_documents(shared_data, tmp_path)
+    assert documents[1] == shared_data / "ir/msmarco-dl-subset/corpus.jsonl"
+    paragraphs = [json.loads(line)["text"] for line in documents[0].read_text(encoding="utf-8").splitlines()]
+    assert len(paragraphs) == len(set(paragraphs)) > 1_000
+    assert paragraphs[0].split("\n")[0] == "A partly submerged glacier cave on Perito Moreno Glacier ."
+    recipe = quality.training_sources(shared_data, 200, [quality.GUR_TASK], True, documents)
+    (source,) = recipe["sources"]
+    assert source["format"] == "raw-text" and "query_instruction" not in source  # two sentences: no roles
+    pairs = build_unified(recipe)[quality.GUR_TASK]
+    assert len(pairs) == 200 and pairs[0]["task_type"] == "retrieval" and len(pairs[0]["positives"]) == 1
+    with pytest.raises(ValueError, match="needs the documents"):
+        quality.training_sources(shared_data, None, [quality.GUR_TASK])
+    options = quality.parse_options(["--device", "cpu", "--output-dir", str(tmp_path)])
+    run = quality.recipe_training_args(options)
+    plain, gur = (quality.recipe_row_recipe(row, options, tmp_path, row, run) for row in ("recipe", "recipe+gur"))
+    assert gur["data"]["tasks"] == [*plain["data"]["tasks"], quality.GUR_TASK]
+    assert quality.GUR_TASK in quality.recipe_tasks()
+
+
 def test_question_buckets_fold_rare_words_into_other(quality) -> None:
     rows = [[f"what is {i}?"] for i in range(15)] + [[f"who is {i}?"] for i in range(14)] + [["Name a fruit"]]
     key = quality._question_buckets(rows, 0)
@@ -558,13 +585,17 @@ def test_a_kept_merge_recipe_row_merges_its_seed_s_run_with_the_base(quality, mo
     assert searched["method"] == "task_arithmetic" and len(searched["search"]["weights"]) > 1
 
 
-def test_the_recipe_setting_is_built_with_the_build_recipes_instructions(quality, shared_data: Path) -> None:
+def test_the_recipe_setting_is_built_with_the_build_recipes_instructions(
+    quality, shared_data: Path, tmp_path: Path
+) -> None:
     from hf_unified_embed.data import build_unified
 
     instructions = quality.build_instructions()
-    sources = quality.training_sources(shared_data, 8, quality.recipe_tasks(), instructions=True)["sources"]
+    documents = quality.gur_documents(shared_data, tmp_path)
+    sources = quality.training_sources(shared_data, 8, quality.recipe_tasks(), True, documents)["sources"]
     tasks = build_unified({"sources": sources})
-    assert list(tasks) == [*quality.RECIPE_TASKS, "semeval12"]
+    assert list(tasks) == [*quality.RECIPE_TASKS, "semeval12", quality.GUR_TASK]
+    assert tasks.pop(quality.GUR_TASK)[0]["query_instruction"] == ""  # two sentences of a document: no roles
     for name, dataset in tasks.items():
         given = instructions[quality.INSTRUCTIONS_LIKE.get(name, name)]
         assert dataset[0]["query_instruction"] == given["query_instruction"], name
