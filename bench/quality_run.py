@@ -16,7 +16,7 @@ from typing import Any
 from _timing import every_trainer_calls, step_timer
 from example_cli import evaluation_suite, recipe_training_args
 from quality_recipe import MINED_DATA, is_recipe_row, merged_run, recipe_levers, recipe_row_recipe, recipe_tasks
-from quality_report import FORGETTING, report
+from quality_report import FORGETTING, KEPT_FLOOR, report
 from quality_rows import MERGE_RUNS, ROW_SPECS, bench_recipe, row_recipe
 from quality_sources import epoch_steps, gur_documents, many_task_sources, training_sources
 
@@ -27,6 +27,11 @@ DEV_SUITE = REPO / "examples" / "suites" / "dev.yaml"
 KEPT_MERGE_WEIGHTS = (0.25, 0.5, 0.75, 1.0)
 KEPT_MERGE_EPSILON = 0.005
 KEPT_MERGE_FORGETTING = 0.25
+#: A recipe row's kept-merge: a finer grid near the run, and the choice rule's floor on kept neighbours as the
+#: dev suite's forgetting constraint (overlap at least ``KEPT_FLOOR``), so that the merge aims at what the rule
+#: asks of a shipped row while never seeing the report's test sets.
+RECIPE_MERGE_WEIGHTS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+RECIPE_MERGE_FORGETTING = round(1.0 - KEPT_FLOOR, 6)
 
 
 @dataclass
@@ -228,7 +233,9 @@ class Bench:
         """Train (or merge) a row; ``None`` for the base."""
         if is_recipe_row(row):
             run = merged_run(row)
-            return self.train_shipped(row, name) if run is None else self.kept_merge(name, run, seed)
+            if run is None:
+                return self.train_shipped(row, name)
+            return self.kept_merge(name, run, seed, RECIPE_MERGE_WEIGHTS, RECIPE_MERGE_FORGETTING)
         spec = ROW_SPECS[row]
         if spec.setting is None:
             return None
@@ -241,8 +248,17 @@ class Bench:
 
     # The two merges have no recipe form (a recipe trains one model); their training runs are recipe runs.
 
-    def kept_merge(self, name: str, run_row: str, seed: int) -> Trained:
-        """The seed's ``run_row`` run interpolated with the base, λ chosen under the keep-the-base constraint."""
+    def kept_merge(
+        self,
+        name: str,
+        run_row: str,
+        seed: int,
+        weights: tuple[float, ...] = KEPT_MERGE_WEIGHTS,
+        forgetting: float = KEPT_MERGE_FORGETTING,
+    ) -> Trained:
+        """The seed's ``run_row`` run interpolated with the base, λ among ``weights`` chosen under the
+        keep-the-base constraint (dev metrics within ``KEPT_MERGE_EPSILON`` of the base's, the dev suite's
+        neighbour overlap within ``forgetting`` of the base's 1)."""
         from hf_unified_embed.merge.search import search_merge
 
         options = self.options
@@ -259,9 +275,9 @@ class Bench:
             options.output_dir / name,
             base=options.base_model,
             suite=dev,
-            search={"weights": list(KEPT_MERGE_WEIGHTS)},
+            search={"weights": list(weights)},
             objective={metric: 1.0 / len(dev_metrics) for metric in dev_metrics},
-            constraint={"epsilon": {"default": KEPT_MERGE_EPSILON, "forgetting-dev": KEPT_MERGE_FORGETTING}},
+            constraint={"epsilon": {"default": KEPT_MERGE_EPSILON, "forgetting-dev": forgetting}},
             device=options.device,
             overwrite=True,
             show_progress=False,

@@ -582,7 +582,9 @@ def test_a_kept_merge_recipe_row_merges_its_seed_s_run_with_the_base(quality, mo
     made = bench.make("recipe+kept-merge", name, 42)
     assert made.path == tmp_path / name and made.steps == 1516
     assert searched["models"] == [tmp_path / run] and searched["base"] == options.base_model
-    assert searched["method"] == "task_arithmetic" and len(searched["search"]["weights"]) > 1
+    assert searched["method"] == "task_arithmetic" and searched["search"]["weights"][-1] == 1.0
+    # The choice rule's floor on kept neighbours is the dev suite's forgetting constraint.
+    assert searched["constraint"]["epsilon"]["forgetting-dev"] == pytest.approx(1 - quality.KEPT_FLOOR)
 
 
 def test_the_recipe_setting_is_built_with_the_build_recipes_instructions(
