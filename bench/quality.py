@@ -77,11 +77,11 @@ relative to ``st-baseline`` in the same run.
 
 **The shipped recipe** (``--rows recipe ...``; ``quality_recipe``): ``recipe`` is
 ``examples/recipes/train.yaml`` as users run it — its tasks, losses, negatives, per-task batch sizes,
-learning rate and two epochs — on the report's data built **with the build recipe's instructions**
+learning rate and one epoch — on the report's data built **with the build recipe's instructions**
 (``examples/recipes/sample.yaml``, what ``make demo`` builds), nothing else changed but the data folder,
-the output folder, the seed and the device. ``recipe+levers`` changes the recipe by the levers of
-issue 39 (``RECIPE_LEVERS``: ``batch128``, ``keep-base``, ``semeval12``, ``no-instructions``, ``mined``,
-``1ep``, combinable in that order; the levers were measured at one epoch: ``recipe+keep-base+1ep``). Its
+the output folder, the seed and the device. ``recipe+levers`` changes the recipe by its levers
+(``RECIPE_LEVERS``: ``batch128``, ``keep-base``, ``semeval12``, ``gur``, ``no-instructions``, ``mined``,
+``2ep``, combinable in that order, optionally followed by ``kept-merge``: ``recipe+2ep+kept-merge``). Its
 table (the ``<report-name>-recipe`` block) gives absolute costs —
 optimizer steps, seconds per step, the whole training in minutes, peak memory (the process's peak
 resident set on the CPU, the allocated peak on CUDA) — since its rows differ in steps and batch sizes.

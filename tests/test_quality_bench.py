@@ -526,13 +526,13 @@ def test_recipe_levers_change_what_they_name(quality, tmp_path: Path) -> None:
 
     plain = recipe("recipe")
     assert plain.get("keep_base") is None
-    combined = recipe("recipe+batch128+keep-base+semeval12+no-instructions+1ep")
+    combined = recipe("recipe+batch128+keep-base+semeval12+no-instructions+2ep")
     assert combined["losses"]["retrieval"] == {**plain["losses"]["retrieval"], "mini_batch_size": 32}
     assert combined["sampler"]["batch_sizes"] == {"wikiqa": 128, "wikiqa-passages": 128, "trecqa": 16}
     assert combined["keep_base"] == {"weight": 1.0}
     assert combined["data"]["tasks"] == [*plain["data"]["tasks"], "semeval12"]
-    assert combined["training_args"]["num_train_epochs"] == 1 and combined["instructions"] is False
-    assert plain["training_args"]["num_train_epochs"] == 2  # the shipped recipe: two epochs measured best
+    assert combined["training_args"]["num_train_epochs"] == 2 and combined["instructions"] is False
+    assert plain["training_args"]["num_train_epochs"] == 1  # the shipped recipe: the choice rule's row
     # The mined lever trains the same tasks on the mined copy of the report's data, beside it.
     mined = recipe("recipe+mined")
     assert mined["data"] == {**plain["data"], "path": str(tmp_path / "recipe-mined-data")}
@@ -540,9 +540,9 @@ def test_recipe_levers_change_what_they_name(quality, tmp_path: Path) -> None:
     assert {key: value for key, value in mined.items() if key not in named} == {
         key: value for key, value in plain.items() if key not in named
     }
-    assert recipe("recipe+1ep")["losses"] == plain["losses"]  # a lever leaves the rest as it was
+    assert recipe("recipe+2ep")["losses"] == plain["losses"]  # a lever leaves the rest as it was
     assert plain == recipe("recipe")  # the shipped mapping is copied, never changed in place
-    for wrong in ("recipe+keep-base+batch128", "recipe+1ep+1ep", "recipe+1ep+mined", "recipe+fast"):
+    for wrong in ("recipe+keep-base+batch128", "recipe+2ep+2ep", "recipe+2ep+mined", "recipe+fast"):
         with pytest.raises(ValueError, match="recipe"):
             quality.recipe_levers(wrong)
     assert quality.parse_options(["--rows", "recipe+keep-base", "base"]).rows == ["recipe+keep-base", "base"]
@@ -559,8 +559,8 @@ def test_a_kept_merge_recipe_row_merges_its_seed_s_run_with_the_base(quality, mo
     assert quality.merged_run("recipe+kept-merge") == "recipe"
     assert quality.merged_run("recipe+keep-base+kept-merge") == "recipe+keep-base"
     assert quality.merged_run("recipe") is None and quality.merged_run("codiemb+kept-merge") is None
-    assert quality.recipe_levers("recipe+1ep+kept-merge") == ["1ep"]
-    for wrong in ("recipe+kept-merge+1ep", "recipe+kept-merge+kept-merge"):
+    assert quality.recipe_levers("recipe+2ep+kept-merge") == ["2ep"]
+    for wrong in ("recipe+kept-merge+2ep", "recipe+kept-merge+kept-merge"):
         with pytest.raises(ValueError, match="kept-merge"):
             quality.recipe_levers(wrong)
     searched = {}
