@@ -9,6 +9,7 @@ forked into the real ``datasets`` pool), so the signal always finds them alive.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -200,3 +201,27 @@ def test_child_processes_follow_the_command_only_while_it_runs():
             assert signal.getsignal(signal.SIGXFSZ) == signal.SIG_IGN
     assert not processes._Forks.active
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_stop_raised_where_python_cannot_propagate_it_prints_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt in a ``__del__`` (or an import lock's weakref callback) is not printed during a
+    command: the stop is raised again in the main thread. Anything else still is, and after the command too."""
+    seen: list[type[BaseException]] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: seen.append(type(unraisable.exc_value)))
+
+    class Stops:
+        def __del__(self) -> None:
+            raise KeyboardInterrupt
+
+    class Fails:
+        def __del__(self) -> None:
+            raise ValueError("kept")
+
+    with processes.command_lifetime():
+        Stops()
+        Fails()
+        gc.collect()
+    assert seen == [ValueError]
+    Stops()
+    gc.collect()
+    assert seen == [ValueError, KeyboardInterrupt]

@@ -18,6 +18,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 
 def world_size() -> int:
@@ -166,6 +167,22 @@ def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def _quiet_unraisable(previous: Any) -> Any:
+    """A ``sys.unraisablehook`` that drops the stop's ``KeyboardInterrupt`` and hands anything else to ``previous``.
+
+    A stop raised while Python runs a callback it cannot propagate from (a weakref callback of the import
+    system's module locks, a ``__del__``) is "ignored" and printed with its traceback; :func:`_enforce_stop`
+    raises it again in the main thread, so printing it only put a traceback before the ``interrupted`` line.
+    """
+
+    def hook(unraisable: Any) -> None:
+        if _COMMAND is not None and isinstance(unraisable.exc_value, KeyboardInterrupt):
+            return
+        previous(unraisable)
+
+    return hook
+
+
 def _end_children() -> None:
     """Kill every process the command started (and theirs): their work is thrown away with the run's.
 
@@ -244,10 +261,13 @@ def command_lifetime() -> Iterator[None]:
     previous = {signum: signal.signal(signum, _on_stop_signal) for signum in STOP_SIGNALS}
     if hasattr(signal, "SIGXFSZ"):
         previous[signal.SIGXFSZ] = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    unraisable_hook = sys.unraisablehook
+    sys.unraisablehook = _quiet_unraisable(unraisable_hook)
     _Forks.active = True
     try:
         yield
     finally:
+        sys.unraisablehook = unraisable_hook
         command.seen.set()  # first: no stop is raised again from here on (the caller catches one raised before)
         _Forks.active = False
         command.ended.set()
