@@ -1,9 +1,9 @@
 """Running a command as a user's process with a fault at a moment: a signal, a file-size limit, a vanished
 output folder; and what must hold afterwards. Used by ``test_fault_harness.py`` and ``test_full_disk.py``.
 
-A command runs as ``python -m hf_unified_embed`` in a process session of its own (a terminal's foreground job), so
-"its processes" are the session's, workers reparented after a ``kill -9`` included, and a Ctrl-C goes to the
-whole group as a terminal sends it.
+A command runs as ``python -m hf_unified_embed`` started with ``start_new_session=True`` (its own process group,
+as a terminal's foreground job has), so "its processes" are those whose ``os.getsid`` is its pid, workers
+reparented after a ``kill -9`` included, and a Ctrl-C goes to the whole group as a terminal sends it.
 """
 
 from __future__ import annotations
