@@ -1,14 +1,16 @@
-"""The main job: build data → two training runs → hierarchical merge → evaluate → card.
+"""The main job: build data → train the shipped recipe → evaluate it against the base → card.
 
 Runs on the bundled sample (``examples/data``) with the packaged all-MiniLM-L6-v2, on CPU, in a
 few minutes::
 
     make demo                     # or: .venv/bin/python examples/demo.py --output-dir outputs/demo
 
-Both runs use the configuration that measured best in docs/quality.md: CoDiEmb's losses with
-``CurriculumBatchSampler(interleave="shuffled", instance_order="random")`` (one task per optimizer
-step, tasks in random order). ``--curriculum`` adds Data-CUBE's curriculum instead — a task order
-planned with the base model as teacher and easy→hard rows — which is meant to pay with many tasks.
+The training run is ``examples/recipes/train.yaml`` as shipped — the recipe the quality report's choice
+rule picked (docs/quality.md, "The shipped recipe"): CoDiEmb's losses, one task per optimizer step in
+shuffled task order, one epoch. Only its data folder, output folder, seed and device are the demo's.
+``--curriculum`` trains it in Data-CUBE's curriculum instead — a task order planned with the base model
+as teacher and easy→hard rows — which is meant to pay with many tasks (the changes train.yaml's header
+lists). ``--max-steps N`` stops the run early.
 
 Every stage prints one summary line; its full output goes to ``OUTPUT/logs/``. Everything lands under
 ``--output-dir``; the last lines print the results table and where each artefact is. Nothing is
@@ -38,20 +40,8 @@ from example_cli import (
 
 EXAMPLES = Path(__file__).resolve().parent
 SAMPLE_RECIPE = EXAMPLES / "recipes" / "sample.yaml"
-SAMPLE_SUITE = EXAMPLES / "suites" / "demo.yaml"
-#: The tasks of the measured default: WikiQA twice, as answer sentences and as whole paragraphs (passage
-#: retrieval keeps general retrieval at the base's level; docs/quality.md, "WikiQA as passages"). MSRP is
-#: built and evaluated but not trained: training on it cost general retrieval in every form measured
-#: (docs/quality.md, "Training on MSRP too").
-TRAIN_TASKS = ["stsb", "sick", "wikiqa", "wikiqa-passages", "trecqa"]
-#: The measured default (docs/quality.md, "Learning rate"): sentence-transformers' own default; against
-#: 2e-5 it gains on every trained column and gives up a little more general retrieval.
-LEARNING_RATE = 5e-5
-#: Per-task batch sizes of the two runs: each leans towards its side, both see every task.
-BATCH_SIZES = {
-    "ir-leaning": {"wikiqa": 16, "wikiqa-passages": 16, "trecqa": 16, "stsb": 4, "sick": 4},
-    "sts-leaning": {"wikiqa": 4, "wikiqa-passages": 4, "trecqa": 4, "stsb": 16, "sick": 16},
-}
+#: The recipe the demo trains: the one the quality report's choice rule ships.
+SHIPPED_RECIPE = EXAMPLES / "recipes" / "train.yaml"
 
 
 class Stages:
@@ -108,6 +98,13 @@ def build_data(output: Path, data_root: Path) -> tuple[Path, str]:
     return data_dir, f"{len(tasks)} tasks, {rows:,} rows (with licenses and sources in the card) → {data_dir}"
 
 
+def shipped_recipe() -> dict[str, Any]:
+    """``examples/recipes/train.yaml`` as a mapping, its relative paths resolved against its folder."""
+    from hf_unified_embed.recipe import load_train_recipe
+
+    return load_train_recipe(SHIPPED_RECIPE).to_dict()
+
+
 def plan(data_dir: Path, output: Path, args: argparse.Namespace) -> tuple[Path, Any]:
     from sentence_transformers import SentenceTransformer
 
@@ -115,7 +112,7 @@ def plan(data_dir: Path, output: Path, args: argparse.Namespace) -> tuple[Path, 
     from hf_unified_embed.data import load_unified, save_unified
 
     curriculum_dir = output / "curriculum"
-    tasks = load_unified(data_dir, tasks=TRAIN_TASKS)
+    tasks = load_unified(data_dir, tasks=shipped_recipe()["data"]["tasks"])
     result = plan_curriculum(
         SentenceTransformer(args.base_model, device=args.device),
         tasks,
@@ -131,52 +128,38 @@ def plan(data_dir: Path, output: Path, args: argparse.Namespace) -> tuple[Path, 
     return curriculum_dir, result.plan
 
 
-def train(name: str, data_dir: Path, output: Path, args: argparse.Namespace, curriculum: bool) -> Any:
-    from hf_unified_embed.recipe import recipe_from_dict
+def train(data_dir: Path, output: Path, args: argparse.Namespace, suite: dict[str, Any], curriculum: bool) -> Any:
+    """Train the shipped recipe on ``data_dir``; the run scores ``suite`` and writes it into the card."""
+    from hf_unified_embed.recipe import packaged_minilm_path, recipe_from_dict
     from hf_unified_embed.recipe.run import train_from_recipe
 
-    sampler: dict[str, Any] = (
-        {"interleave": "round_robin", "instance_order": "easy_to_hard"}
-        if curriculum
-        else {"interleave": "shuffled", "instance_order": "random"}
-    )
-    recipe = recipe_from_dict(
-        {
-            "base_model": args.base_model,
-            "model_name": f"all-MiniLM-L6-v2 {name} (hf-unified-embed demo)",
-            "data": {"path": str(data_dir), "tasks": TRAIN_TASKS},
-            "losses": {
-                "retrieval": {"name": "MultiPositiveInfoNCELoss", "temperature": 0.05},
-                "sts": {"name": "CoDiEmbSTSLoss"},
-            },
-            "negatives_per_query": 2,
-            **({"curriculum": {"plan": str(data_dir / "curriculum_plan.json")}} if curriculum else {}),
-            "sampler": {**sampler, "batch_sizes": BATCH_SIZES[name]},
-            "training_args": recipe_training_args(
-                args,
-                per_device_train_batch_size=16,
-                learning_rate=LEARNING_RATE,
-                warmup_steps=0.1,
-                logging_steps=max(1, args.max_steps // 5),
-                disable_tqdm=True,
-            ),
-            "output_dir": str(output / name),
-            "seed": args.seed,
+    recipe = shipped_recipe()
+    if curriculum:
+        # The changes train.yaml's header lists for Data-CUBE's curriculum.
+        recipe["curriculum"] = {"plan": str(data_dir / "curriculum_plan.json")}
+        recipe["sampler"].update(interleave="round_robin", instance_order="easy_to_hard")
+    recipe.update(
+        # None keeps the card's base model the Hub id of the packaged copy (base_model_id).
+        base_model=None if str(args.base_model) == str(packaged_minilm_path()) else str(args.base_model),
+        data={**recipe["data"], "path": str(data_dir)},
+        training_args={
+            **recipe["training_args"],
+            **recipe_training_args(args, logging_steps=recipe["training_args"].get("logging_steps", 10)),
+            "disable_tqdm": True,
         },
-        origin=f"demo:{name}",
+        evaluation=suite,
+        output_dir=str(output / "model"),
+        seed=args.seed,
     )
-    return train_from_recipe(recipe, overwrite=True)
+    return train_from_recipe(recipe_from_dict(recipe, origin=str(SHIPPED_RECIPE)), overwrite=True)
 
 
-def evaluate(models: dict[str, str], suite: dict[str, Any], device: str) -> dict[str, Any]:
+def evaluate(model: str, suite: dict[str, Any], device: str) -> Any:
     from sentence_transformers import SentenceTransformer
 
     from hf_unified_embed.evaluation import run_suite
 
-    return {
-        name: run_suite(SentenceTransformer(path, device=device), suite, show_progress_bar=False)
-        for name, path in models.items()
-    }
+    return run_suite(SentenceTransformer(model, device=device), suite, show_progress_bar=False)
 
 
 def results_table(results: dict[str, Any]) -> str:
@@ -197,9 +180,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_true",
         help="plan Data-CUBE's curriculum (task order + easy→hard rows) and train in it instead of shuffled order",
     )
-    args = parse_example_args(parser, argv, full_steps=30)
-
-    from hf_unified_embed.merge import merge_models
+    args = parse_example_args(parser, argv)
 
     quiet_progress_bars()
     started = time.perf_counter()
@@ -207,9 +188,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if output.exists():
         shutil.rmtree(output)
     output.mkdir(parents=True)
-    base = args.base_model
-    suite = evaluation_suite(args, SAMPLE_SUITE, data_root=args.data_root)
-    stages = Stages(output, total=7 if args.curriculum else 6)
+    recipe = shipped_recipe()
+    suite = evaluation_suite(args, recipe["evaluation"], data_root=args.data_root)
+    stages = Stages(output, total=4 if args.curriculum else 3)
 
     with stages.run("build the unified dataset") as stage:
         data_dir, stage["summary"] = build_data(output, args.data_root)
@@ -219,60 +200,36 @@ def main(argv: Sequence[str] | None = None) -> None:
             train_dir, curriculum_plan = plan(data_dir, output, args)
             stage["summary"] = f"task order {' → '.join(curriculum_plan.order)} → {train_dir}"
     order = "curriculum order, easy→hard rows" if args.curriculum else "shuffled task order"
-    runs: dict[str, Path] = {}
-    for name in BATCH_SIZES:
-        with stages.run(f"train the {name} run") as stage:
-            outcome = train(name, train_dir, output, args, args.curriculum)
-            runs[name] = outcome.model_dir
-            loss = f"{outcome.train_loss:.4f}" if outcome.train_loss is not None else "n/a"
-            stage["summary"] = f"{args.max_steps} steps in {order}, mean loss {loss} → {outcome.model_dir}"
 
-    ir_run, sts_run = runs["ir-leaning"], runs["sts-leaning"]
-    merge_options: dict[str, Any] = {
-        "ir_models": [ir_run],
-        "sts_models": [sts_run],
-        "base": base,
-        "ir_specialist": ir_run,
-        "sts_specialist": sts_run,
-        "model_name": "hf-unified-embed/demo-merged",
-        "overwrite": True,
-        "show_progress": False,
-    }
-    with stages.run("merge the two runs hierarchically") as stage:
-        merged = merge_models([ir_run, sts_run], "hierarchical", output / "merged", **merge_options)
-        stage["summary"] = f"CoDiEmb Eq. 10–12, per-layer weights from the runs' deltas → {merged}"
+    with stages.run(f"train {SHIPPED_RECIPE.relative_to(EXAMPLES.parent)} and evaluate it") as stage:
+        outcome = train(train_dir, output, args, suite, args.curriculum)
+        loss = f"{outcome.train_loss:.4f}" if outcome.train_loss is not None else "n/a"
+        epochs = recipe["training_args"]["num_train_epochs"]
+        length = f"{args.max_steps} steps" if args.max_steps > 0 else f"{epochs} epoch{'s' if epochs != 1 else ''}"
+        stage["summary"] = f"{length} in {order}, mean loss {loss}; card with the scores → {outcome.model_dir}"
 
-    with stages.run("evaluate base, runs and merge") as stage:
-        results = evaluate(
-            {"base": base, **{name: str(path) for name, path in runs.items()}, "merged": str(merged)},
-            suite,
-            args.device,
-        )
+    with stages.run("evaluate the base model") as stage:
+        results = {"base": evaluate(args.base_model, suite, args.device), "recipe": outcome.evaluation}
         summary = {name: result.to_dict() for name, result in results.items()}
         (output / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         sets = ", ".join(entry.name for entry in results["base"].entries)
         rows = f", first {args.eval_rows} rows each" if args.eval_rows else ""
-        stage["summary"] = f"{len(results)} models on {sets}{rows} → {output / 'results.json'}"
-
-    with stages.run("write the merged model's card") as stage:
-        evaluation = [vars(result) for result in results["merged"].eval_results()]
-        merge_models(
-            [ir_run, sts_run], "hierarchical", output / "merged", evaluation_results=evaluation, **merge_options
-        )
-        stage["summary"] = f"recipe, layer weights, delta heatmap and model-index → {merged / 'README.md'}"
+        stage["summary"] = f"on {sets}{rows}; both models → {output / 'results.json'}"
 
     print("\n" + results_table(results))
     print(f"\nfinished in {time.perf_counter() - started:.0f} s; outputs in {output}/:")
     for path, what in [
         (data_dir, "unified dataset (Hub layout: README.md card with sources and licenses + parquet per task)"),
         *([(train_dir, "dataset with difficulty, curriculum_plan.json and plots")] if args.curriculum else []),
-        (ir_run, "IR-leaning model with its card (README.md) and recipe"),
-        (sts_run, "STS-leaning model with its card and recipe"),
-        (merged, "hierarchically merged model, card with layer weights and delta heatmap"),
-        (output / "results.json", "all evaluation results"),
+        (
+            outcome.model_dir,
+            "the trained model: card (README.md) with the recipe and scores, evaluation.json, hf_unified_embed_recipe.yaml",
+        ),
+        (output / "results.json", "the base's and the model's evaluation results"),
         (stages.logs, "the full output of every stage"),
     ]:
         print(f"  {path}  — {what}")
+    print("\nNext: hf-unified-embed merge (docs/merge.md) fuses runs or pulls a model back towards its base.")
 
 
 if __name__ == "__main__":

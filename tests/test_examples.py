@@ -74,7 +74,24 @@ def _lora_outputs(output: Path) -> None:
 
 
 def _demo_outputs(output: Path) -> None:
-    _exists("results.json", "merged/README.md", "ir-leaning/README.md", "logs")(output)
+    import yaml
+
+    _exists("results.json", "model/README.md", "model/evaluation.json", "model/hf_unified_embed_recipe.yaml", "logs")(
+        output
+    )
+    # The demo trains examples/recipes/train.yaml as shipped: only data, output, seed, steps and device differ.
+    shipped, trained = (
+        yaml.safe_load(path.read_text(encoding="utf-8"))
+        for path in (REPO / "examples" / "recipes" / "train.yaml", output / "model" / "hf_unified_embed_recipe.yaml")
+    )
+    for key in ("losses", "negatives_per_query", "max_seq_length", "instructions"):
+        assert trained[key] == shipped[key], key
+    assert trained["data"]["tasks"] == shipped["data"]["tasks"]
+    assert {key: trained["sampler"][key] for key in shipped["sampler"]} == shipped["sampler"]
+    different = {"max_steps", "seed", "save_strategy", "report_to", "use_cpu", "disable_tqdm"}
+    assert {k: v for k, v in trained["training_args"].items() if k not in different} == shipped["training_args"]
+    results = json.loads((output / "results.json").read_text(encoding="utf-8"))
+    assert set(results) == {"base", "recipe"}
     card = (output / "data" / "README.md").read_text(encoding="utf-8")
     # The sample recipe's provenance reaches the card through the Python API (build_unified + save_unified).
     assert "CC-BY-NC-SA-3.0" in card and "source: unknown" not in card and "license: unknown" not in card
