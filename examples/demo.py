@@ -91,7 +91,8 @@ def build_data(output: Path, data_root: Path) -> tuple[Path, str]:
 
     # The sample recipe's files are looked up by name in --data-root (examples/data by default).
     tasks = build_unified(sample_recipe(SAMPLE_RECIPE, data_root))
-    data_dir = save_unified(tasks, output / "data", overwrite=True)
+    data_dir = output / "data"
+    save_unified(tasks, data_dir, overwrite=True)
     for name, dataset in tasks.items():
         print(f"  {name:<8} {dataset[0]['task_type']:<20} {len(dataset):>5} rows")
     rows = sum(len(dataset) for dataset in tasks.values())
@@ -136,12 +137,12 @@ def train(data_dir: Path, output: Path, args: argparse.Namespace, suite: dict[st
     recipe = shipped_recipe()
     if curriculum:
         # The changes train.yaml's header lists for Data-CUBE's curriculum.
-        recipe["curriculum"] = {"plan": str(data_dir / "curriculum_plan.json")}
+        recipe["curriculum"] = {"plan": str((data_dir / "curriculum_plan.json").resolve())}
         recipe["sampler"].update(interleave="round_robin", instance_order="easy_to_hard")
     recipe.update(
         # None keeps the card's base model the Hub id of the packaged copy (base_model_id).
         base_model=None if str(args.base_model) == str(packaged_minilm_path()) else str(args.base_model),
-        data={**recipe["data"], "path": str(data_dir)},
+        data={**recipe["data"], "path": str(data_dir.resolve())},
         training_args={
             **recipe["training_args"],
             **recipe_training_args(args, logging_steps=recipe["training_args"].get("logging_steps", 10)),
