@@ -143,11 +143,7 @@ def train(data_dir: Path, output: Path, args: argparse.Namespace, suite: dict[st
         # None keeps the card's base model the Hub id of the packaged copy (base_model_id).
         base_model=None if str(args.base_model) == str(packaged_minilm_path()) else str(args.base_model),
         data={**recipe["data"], "path": str(data_dir.resolve())},
-        training_args={
-            **recipe["training_args"],
-            **recipe_training_args(args, logging_steps=recipe["training_args"].get("logging_steps", 10)),
-            "disable_tqdm": True,
-        },
+        training_args={**recipe["training_args"], **recipe_training_args(args, disable_tqdm=True)},
         evaluation=suite,
         output_dir=str(output / "model"),
         seed=args.seed,
