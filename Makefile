@@ -97,7 +97,7 @@ demo: $(STAMP)
 	$(BIN)/python examples/demo.py --output-dir outputs/demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "unit"

@@ -17,7 +17,10 @@ WikiQA's paragraphs and the MS MARCO passages: retrieval signal without labels),
 ``recipe+mined`` (the retrieval tasks' negatives mined by the base with a positive-aware filter, NV-Retriever's
 TopK-PercPos: ``mine_hard_negatives`` with its defaults, ``relative_margin`` 0.05 — a candidate scoring above
 95 % of the positive's score is dropped as a likely false negative; four per query, of which the recipe
-takes its ``negatives_per_query``), ``recipe+2ep`` (two epochs: the recipe's until the choice rule, which counts
+takes its ``negatives_per_query``), ``recipe+lora8`` / ``recipe+lora32`` (LoRA adapters of rank 8 / 32 on
+the encoder, PEFT's default targets, merged into a plain folder, at ten times the learning rate),
+``recipe+freeze2`` / ``recipe+freeze4`` (the embeddings and the lowest 2 / 4 of MiniLM's 6 layers frozen),
+``recipe+llrd`` (layer-wise learning-rate decay 0.8), ``recipe+2ep`` (two epochs: the recipe's until the choice rule, which counts
 the neighbours kept, chose one; the tables measured before then name the one-epoch rows ``+1ep`` and the
 two-epoch recipe ``recipe``). Any of these rows followed by ``+kept-merge`` is that
 seed's run interpolated with the base (λ chosen by ``merge search`` on the dev suite under the keep-the-base
@@ -55,6 +58,8 @@ GUR_TASK = "gur-pairs"
 #: The folder (beside the report's data) of the ``+mined`` lever's data: the same tasks, the retrieval
 #: tasks' negatives mined by the base (``Bench.mined_folder`` in ``quality_run`` writes it once per output folder).
 MINED_DATA = "recipe-mined-data"
+#: The ``+llrd`` lever's factor per layer: MiniLM's embeddings train at 0.8^7 ≈ 0.21 of the top rate.
+LAYERWISE_DECAY = 0.8
 
 
 def shipped_recipe() -> dict[str, Any]:
@@ -101,6 +106,27 @@ def _mined(recipe: dict[str, Any]) -> None:
     recipe["data"]["path"] = str(Path(recipe["data"]["path"]).parent / MINED_DATA)
 
 
+def _lora(rank: int) -> Callable[[dict[str, Any]], None]:
+    def lora(recipe: dict[str, Any]) -> None:
+        # PEFT's own targets for BERT (query, value), alpha = 2 × rank, folded into a plain folder; LoRA's usual
+        # learning rate, ten times the full fine-tune's (its updates are low-rank and start at zero).
+        recipe["peft"] = {"r": rank, "lora_alpha": 2 * rank, "merge_adapter": True}
+        recipe["training_args"]["learning_rate"] = 10 * float(recipe["training_args"]["learning_rate"])
+
+    return lora
+
+
+def _freeze(layers: int) -> Callable[[dict[str, Any]], None]:
+    def freeze(recipe: dict[str, Any]) -> None:
+        recipe["model"] = {**(recipe.get("model") or {}), "freeze_layers": layers}
+
+    return freeze
+
+
+def _layerwise_decay(recipe: dict[str, Any]) -> None:
+    recipe["model"] = {**(recipe.get("model") or {}), "layerwise_lr_decay": LAYERWISE_DECAY}
+
+
 #: The changes a lever row makes to the shipped recipe, in the order a row's name lists them.
 RECIPE_LEVERS: dict[str, Callable[[dict[str, Any]], None]] = {
     "batch128": _large_batch,
@@ -109,6 +135,11 @@ RECIPE_LEVERS: dict[str, Callable[[dict[str, Any]], None]] = {
     "gur": _gur_pairs,
     "no-instructions": _no_instructions,
     "mined": _mined,
+    "lora8": _lora(8),
+    "lora32": _lora(32),
+    "freeze2": _freeze(2),
+    "freeze4": _freeze(4),
+    "llrd": _layerwise_decay,
     "2ep": _two_epochs,
 }
 #: The rows of the recipe setting the report runs by default (every combination is accepted by name): the

@@ -87,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         exclude_instructions_from_pooling,
         losses_for_tasks,
         prompts_from_unified,
+        publish_prompts,
     )
 
     train = build_unified({"sources": sources(args.data_root)})
@@ -105,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     collator = UnifiedDataCollator.for_losses(
         model, train, losses, negatives_per_query=args.negatives, seed=args.seed, prompts=prompts
     )
+    publish_prompts(model, train, collator.prompts)  # saved with the model: encode_query gives what trained
     training_args = training_arguments(
         args,
         args.output_dir / "checkpoints",

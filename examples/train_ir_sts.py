@@ -74,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         exclude_instructions_from_pooling,
         losses_for_tasks,
         prompts_from_unified,
+        publish_prompts,
     )
 
     train = load_tasks(args.data_root, args.max_rows)
@@ -87,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         },
     )
     collator = UnifiedDataCollator.for_losses(model, train, losses, negatives_per_query=args.negatives, seed=args.seed)
+    publish_prompts(model, train, collator.prompts)  # saved with the model: encode_query gives what trained
     trainer = SentenceTransformerTrainer(
         model=model,
         args=training_arguments(

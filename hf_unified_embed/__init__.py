@@ -55,6 +55,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "data": (
         "build_unified",
         "load_unified",
+        "sample_recipe",
         "save_unified",
         "stream_unified",
         "validate_unified_folder",
@@ -81,6 +82,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "negatives": ("mine_hard_negatives",),
     "gur_pairs": ("mine_pairs",),
     "errors": ("HfUnifiedEmbedError",),
+    "utils.model_loading": ("resolve_model",),
 }
 
 #: Names the package face re-exported in 0.1, by the module that holds them now.
@@ -163,6 +165,7 @@ if TYPE_CHECKING:
     from hf_unified_embed.data import (
         build_unified,
         load_unified,
+        sample_recipe,
         save_unified,
         stream_unified,
         validate_unified_folder,
@@ -222,6 +225,9 @@ if TYPE_CHECKING:
         exclude_instructions_from_pooling,
         losses_for_tasks,
         unified_training,
+    )
+    from hf_unified_embed.utils.model_loading import (
+        resolve_model,
     )
 
 _NAME_TO_MODULE = {name: module for module, names in _EXPORTS.items() for name in names}

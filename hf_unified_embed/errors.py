@@ -18,6 +18,7 @@ class                      meaning                                              
 ``MergeError``             inputs that cannot be merged (input, tensor)                  ``ValueError``
 ``LossOptionError``        a loss's options are out of range or do not fit together      ``ValueError``
 ``LossFitError``           a task's rows lack what its loss reads (task, loss, field)    ``InputError``
+``ArgumentError``          a Python call's argument has a wrong type or value (name)     ``ValueError``, ``TypeError``
 ``InputNotFoundError``     a named input (file, folder, model) does not exist            ``FileNotFoundError``
 ``OutputError``            the output cannot be written where asked                      ``OSError``
 ``OutputExistsError``      the output exists and ``overwrite`` was not given             ``FileExistsError``
@@ -172,6 +173,10 @@ class LossOptionError(HfUnifiedEmbedError, ValueError):
 
 class LossFitError(InputError):
     """A loss cannot read a task's rows: the message names the task, the loss, what the rows lack and which losses fit."""
+
+
+class ArgumentError(HfUnifiedEmbedError, ValueError, TypeError):
+    """An argument of a Python call has the wrong type or value: the message names the argument and what is accepted."""
 
 
 class InputNotFoundError(HfUnifiedEmbedError, FileNotFoundError):

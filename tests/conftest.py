@@ -90,3 +90,15 @@ def tiny_llama_path(tmp_path_factory: pytest.TempPathFactory) -> str:
 def tiny_model_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> str:
     """A tiny random BERT sentence-transformers model (hidden 32, 2 layers) saved once per session."""
     return make_tiny_model(tmp_path_factory.mktemp("tiny-bert"), minilm_path)
+
+
+@pytest.fixture(scope="session")
+def sample_unified_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled sample built once per session into a unified folder (``hf-unified-embed build`` of
+    ``examples/recipes/sample.yaml``); tests read it, never write into it."""
+    from hf_unified_embed.data import build_unified, save_unified
+    from hf_unified_embed.data.bundled_sample import sample_recipe
+
+    out = tmp_path_factory.mktemp("sample-unified") / "data"
+    save_unified(build_unified(sample_recipe()), out)
+    return out

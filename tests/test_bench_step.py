@@ -25,7 +25,9 @@ def test_the_step_benchmark_runs_in_smoke_mode(tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=600,
+        # A hang guard: six processes (the sample's build, four rows, the check) of a tiny model's few steps take
+        # one to two minutes on a quiet two-core machine, six at a load of five per core.
+        timeout=2400,
         env=env,
         cwd=tmp_path,
     )

@@ -6,6 +6,7 @@
 * left and right padding give the same mean-pooled embeddings;
 * LoRA training through the recipe, saved as an adapter and merged, reloads in a fresh process with the
   embeddings of the trained model (and a plain load without ``trust_remote_code`` fails, never causal);
+  full models are saved self-contained (remote code + ``auto_map``), adapters name the module class;
 * the recipe's preflight refuses the option for an encoder or an unsupported family: one line, exit 2.
 """
 
@@ -23,6 +24,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hf_unified_embed.errors import InputError, RecipeError
 from hf_unified_embed.training.attention import (
@@ -34,9 +37,11 @@ from hf_unified_embed.training.attention import (
 from hf_unified_embed.training.backbones import ModelConfig, build_model, merge_adapter
 from hf_unified_embed.training.bidirectional_transformer import (
     CLASS_REF,
+    TRANSFORMER_REF,
     BidirectionalTransformer,
+    bidirectional_adapter_problem,
     load_sentence_transformer,
-    plain_transformer_module,
+    needs_trust_remote_code,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -283,7 +288,10 @@ def test_a_transformers_folder_that_records_bidirectional_attention_is_never_loa
     model[0].auto_model.save_pretrained(tmp_path / "hf")
     model.tokenizer.save_pretrained(tmp_path / "hf")
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
-    assert config["hf_unified_embed_attention"] == setting.to_dict()
+    assert (config["model_type"], config["first_bidirectional_layer"]) == (
+        "bidirectional_qwen2",
+        setting.first_bidirectional_layer,
+    )
     assert config.get("is_causal", True) is (setting.first_bidirectional_layer != 0), "transformers' flag for layer 0"
     reloaded = build_model(str(tmp_path / "hf"), ModelConfig(pooling="mean"))
     assert isinstance(reloaded[0], BidirectionalTransformer)
@@ -295,11 +303,38 @@ def test_a_transformers_folder_that_records_bidirectional_attention_is_never_loa
     causal = build_model(str(tmp_path / "hf"), ModelConfig(attention="causal", pooling="mean"))
     assert type(causal[0]).__name__ == "Transformer" and current_attention(causal[0].auto_model) == SETTINGS["causal"]
     assert recorded_attention(causal[0].auto_model.config) is None
+    assert type(causal[0].auto_model.config).__name__ == "Qwen2Config", "back to the family's own config"
+
+
+def test_a_folder_of_an_earlier_version_still_loads_with_its_setting(decoders: dict[str, str], tmp_path: Path) -> None:
+    """Folders written before the self-contained form record the setting under ``hf_unified_embed_attention``."""
+    model = build_model(decoders["llama"], _config(SETTINGS["from layer 2"]))
+    model[0].auto_model.save_pretrained(tmp_path / "old")
+    model.tokenizer.save_pretrained(tmp_path / "old")
+    config = json.loads((tmp_path / "old" / "config.json").read_text())
+    config.update(model_type="llama", architectures=["LlamaModel"])
+    del config["first_bidirectional_layer"]
+    config.pop("auto_map", None)
+    config["hf_unified_embed_attention"] = SETTINGS["from layer 2"].to_dict()
+    (tmp_path / "old" / "config.json").write_text(json.dumps(config))
+    reloaded = build_model(str(tmp_path / "old"), ModelConfig(pooling="mean"))
+    assert current_attention(reloaded[0].auto_model) == SETTINGS["from layer 2"]
+    torch.testing.assert_close(
+        reloaded.encode(TEXTS, convert_to_tensor=True), model.encode(TEXTS, convert_to_tensor=True)
+    )
+
+
+def _adapter_model(decoders: dict[str, str], setting: AttentionSetting) -> Any:
+    from peft import LoraConfig
+
+    model = build_model(decoders["llama"], _config(setting))
+    model.add_adapter(LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    return model
 
 
 def test_loading_refuses_a_setting_it_cannot_apply_in_one_line(decoders: dict[str, str], tmp_path: Path) -> None:
     folder = tmp_path / "saved"
-    build_model(decoders["llama"], _config(SETTINGS["from layer 2"])).save(str(folder))
+    _adapter_model(decoders, SETTINGS["from layer 2"]).save(str(folder))
     assert json.loads((folder / "modules.json").read_text())[0]["type"] == CLASS_REF
     module_config = folder / "sentence_bert_config.json"
     saved = json.loads(module_config.read_text())
@@ -315,26 +350,91 @@ def test_loading_refuses_a_setting_it_cannot_apply_in_one_line(decoders: dict[st
         load_sentence_transformer(str(folder))
     (folder / "modeling_extra.py").unlink()
 
-    module_config.write_text(json.dumps({**saved, "first_bidirectional_layer": 1}))
-    with pytest.raises(
-        InputError, match=r"config\.json records bidirectional from layer 2 attention, sentence_bert_config"
-    ):
+
+def test_a_self_contained_folder_refuses_a_start_layer_past_the_model(
+    decoders: dict[str, str], tmp_path: Path
+) -> None:
+    """An edited ``config.json`` never leaves the model causal: the remote code itself refuses the layer."""
+    folder = tmp_path / "saved"
+    build_model(decoders["qwen2"], _config(SETTINGS["from layer 2"])).save(str(folder))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "first_bidirectional_layer": 9}))
+    with pytest.raises(ValueError, match=r"first_bidirectional_layer must be a layer of this 4-layer model .* got 9"):
         load_sentence_transformer(str(folder))
 
 
-def test_only_a_full_model_bidirectional_in_every_layer_becomes_a_plain_transformer(
-    decoders: dict[str, str], tmp_path: Path
+@pytest.mark.parametrize("name", ["bidirectional", "from layer 2"])
+def test_a_full_model_saves_self_contained_and_an_adapter_names_the_module_class(
+    decoders: dict[str, str], tmp_path: Path, name: str
 ) -> None:
-    from peft import LoraConfig
+    from hf_unified_embed.training.remote_code import REMOTE_CODE_DIR
 
-    model = build_model(decoders["qwen2"], _config(SETTINGS["from layer 2"]))
-    assert not plain_transformer_module(model), "a start layer needs the module class to load"
-    model = build_model(decoders["qwen2"], _config(SETTINGS["bidirectional"]))
-    model.add_adapter(LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
-    assert not plain_transformer_module(model), "an adapter folder keeps its causal base's config.json"
+    setting = SETTINGS[name]
+    model = _adapter_model(decoders, setting)
+    model.save(str(tmp_path / "adapter"))
+    assert json.loads((tmp_path / "adapter" / "modules.json").read_text())[0]["type"] == CLASS_REF
+    problem = bidirectional_adapter_problem(tmp_path / "adapter")
+    assert problem is not None and "\n" not in problem and "peft.merge_adapter: true" in problem
     merge_adapter(model)
-    assert plain_transformer_module(model) and type(model[0]).__name__ == "Transformer"
-    assert current_attention(model[0].auto_model) == SETTINGS["bidirectional"], "still bidirectional in memory"
+    model.save(str(tmp_path / "merged"))
+    folder = tmp_path / "merged"
+    assert json.loads((folder / "modules.json").read_text())[0]["type"] == TRANSFORMER_REF
+    config = json.loads((folder / "config.json").read_text())
+    assert (
+        config["model_type"] == "bidirectional_llama"
+        and config["first_bidirectional_layer"] == setting.first_bidirectional_layer
+    )
+    assert config["auto_map"] == {
+        "AutoConfig": "modeling_bidirectional.BidirectionalLlamaConfig",
+        "AutoModel": "modeling_bidirectional.BidirectionalLlamaModel",
+    }
+    code = (folder / "modeling_bidirectional.py").read_text()
+    assert code == (REMOTE_CODE_DIR / "modeling_bidirectional.py").read_text()
+    imported = {line.split()[1].split(".")[0] for line in code.splitlines() if line.startswith(("import ", "from "))}
+    assert imported == {"__future__", "typing", "torch", "transformers"}, imported
+    assert "attention" not in json.loads((folder / "sentence_bert_config.json").read_text())
+    assert bidirectional_adapter_problem(folder) is None and needs_trust_remote_code(folder)
+    assert not needs_trust_remote_code(tmp_path / "adapter")
+    # Saved again after that, in memory it is still bidirectional and saves the same form.
+    assert current_attention(model[0].auto_model) == setting
+    model.save(str(tmp_path / "again"))
+    assert json.loads((tmp_path / "again" / "config.json").read_text()) == config
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(family=st.sampled_from(["qwen2", "llama", "qwen3", "mistral"]), first=st.integers(-1, 5))
+def test_any_start_layer_saves_and_reloads_as_it_was_or_is_refused(
+    decoders: dict[str, str], tmp_path_factory: pytest.TempPathFactory, family: str, first: int
+) -> None:
+    """Whatever start layer a user asks for: a layer of the model round-trips through ``config.json`` and the
+    Auto classes with the same hidden states; anything else is refused, never run causal."""
+    from transformers import AutoModel
+
+    from hf_unified_embed.training.attention import register_bidirectional_classes
+
+    register_bidirectional_classes()
+    model = AutoModel.from_pretrained(decoders[family]).eval()
+    if not 0 <= first < 4:
+        with pytest.raises(ValueError, match="first_bidirectional_layer"):
+            apply_attention(model, AttentionSetting("bidirectional", first))
+        return
+    setting = AttentionSetting("bidirectional", first)
+    apply_attention(model, setting)
+    folder = tmp_path_factory.mktemp("any-layer")
+    model.save_pretrained(folder)
+    reloaded = AutoModel.from_pretrained(folder).eval()
+    assert current_attention(reloaded) == setting and recorded_attention(reloaded.config) == setting
+    ids = _ids(6, first)[None]
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids=ids).last_hidden_state, model(input_ids=ids).last_hidden_state)
+
+
+def test_the_package_knows_the_families_the_remote_code_has() -> None:
+    from hf_unified_embed.training import attention
+    from hf_unified_embed.training.attention import BIDIRECTIONAL_MODEL_TYPES
+    from hf_unified_embed.training.remote_code.modeling_bidirectional import FAMILIES, MODEL_TYPE_PREFIX
+
+    assert set(FAMILIES) == set(BIDIRECTIONAL_MODEL_TYPES) and attention.MODEL_TYPE_PREFIX == MODEL_TYPE_PREFIX
 
 
 # ---------------------------------------------------------------- training and every artifact, in a fresh process
@@ -421,11 +521,12 @@ def test_lora_through_the_recipe_reloads_bidirectional_in_a_fresh_process(
     assert (tmp_path / "adapter" / "adapter_config.json").is_file() and (
         tmp_path / "merged" / "model.safetensors"
     ).is_file()
-    for outcome in (adapter, merged):
-        assert isinstance(outcome.model[0], BidirectionalTransformer) and outcome.model[1].pooling_mode == "mean"
-        assert json.loads((outcome.model_dir / "modules.json").read_text())[0]["type"] == CLASS_REF
+    for outcome, module_class in ((adapter, CLASS_REF), (merged, TRANSFORMER_REF)):
+        assert current_attention(outcome.model[0].auto_model) == setting and outcome.model[1].pooling_mode == "mean"
+        assert json.loads((outcome.model_dir / "modules.json").read_text())[0]["type"] == module_class
     merged_config = json.loads((tmp_path / "merged" / "config.json").read_text())
-    assert merged_config["hf_unified_embed_attention"] == setting.to_dict()
+    assert merged_config["model_type"] == "bidirectional_qwen2"
+    assert merged_config["first_bidirectional_layer"] == setting.first_bidirectional_layer
     expected = {"adapter": _encode(adapter.model), "merged": _encode(merged.model)}
 
     # What the reload is checked against is bidirectional: the same trained weights run causally encode otherwise.
@@ -436,24 +537,19 @@ def test_lora_through_the_recipe_reloads_bidirectional_in_a_fresh_process(
     soup = merge_models([tmp_path / "adapter", tmp_path / "merged"], "soup", tmp_path / "soup", show_progress=False)
     expected["soup"] = _encode(load_sentence_transformer(str(soup)))
     folders = {key: tmp_path / key for key in ("adapter", "merged", "soup")}
-    if setting.first_bidirectional_layer == 0:  # a full model bidirectional in every layer can drop the module class
-        portable = load_sentence_transformer(str(tmp_path / "merged"))
-        assert plain_transformer_module(portable)
-        portable.save(str(tmp_path / "portable"))
-        folders["portable"] = tmp_path / "portable"
-        expected["portable"] = expected["merged"]
+    for key in ("merged", "soup"):  # full models: self-contained, whatever the merge's inputs were
+        assert json.loads((folders[key] / "modules.json").read_text())[0]["type"] == TRANSFORMER_REF, key
+        assert needs_trust_remote_code(folders[key]), key
 
     trusted = fresh_process_embeddings(list(folders.values()), trust=True)
     for key, folder in folders.items():
         _assert_reloads(trusted[str(folder)], expected[key], folder)
     plain = fresh_process_embeddings(list(folders.values()), trust=False)
-    for key, folder in folders.items():
-        if key == "portable":  # transformers applies the is_causal: false of config.json by itself
-            _assert_reloads(plain[str(folder)], expected[key], folder)
-        else:  # sentence-transformers refuses the module class without the flag: an error, never a causal model
-            assert isinstance(plain[str(folder)], str) and "trust_remote_code=True" in plain[str(folder)], plain[
-                str(folder)
-            ]
+    for folder in folders.values():
+        # sentence-transformers refuses the module class, transformers the model_type: an error, never causal
+        assert isinstance(plain[str(folder)], str) and "trust_remote_code=True" in plain[str(folder)], plain[
+            str(folder)
+        ]
     torch.testing.assert_close(expected["merged"], expected["adapter"], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(expected["soup"], expected["adapter"], rtol=1e-4, atol=1e-5)
 
@@ -528,10 +624,8 @@ def test_the_commands_load_a_bidirectional_model_folder_as_training_saved_it(
     decoders: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``evaluate`` (the model and a ``--reference``), the curriculum teacher and hard-negative mining load through
-    ``utils.model_loading.load_model``: a folder whose ``modules.json`` names BidirectionalTransformer loads
-    there as in ``load_sentence_transformer``, where a plain ``SentenceTransformer(folder)`` would refuse it."""
-    from sentence_transformers import SentenceTransformer
-
+    ``utils.model_loading.load_model``: a self-contained bidirectional folder loads there with its attention,
+    without ``trust_remote_code`` (the package's own classes are registered)."""
     from hf_unified_embed.cli.main import main
     from hf_unified_embed.utils.model_loading import load_model
     from tests._evaluation_helpers import all_kinds_suite, write_evaluation_files
@@ -539,10 +633,8 @@ def test_the_commands_load_a_bidirectional_model_folder_as_training_saved_it(
     folder = tmp_path / "bidirectional"
     model = build_model(decoders["qwen2"], _config(SETTINGS["bidirectional"], pooling="mean"))
     model.save(str(folder))
-    with pytest.raises(ValueError, match="trust_remote_code"):
-        SentenceTransformer(str(folder))
     loaded = load_model(folder, "--teacher", device="cpu", loader=load_sentence_transformer)
-    assert isinstance(loaded[0], BidirectionalTransformer)
+    assert current_attention(loaded[0].auto_model) == SETTINGS["bidirectional"]
     torch.testing.assert_close(
         loaded.encode(TEXTS, convert_to_tensor=True), model.encode(TEXTS, convert_to_tensor=True)
     )

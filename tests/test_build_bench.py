@@ -164,7 +164,7 @@ def test_the_bench_runs_end_to_end_into_a_scratch_folder_it_creates(tmp_path: Pa
         [*command, "--modes", "build-1", "build-N", "--scratch", str(scratch), "--data", str(shared_data)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1200,  # a hang guard: a process per mode and round, on a machine that may be loaded
         env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -182,7 +182,7 @@ def test_every_mode_runs_in_rounds_each_removing_what_it_no_longer_needs(tmp_pat
         [*command, "--inputs", "mixed", "--repeat", "2", "--modes", *modes, "--scratch", str(tmp_path / "runs")],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1200,  # a hang guard: a process per mode and round, on a machine that may be loaded
         env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
     )
     assert result.returncode == 0, result.stderr[-2000:]

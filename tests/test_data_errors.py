@@ -316,10 +316,12 @@ def test_non_utf8_byte_names_file_line_offset_and_codec(tmp_path: Path, monkeypa
     data.write_bytes(b"".join(lines))
     offset = sum(len(line) for line in lines[:3]) + lines[3].index(b"\xe9")
     if chunk:  # the re-scan must find the byte across its read chunks too
-        import hf_unified_embed.utils.readers as readers
+        import hf_unified_embed.utils.text_files as text_files
 
-        original = readers.first_undecodable_byte
-        monkeypatch.setattr(readers, "first_undecodable_byte", lambda p, e="utf-8": original(p, e, chunk_size=chunk))
+        original = text_files.first_undecodable_byte
+        monkeypatch.setattr(
+            text_files, "first_undecodable_byte", lambda p, e="utf-8": original(p, e, chunk_size=chunk)
+        )
     with pytest.raises(SourceFormatError) as info:
         build_unified(stsb_recipe(data))
     message = str(info.value)
@@ -517,3 +519,32 @@ def test_saved_dataset_round_trips_through_validate(tmp_path: Path, capsys):
     out = save_unified({"train": DatasetDict({"one": data}), "test.v2": DatasetDict({"one": data})}, tmp_path / "o")
     assert main(["validate", str(out)]) == 0
     assert sorted(load_unified(out, split="test.v2")) == ["one"]
+
+
+# --- `sample` prints commands that work when pasted ------------------------------------------------
+
+
+@pytest.mark.parametrize("folder", ["my sample", "~", "it's here", "-dash"])
+def test_sample_prints_commands_quoted_for_the_shell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], folder: str
+) -> None:
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # a "~" that the shell or a command expanded lands here
+    assert main(["sample", "--", folder]) == 0
+    commands = [line.strip() for line in capsys.readouterr().out.splitlines() if line.startswith("  hf-unified-embed")]
+    assert len(commands) == 4
+    for command in commands:
+        words = shlex.split(command, comments=True)  # what a POSIX shell passes, quotes removed
+        paths = [word for word in words[2:] if "/" in word and not word.startswith("YOUR_NAME")]
+        assert paths, command
+        for word in paths:
+            # The path names the written folder, read from the current one, also after `~` expansion.
+            resolved = Path(word).expanduser().resolve()
+            assert resolved.is_relative_to((tmp_path / folder).resolve()), (command, word)
+    build = shlex.split(commands[0], comments=True)
+    assert (tmp_path / build[2]).is_file()
+    if folder == "my sample":  # the printed build runs as printed
+        assert main(build[1:]) == 0, capsys.readouterr().err
+        assert (tmp_path / folder / "outputs" / "data" / "README.md").is_file()

@@ -43,7 +43,7 @@ def test_headline_names_do_not_warn() -> None:
         warnings.simplefilter("error", DeprecationWarning)
         for name in hf_unified_embed.__all__:
             getattr(hf_unified_embed, name)
-    assert 30 <= len(hf_unified_embed.__all__) <= 40
+    assert 30 <= len(hf_unified_embed.__all__) <= 42  # the losses, the run, and what the quick start imports
 
 
 @pytest.mark.parametrize("name", ["SamplerConfig", "DataConfig", "KeepBaseConfig", "HubConfig", "SAMPLER_KINDS"])

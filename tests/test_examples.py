@@ -213,12 +213,17 @@ def _without_defaults(text: str) -> str:
 
 @pytest.mark.examples
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_example_smoke_run(script: str, tiny_model_path: str, sample_data_root: Path, tmp_path: Path) -> None:
+def test_example_smoke_run(
+    script: str, tiny_model_path: str, minilm_path: str, sample_data_root: Path, tmp_path: Path
+) -> None:
     extra, check = SMOKE_RUNS[script]
     output = tmp_path / "out"
     data_root = [] if script in OWN_SAMPLE_LAYOUT else ["--data-root", str(sample_data_root)]
     base = [] if script in OWN_BASE_MODEL else ["--base-model", tiny_model_path]
-    teacher = ["--teacher", tiny_model_path] if script == "curriculum_datacube.py" else []
+    # A random tiny model scores every document alike, so its mining keeps no negative past the positive-aware
+    # margin and the distillation would have nothing to learn from (refused): the real MiniLM mines.
+    teachers = {"curriculum_datacube.py": tiny_model_path, "distill_mined_negatives.py": minilm_path}
+    teacher = ["--teacher", teachers[script]] if script in teachers else []
     command = [sys.executable, str(EXAMPLES / script), *base, *data_root, *teacher]
     command += ["--output-dir", str(output), "--max-steps", "2", *extra]
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}

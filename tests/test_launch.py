@@ -2,7 +2,8 @@
 
 Plain torchrun turns a worker's exit code 2 into its own 1 and prints a ChildFailedError report of
 some forty lines after the one ``error:`` line; the launcher runs torchrun's own ``run`` and exits 2
-with nothing but that line, while a bug keeps torchrun's whole report and exit code 1.
+with nothing but that line, while a bug keeps torchrun's whole report and exit code 1. Ctrl-C and ``kill``
+are ``interrupted`` and 130 / 143, not torchrun's ``SignalException`` traceback.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from _fault_runs import Fault, run_launched
 from _processes import Expected, failure, launch_command, run
 
 from hf_unified_embed.cli.launch import worker_command
@@ -104,3 +106,20 @@ def test_a_bug_keeps_torchruns_report_and_exit_1(unified_dir: Path, tiny_model_p
     assert "RuntimeError: a bug inside the loss" in completed.stderr
     assert "ChildFailedError" in completed.stderr and "Root Cause" in completed.stderr, failure(completed)
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*")), "no output, no staging left"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize(("stop", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_ctrl_c_or_kill_is_interrupted_without_a_traceback(
+    unified_dir: Path, tiny_model_path: str, tmp_path: Path, stop: str, code: int
+) -> None:
+    """torchrun's agent raises its ``SignalException`` (a traceback, exit 1); the launcher says ``interrupted``
+    once (its workers leave the line to it) and exits as a shell reports the signal, its workers ended."""
+    recipe = _recipe(tmp_path, unified_dir, tiny_model_path, training_args={"max_steps": 200})
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    outcome = run_launched([launch_command("train", str(recipe))], tmp_path, env, Fault(stop, 1.0))
+    (err,) = outcome.errs
+    assert outcome.codes == [code], err[-3000:]
+    assert err.strip().splitlines() == ["interrupted"], err[-3000:]
+    assert not outcome.leftovers
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.yaml"], "nothing written, no staging left"

@@ -176,7 +176,7 @@ TRAINED = [
     ("MultiPositiveInfoNCELoss", "retrieval", "none", "some", 3),
     ("MultipleNegativesRankingLoss", "retrieval", "none", "none", 1),
     ("InstructorLoss", "clustering", "none", "none", 1),
-    ("DistillKLLoss", "retrieval", "all", "none", 3),
+    ("DistillKLLoss", "retrieval", "all", "all", 3),
     ("DistillMarginMSELoss", "retrieval", "all", "all", 1),
     ("TripletLoss", "retrieval", "none", "all", 1),
     ("MegaBatchMarginLoss", "retrieval", "none", "all", 3),
@@ -235,7 +235,13 @@ def test_a_refused_pair_names_what_is_missing_and_what_fits() -> None:
     assert "CoDiEmbSTSLoss" not in message.partition("fit this task")[2]
     mixed = {**retrieval, "scores": "all", "negatives": "some"}  # a batch would mix rows with and without
     assert "negatives (empty in 4 of 8 rows)" in str(check("DistillKLLoss", mixed))
-    assert check("DistillKLLoss", {**mixed, "negatives": "none"}) is None  # no row has any: positives only
+    assert check("DistillKLLoss", {**mixed, "negatives": "all"}) is None
+    # no row has a negative: with its default positives_per_query=1 it compares one document per row, and a
+    # distribution over one document is the same for teacher and student (loss and gradient 0)
+    for positives in (1, 3):
+        assert "cannot train with DistillKLLoss: it would learn nothing: " in str(
+            check("DistillKLLoss", {**mixed, "negatives": "none", "positives": positives})
+        )
     curriculum = str(check("CurriculumInfoNCELoss", retrieval))
     assert "it needs difficulty (no such column: add it with hf-unified-embed curriculum)" in curriculum
     for name in (

@@ -77,7 +77,7 @@ def test_save_unified_of_one_dataset_says_what_to_pass(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match=r'got one Dataset; pass \{"task_name": dataset\}'):
         save_unified(dataset, tmp_path / "out")  # type: ignore[arg-type]
     for bad in (None, [dataset], {"alpha": [1, 2]}):
-        with pytest.raises(TypeError, match="save_unified expects a DatasetDict keyed by task name"):
+        with pytest.raises(TypeError, match="save_unified: data must be a DatasetDict keyed by task name"):
             save_unified(bad, tmp_path / "out")  # type: ignore[arg-type]
     assert not (tmp_path / "out").exists()
 

@@ -9,13 +9,16 @@ forked into the real ``datasets`` pool), so the signal always finds them alive.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -225,3 +228,102 @@ def test_a_stop_raised_where_python_cannot_propagate_it_prints_nothing(monkeypat
     Stops()
     gc.collect()
     assert seen == [ValueError, KeyboardInterrupt]
+
+
+# --- a worker of a launched run ends with its launcher ------------------------------------------------------------
+
+#: A stand-in for torchrun's agent: it starts one worker in a session of its own, as torchrun does, and waits.
+AGENT = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    worker = subprocess.Popen(
+        [sys.executable, "-c", sys.argv[1]],
+        env={**os.environ, "TORCHELASTIC_RUN_ID": "lifetime", "LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"},
+        start_new_session=True,
+    )
+    print(worker.pid, flush=True)
+    time.sleep(600)
+    """
+)
+
+#: A worker whose command works for ten minutes, and notes its exit code (no one waits for an orphan's).
+WORKER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    import hf_unified_embed.cli.data as data
+    from hf_unified_embed.cli.main import main
+
+    def run_build(args):
+        print("began", flush=True)
+        time.sleep(600)
+        return 0
+
+    data.run_build = run_build
+    code = main(["build", "recipe.yaml", "-o", "out"])
+    Path("code").write_text(str(code))
+    sys.exit(code)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_worker_ends_with_its_killed_launcher(tmp_path: Path) -> None:
+    """``kill -9`` of the agent: its worker (in a session of its own) stops within seconds, says why in one
+    ``error:`` line and exits 2."""
+    agent = _start(AGENT, WORKER, cwd=tmp_path)
+    try:
+        assert agent.stdout is not None
+        worker = int(agent.stdout.readline())
+        assert agent.stdout.readline().strip() == "began"
+        os.kill(agent.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = agent.communicate(timeout=120)  # the worker holds the pipe until it ends
+    finally:
+        for leftover in session_processes(agent.pid):
+            leftover.kill()
+    with contextlib.suppress(psutil.Error):  # its standard error closes as the interpreter ends, just before it
+        psutil.Process(worker).wait(ORPHAN_LIMIT_S)
+    took = time.monotonic() - killed
+    assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
+    assert took < processes._LOST_DEADLINE_S + ORPHAN_LIMIT_S, f"the worker outlived its launcher by {took:.0f} s"
+    assert err.splitlines() == [f"error: the launcher (pid {agent.pid}) of this worker ended; stopping the run's workers on this node"], err  # fmt: skip
+    assert (tmp_path / "code").read_text() == "2"
+
+
+def _stopped_by(monkeypatch: pytest.MonkeyPatch, stop: Callable[[], None]) -> int:
+    """``build`` whose work is stopped by ``stop`` (from another thread) a moment after it began."""
+
+    def run_build(args: object) -> int:
+        threading.Timer(0.2, stop).start()
+        time.sleep(60)
+        return 0
+
+    monkeypatch.setattr("hf_unified_embed.cli.data.run_build", run_build)
+    return main(["build", str(SAMPLE_RECIPE), "-o", "out"])
+
+
+def test_a_lost_run_ends_its_command_with_one_error_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started = time.monotonic()
+    assert _stopped_by(monkeypatch, lambda: processes.stop_lost_run("node 1 of the run was lost")) == 2
+    assert time.monotonic() - started < 30
+    assert capsys.readouterr().err.splitlines() == ["error: node 1 of the run was lost"]
+    monkeypatch.setenv("LOCAL_RANK", "1")  # the node's other workers see the same loss: local rank 0 says it
+    assert _stopped_by(monkeypatch, lambda: processes.stop_lost_run("lost")) == 2
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_under_the_package_launcher_the_launcher_says_interrupted(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], signum: int, code: int
+) -> None:
+    assert _stopped_by(monkeypatch, lambda: signal.pthread_kill(threading.main_thread().ident or 0, signum)) == code
+    assert capsys.readouterr().err.splitlines() == ["interrupted"]
+    monkeypatch.setenv(processes.LAUNCHER_ENV, str(os.getpid() + 1))  # a launcher that is not this one's parent
+    assert _stopped_by(monkeypatch, lambda: signal.pthread_kill(threading.main_thread().ident or 0, signum)) == code
+    assert capsys.readouterr().err.splitlines() == ["interrupted"]
+    monkeypatch.setenv(processes.LAUNCHER_ENV, str(os.getppid()))
+    assert _stopped_by(monkeypatch, lambda: signal.pthread_kill(threading.main_thread().ident or 0, signum)) == code
+    assert capsys.readouterr().err == ""

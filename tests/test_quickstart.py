@@ -22,6 +22,7 @@ from sentence_transformers import SentenceTransformer, SentenceTransformerTraine
 from sentence_transformers.base.sampler import MultiDatasetBatchSamplers
 
 from hf_unified_embed.losses import AnglEJointLoss, CoDiEmbSTSLoss, MultiPositiveInfoNCELoss
+from hf_unified_embed.recipe import packaged_minilm_path
 from hf_unified_embed.sampling import CurriculumBatchSampler
 from hf_unified_embed.training import ResampleEachEpochCallback, UnifiedDataCollator, layout_for_loss, unified_training
 from tests import _processes as processes
@@ -65,20 +66,26 @@ def _args(tmp_path: Path, **settings: object) -> SentenceTransformerTrainingArgu
 
 
 @pytest.mark.examples
-def test_quickstart_is_short_and_trains_a_model_that_reloads(tiny_model_path: str, tmp_path: Path) -> None:
+@pytest.mark.real_model
+def test_quickstart_runs_verbatim_from_an_empty_folder_and_trains_a_model_that_reloads(tmp_path: Path) -> None:
+    """As a user runs it after ``pip install "hf-unified-embed[minilm]"``: the script alone in an empty folder,
+    no arguments, the sample and the base model found through the package (offline, as the suite runs)."""
     lines = QUICKSTART.read_text(encoding="utf-8").splitlines()
     assert len(lines) <= MAX_LINES, f"examples/quickstart.py has {len(lines)} lines; the README shows it whole"
+    script = tmp_path / "quickstart.py"
+    script.write_text(QUICKSTART.read_text(encoding="utf-8"), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
     done = processes.run(
-        [sys.executable, str(QUICKSTART), tiny_model_path],
-        expected=processes.Expected(steps=20),
+        [sys.executable, str(script)],
+        expected=processes.Expected(steps=20, step_s=processes.MINILM_STEP_S),
         cwd=tmp_path,
         env=env,
     )
     assert done.returncode == 0, processes.failure(done)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["outputs", "quickstart.py"], "wrote outside outputs/"
     saved = tmp_path / "outputs" / "quickstart" / "model"
     trained = np.asarray(reload("embeddings", saved))
-    base = SentenceTransformer(tiny_model_path, device="cpu").encode(TEXTS, convert_to_numpy=True)
+    base = SentenceTransformer(packaged_minilm_path(), device="cpu").encode(TEXTS, convert_to_numpy=True)
     assert trained.shape == base.shape
     assert not np.allclose(trained, base, atol=1e-4), "the saved model is the untrained base"
     # The sample's tasks have instructions: the saved pooling leaves the prompt out, as it was trained.

@@ -19,7 +19,8 @@ from packaging.version import Version
 
 import hf_unified_embed
 from hf_unified_embed.cli.main import main
-from hf_unified_embed.cli.sample import SAMPLE_LAYOUT, write_sample
+from hf_unified_embed.cli.sample import write_sample
+from hf_unified_embed.data.bundled_sample import SAMPLE_LAYOUT
 from hf_unified_embed.utils import deprecation, version
 
 REPO = Path(__file__).resolve().parent.parent

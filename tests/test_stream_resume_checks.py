@@ -123,7 +123,8 @@ def _train(recipe: dict[str, Any], path: Path, processes: int = 1) -> subprocess
             "hf_unified_embed",
         ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run([*command, "train", str(path)], capture_output=True, text=True, timeout=600, env=env)
+    # A hang guard: two processes train a tiny model on a machine that may be loaded.
+    return subprocess.run([*command, "train", str(path)], capture_output=True, text=True, timeout=1800, env=env)
 
 
 def _errors(result: subprocess.CompletedProcess[str]) -> list[str]:

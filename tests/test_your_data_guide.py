@@ -39,11 +39,14 @@ SHAPES = {
     "documents.yaml": ("documents", "retrieval", "MultiPositiveInfoNCELoss"),
     "faq-pairs.yaml": ("faq", "retrieval", "MultiPositiveInfoNCELoss"),
     "hub.yaml": ("natural-questions", "retrieval", "MultiPositiveInfoNCELoss"),
+    "judged-documents.yaml": ("search-log", "retrieval", "MultiPositiveInfoNCELoss"),
     "multi-positives.yaml": ("trivia", "retrieval", "MultiPositiveInfoNCELoss"),
+    "nested-pairs.yaml": ("forum", "retrieval", "MultiPositiveInfoNCELoss"),
     "nli-triplets.yaml": ("nli", "retrieval", "MultiPositiveInfoNCELoss"),
     "paraphrase-labels.yaml": ("paraphrase", "pair_classification", "AnglEJointLoss"),
     "similarity-0-1.yaml": ("similarity-0-1", "sts", "CoDiEmbSTSLoss"),
     "similarity-0-5.yaml": ("similarity-0-5", "sts", "CoDiEmbSTSLoss"),
+    "similarity-decimal-comma.yaml": ("similarity-decimal-comma", "sts", "CoDiEmbSTSLoss"),
     "support-triplets.yaml": ("support", "retrieval", "MultiPositiveInfoNCELoss"),
 }
 
@@ -198,3 +201,35 @@ def test_raw_documents_train_with_gur_loss_as_the_guide_offers(
     train = _write(tmp_path / "train.yaml", recipe)
     assert main(["train", str(train), "--max-steps", "1"]) == 0, capsys.readouterr().err
     assert (tmp_path / "model" / "model.safetensors").is_file()
+
+
+def test_the_new_shapes_build_the_rows_their_sections_describe(tmp_path: Path) -> None:
+    # Decimal commas: each "4,8" is 4.8 on [0, 5]; the file has Windows line ends and `;` fields.
+    from hf_unified_embed.data import build_unified
+
+    raw = (FOLDER / "similarity-decimal-comma.csv").read_bytes()
+    assert b"\r\n" in raw
+    with open(FOLDER / "similarity-decimal-comma.csv", encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter=";"))
+    assert all("," in row["score"] for row in rows)
+    built = build_unified({"sources": _sources("similarity-decimal-comma.yaml")})["similarity-decimal-comma"]
+    scores = [float(row["score"].replace(",", ".")) / 5 for row in rows]
+    assert [row[0] for row in built["positive_scores"]] == pytest.approx(scores)
+
+    # Nested records: `question.body` and `answer.text` of each object.
+    records = [json.loads(line) for line in (FOLDER / "nested-pairs.jsonl").read_text(encoding="utf-8").splitlines()]
+    built = build_unified({"sources": _sources("nested-pairs.yaml")})["forum"]
+    assert built["query"] == [record["question"]["body"] for record in records]
+    assert built["positives"] == [[record["answer"]["text"]] for record in records]
+
+    # Judged documents: the documents marked relevant are positives, the others negatives; the query
+    # without a relevant document is skipped and counted.
+    records = [
+        json.loads(line) for line in (FOLDER / "judged-documents.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    kept = [record for record in records if any(doc["relevant"] for doc in record["docs"])]
+    assert len(kept) == len(records) - 1
+    built = build_unified({"sources": _sources("judged-documents.yaml")})["search-log"]
+    assert built["query"] == [record["query"]["text"] for record in kept]
+    assert built["positives"] == [[doc["text"] for doc in record["docs"] if doc["relevant"]] for record in kept]
+    assert built["negatives"] == [[doc["text"] for doc in record["docs"] if not doc["relevant"]] for record in kept]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +40,18 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--reference",
-        help="the base model that 'forgetting' entries compare with, where the suite names none (path or Hub id)",
+        help=(
+            "a base model (path or Hub id) scored on the same sets: its values are printed beside MODEL's with the "
+            "difference, and written under 'reference' in the JSON; 'forgetting' entries compare with it where the "
+            "suite names none"
+        ),
     )
     parser.set_defaults(func=run_evaluate)
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from hf_unified_embed.evaluation import load_suite, run_suite, set_reference_model
+    from hf_unified_embed.evaluation import format_comparison, load_suite, run_suite, set_reference_model
+    from hf_unified_embed.evaluation.comparison import reference_section
     from hf_unified_embed.evaluation.suite import check_suite_models, suite_inputs
     from hf_unified_embed.evaluation.suite_rows import load_entry_rows
     from hf_unified_embed.training.devices import process_device
@@ -87,20 +93,44 @@ def run_evaluate(args: argparse.Namespace) -> int:
             check_output(args.output, overwrite=args.overwrite, kind="file", inputs=inputs)
     if not main:
         quiet_progress_bars()  # rank 0 draws the run's bars, and its error line starts a line of its own
-    with stage or contextlib.nullcontext():
-        rows = load_entry_rows(suite)  # every row checked (validate's check for unified folders) before the model
-        model = load_model(args.model, process_device(args.device))
-        with launched_processes() as processes:
-            # The diagnostics read one process's token matrices: the first process computes them, alone.
-            diagnostics = False if args.no_diagnostics or not processes.is_main else None
-            results = run_suite(model, suite, diagnostics=diagnostics, rows=rows, processes=processes)
-        if not processes.is_main:
-            return 0
-        if results.model_name == "model":
-            results.model_name = Path(args.model).name
-        if stage is not None:
-            stage.path.write_text(results.to_json(), encoding="utf-8")
-    print(results.format_table())
+    results = None
+    try:
+        with stage or contextlib.nullcontext():
+            rows = load_entry_rows(suite)  # every row checked (validate's check for unified folders) before the model
+            model = load_model(args.model, process_device(args.device))
+            with launched_processes() as processes:
+                # The diagnostics read one process's token matrices: the first process computes them, alone.
+                diagnostics = False if args.no_diagnostics or not processes.is_main else None
+                results = run_suite(model, suite, diagnostics=diagnostics, rows=rows, processes=processes)
+                reference = None
+                compared = [entry for entry in suite.entries if not entry.evaluation_kind.uses_reference_model]
+                if args.reference and compared:
+                    del model  # one model in memory at a time
+                    base = load_model(args.reference, process_device(args.device))
+                    reference = run_suite(
+                        base,
+                        dataclasses.replace(suite, entries=compared),
+                        diagnostics=diagnostics,
+                        rows=rows,
+                        processes=processes,
+                    )
+            if not processes.is_main:
+                return 0
+            if results.model_name == "model":
+                results.model_name = Path(args.model).name
+            if reference is not None:
+                if reference.model_name == "model":
+                    reference.model_name = Path(args.reference).name
+                results.extra["reference"] = reference_section(reference, results)
+            # Printed before the write: a write that fails loses nothing computed.
+            print(results.format_table() if reference is None else format_comparison(results, reference))
+            if stage is not None:
+                stage.kept_note = "the results are printed above, as a table and as JSON"
+                stage.path.write_text(results.to_json(), encoding="utf-8")
+    except Exception:
+        if results is not None and stage is not None:  # computed, not written (a full disk): printed instead
+            print(results.to_json(), flush=True)
+        raise
     if stage is not None:
         print(f"\nwrote {args.output}")
     return 0

@@ -12,8 +12,10 @@ the launcher stops them (if it does not within :data:`NON_MAIN_EXIT_DELAY_S`, th
 torchrun turns into 1.
 Any other exception is a bug: it keeps its traceback and exit code 1.
 
-A full storage (``ENOSPC``, ``EFBIG`` under ``ulimit -f``, ``EDQUOT``), wherever a write hits it, is one line
-too, naming the file and the cause (:mod:`hf_unified_embed.utils.write_failures`), exit code 2.
+A full storage (``ENOSPC``, ``EFBIG`` under ``ulimit -f``, ``EDQUOT``, ``datasets``' "Not enough disk space"),
+wherever a write hits it, is one line too, naming the file and the cause, and so is a path too long for the
+system (``ENAMETOOLONG``), naming the path and the limit (:mod:`hf_unified_embed.utils.write_failures`), exit
+code 2.
 
 Ctrl-C (``SIGINT``) or ``kill`` (``SIGTERM``) prints one line, ``interrupted``, and exits with 128 plus the
 signal (130 after Ctrl-C), as a shell does, within seconds whatever the command was doing, and the processes
@@ -34,9 +36,17 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from hf_unified_embed.errors import HfUnifiedEmbedError, one_line
-from hf_unified_embed.utils.processes import command_lifetime, is_main_process, stop_exit_code, stop_seen, stop_signal
+from hf_unified_embed.utils.processes import (
+    command_lifetime,
+    exit_process,
+    is_main_process,
+    report_stop,
+    stop_seen,
+    stop_signal,
+    wait_for_a_lost_run,
+)
 from hf_unified_embed.utils.redaction import RedactingFilter
-from hf_unified_embed.utils.write_failures import storage_full
+from hf_unified_embed.utils.write_failures import failure_line
 
 COMMAND_MODULES: tuple[str, ...] = ("sample", "data", "publish", "curriculum", "mine", "train", "merge", "evaluate")
 
@@ -134,23 +144,21 @@ def _run(argv: Sequence[str] | None) -> int:
         print(f"error: {one_line(error, ERROR_LINE_LIMIT)}", file=sys.stderr)
         return INPUT_ERROR_EXIT_CODE
     except Exception as error:
+        wait_for_a_lost_run()  # a collective failed because a node is lost: its stop names the node
         if stop_signal() is not None:
             # A library replaced the KeyboardInterrupt with an error of its own while it stopped
             # (datasets' pool asks its lost tasks for their results: multiprocess.TimeoutError).
             return _interrupted()
-        full = storage_full(error)
-        if full is None:
+        line = failure_line(error)  # a full storage or a path too long, wherever a library met it
+        if line is None:
             raise  # a bug: its traceback
-        where = f" ({full.path})" if full.path else ""
-        print(f"error: cannot write{where}: {full.cause}; nothing more was written", file=sys.stderr)
+        print(f"error: {one_line(line, ERROR_LINE_LIMIT)}", file=sys.stderr)
         return INPUT_ERROR_EXIT_CODE
 
 
 def _interrupted() -> int:
     stop_seen()
-    if is_main_process():  # under a launcher every process gets the signal; one line is enough
-        print("interrupted", file=sys.stderr)
-    return stop_exit_code()
+    return report_stop()  # `interrupted` (rank 0 only), or the `error:` line of a launched run that was lost
 
 
 def run() -> NoReturn:
@@ -164,7 +172,7 @@ def run() -> NoReturn:
     gc.set_threshold(YOUNG_GENERATION_THRESHOLD, *gc.get_threshold()[1:])
     code = main()
     gc.freeze()
-    sys.exit(code)
+    exit_process(code)  # sys.exit; at once after a lost launched run
 
 
 if __name__ == "__main__":

@@ -64,10 +64,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--reference", help="input (index or path) whose config, tokenizer and non-float tensors are used"
     )
+    parser.add_argument(
+        "--prompts-from", metavar="INPUT", help="the model (index or path) whose prompts to keep if the models differ"
+    )
     parser.add_argument("--max-shard-size", help="per safetensors shard, e.g. 2GB")
     parser.add_argument("--precise", action="store_true", default=None, help="compute in float64 instead of float32")
     parser.add_argument(
-        "--model-ids", nargs="+", metavar="ID", help="Hub id of each model for the card ('-': find it)"
+        "--model-ids",
+        nargs="+",
+        metavar="ID",
+        help="Hub id of each model, for the card's base_model ('-': its recipe's hub.repo_id, its card, or its base)",
     )
     parser.add_argument("--suite", help="search: the evaluation suite of dev sets")
     parser.add_argument(
@@ -152,6 +158,8 @@ def _recipe(args: argparse.Namespace) -> dict[str, Any]:
     data.update({key: value for key, value in overrides.items() if value is not None})
     if args.reference is not None:
         data["reference"] = int(args.reference) if args.reference.isdigit() else args.reference
+    if args.prompts_from is not None:
+        data["prompts_from"] = int(args.prompts_from) if args.prompts_from.isdigit() else args.prompts_from
     if args.model_name is not None:
         data["card"] = {**(data.get("card") or {}), "model_name": args.model_name}
     if args.no_card:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from hf_unified_embed.cli.arg_types import path
@@ -13,7 +14,10 @@ def _add_hub_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--revision", help="branch to commit to (created if missing)")
     parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
     parser.add_argument(
-        "--dry-run", action="store_true", help="print the files and card that would be uploaded; send nothing"
+        "--dry-run",
+        action="store_true",
+        help="print the files and the card exactly as they would be uploaded (and, for a model, what its users "
+        "need to load it); send nothing",
     )
     parser.add_argument("--token", help="Hugging Face token (default: the logged-in user's)")
 
@@ -32,7 +36,8 @@ def register(subparsers: Any) -> None:
     model = subparsers.add_parser(
         "push",
         help="upload a model folder to the Hub",
-        description="Upload a saved model folder (with its README.md card) as a model repository.",
+        description="Upload a saved model folder (with its README.md card) as a model repository. The uploaded "
+        "card names REPO_ID wherever the local one names the folder; the folder itself is not changed.",
     )
     model.add_argument("model_dir", type=path, help="model folder (e.g. a SentenceTransformer.save() output)")
     model.add_argument("repo_id", help="model repository id, e.g. user/my-embedder")
@@ -68,9 +73,10 @@ def run_push_dataset(args: argparse.Namespace) -> int:
 
 
 def run_push_model(args: argparse.Namespace) -> int:
+    from hf_unified_embed.hub.consumers import consumer_needs
     from hf_unified_embed.hub.publishing import push_folder
 
-    return _report(
+    status = _report(
         push_folder(
             args.model_dir,
             args.repo_id,
@@ -82,3 +88,7 @@ def run_push_model(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
         )
     )
+    if not args.dry_run:  # a dry run printed them with the card; after an upload they still concern its users
+        for warning in consumer_needs(args.model_dir).warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+    return status

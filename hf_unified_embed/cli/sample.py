@@ -11,30 +11,12 @@ recipes are relative to their files, so the written folder works wherever it is.
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
 
-#: The sample's files: path in the written folder → path in a source checkout. The wheel's copy
-#: (``hf_unified_embed/sample/<path>``) is made from the same paths (a test keeps the two in step), and
-#: the data are exactly the files the recipes and suites read (the raw training files, the held-out
-#: ``eval/`` sets, the BEIR folder) with their licenses.
-SAMPLE_LAYOUT: dict[str, str] = {
-    "data/LICENSES.md": "examples/data/LICENSES.md",
-    "data/stsb-train.tsv": "examples/data/stsb-train.tsv",
-    "data/sick-train.txt": "examples/data/sick-train.txt",
-    "data/wikiqa-train.tsv": "examples/data/wikiqa-train.tsv",
-    "data/trecqa-train.csv": "examples/data/trecqa-train.csv",
-    "data/msrp-train.tsv": "examples/data/msrp-train.tsv",
-    "data/msmarco-dl-sample": "examples/data/msmarco-dl-sample",
-    "data/eval": "examples/data/eval",
-    "recipes/sample.yaml": "examples/recipes/sample.yaml",
-    "recipes/train_sample.yaml": "examples/recipes/train_sample.yaml",
-    "suites/demo.yaml": "examples/suites/demo.yaml",
-    "suites/sample.yaml": "examples/suites/sample.yaml",
-}
-#: Where an installed package keeps the sample.
-PACKAGED = Path(__file__).resolve().parent.parent / "sample"
+from hf_unified_embed.data.bundled_sample import sample_sources
 
 
 def register(subparsers: Any) -> None:
@@ -52,28 +34,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument("output", metavar="DIR", help="folder to create (refused if it exists and is not empty)")
     parser.add_argument("--overwrite", action="store_true", help="replace a sample folder this tool wrote")
     parser.set_defaults(func=run_sample)
-
-
-def sample_sources() -> dict[str, Path]:
-    """Each file or folder of the sample (:data:`SAMPLE_LAYOUT`'s keys) and where this copy of the package has it.
-
-    Raises:
-        InputNotFoundError: neither the installed package nor a source checkout holds a part of the sample.
-    """
-    from hf_unified_embed.errors import InputNotFoundError
-
-    checkout = Path(__file__).resolve().parents[2]
-    sources = {}
-    for relative, in_checkout in SAMPLE_LAYOUT.items():
-        candidates = (PACKAGED / relative, checkout / in_checkout)
-        found = next((candidate for candidate in candidates if candidate.exists()), None)
-        if found is None:
-            raise InputNotFoundError(
-                f"the bundled sample's {relative} is missing from this installation (looked in "
-                f"{candidates[0]} and {candidates[1]}); reinstall hf-unified-embed"
-            )
-        sources[relative] = found
-    return sources
 
 
 def write_sample(output: str | Path, *, overwrite: bool = False) -> Path:
@@ -104,12 +64,23 @@ def write_sample(output: str | Path, *, overwrite: bool = False) -> Path:
 def run_sample(args: argparse.Namespace) -> int:
     target = write_sample(args.output, overwrite=args.overwrite)
     folder = args.output.rstrip("/") or args.output
+    if folder.startswith("~"):
+        # A folder named "~" in the current one: a command's Path.expanduser would read even "./~/x" (pathlib
+        # drops the "./") as the home folder; its absolute path is read as it is.
+        folder = str(target)
+    elif folder.startswith("-"):
+        folder = f"./{folder}"  # not an option to the command's parser
+
+    def path(relative: str) -> str:
+        # Quoted for the shell: a folder with a space or a quote must work when the line is pasted.
+        return shlex.quote(f"{folder}/{relative}")
+
     print(f"wrote the bundled sample to {target}")
     print("next (from this folder; paths inside the recipes are relative to their files):")
-    print(f"  hf-unified-embed build {folder}/recipes/sample.yaml -o {folder}/outputs/data")
-    print(f"  hf-unified-embed train {folder}/recipes/train_sample.yaml  # add --max-steps 2 for a first look")
+    print(f"  hf-unified-embed build {path('recipes/sample.yaml')} -o {path('outputs/data')}")
+    print(f"  hf-unified-embed train {path('recipes/train_sample.yaml')}  # add --max-steps 2 for a first look")
     print(
-        f"  hf-unified-embed evaluate {folder}/outputs/model {folder}/suites/demo.yaml -o {folder}/outputs/results.json"
+        f"  hf-unified-embed evaluate {path('outputs/model')} {path('suites/demo.yaml')} -o {path('outputs/results.json')}"
     )
-    print(f"  hf-unified-embed push {folder}/outputs/model YOUR_NAME/sample-model --dry-run")
+    print(f"  hf-unified-embed push {path('outputs/model')} YOUR_NAME/sample-model --dry-run")
     return 0

@@ -13,6 +13,9 @@ from hf_unified_embed.curriculum.difficulty import DIFFICULTY_RULE, add_difficul
 from hf_unified_embed.curriculum.plan import CurriculumPlan, TaskStatistics
 from hf_unified_embed.curriculum.representations import cosine_similarity_matrix, task_representations
 from hf_unified_embed.curriculum.task_order import Method, solve_task_order
+from hf_unified_embed.errors import ArgumentError
+from hf_unified_embed.schema import check_columns
+from hf_unified_embed.utils.arguments import checked_arguments
 from hf_unified_embed.utils.distributed_encode import ONE_PROCESS, EncodingProcesses
 from hf_unified_embed.utils.locations import public_name
 
@@ -29,6 +32,7 @@ class CurriculumResult:
     difficulty: dict[str, np.ndarray]
 
 
+@checked_arguments
 def plan_curriculum(
     model: SentenceTransformer,
     tasks: Mapping[str, Dataset],
@@ -62,7 +66,11 @@ def plan_curriculum(
         a :class:`CurriculumResult` with the :class:`CurriculumPlan`, the scored tasks and the φ arrays.
     """
     if not tasks:
-        raise ValueError("no tasks to plan")
+        raise ArgumentError(
+            "plan_curriculum: tasks is empty; give the unified tasks to plan, as load_unified returns them"
+        )
+    for name, dataset in tasks.items():  # the unified columns, before anything is encoded
+        check_columns(dataset.column_names, task=name)
     # The plan is written next to data and models: the teacher by Hub id or name, never by a local path.
     teacher_name = public_name(teacher_name) if teacher_name else None
     names = list(tasks)

@@ -6,14 +6,12 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; never open a window
-import matplotlib.pyplot as plt
 import numpy as np
 
 from hf_unified_embed.curriculum.plan import CurriculumPlan
+from hf_unified_embed.utils.figures import pyplot
 from hf_unified_embed.utils.outputs import StagedOutput
 
 #: Above this many tasks, axis labels are dropped and histograms become one heatmap row per task.
@@ -21,7 +19,13 @@ MAX_LABELLED_TASKS = 40
 MAX_HISTOGRAM_PANELS = 24
 
 
-def _save(figure: plt.Figure, path: str | os.PathLike[str]) -> Path:
+def _pyplot() -> Any:
+    # The curriculum extra installs matplotlib with the solver's numba: a plan comes with its figures.
+    return pyplot("the curriculum figures", extra="curriculum")
+
+
+def _save(figure: Any, path: str | os.PathLike[str]) -> Path:
+    plt = _pyplot()
     try:
         with StagedOutput(Path(path), overwrite=True, kind="file") as stage:
             figure.savefig(stage.path, dpi=120, bbox_inches="tight", format="png")
@@ -38,7 +42,7 @@ def plot_task_similarity(plan: CurriculumPlan, path: str | os.PathLike[str]) -> 
     matrix = plan.similarity_matrix(in_order=True)
     m = len(plan.order)
     side = min(4 + 0.3 * m, 16)
-    figure, axis = plt.subplots(figsize=(side + 1.5, side))
+    figure, axis = _pyplot().subplots(figsize=(side + 1.5, side))
     off_diagonal = matrix[~np.eye(m, dtype=bool)] if m > 1 else matrix.ravel()
     image = axis.imshow(matrix, cmap="viridis", vmin=off_diagonal.min(), vmax=off_diagonal.max())
     figure.colorbar(image, ax=axis, label="cosine similarity of task representations")
@@ -60,6 +64,7 @@ def plot_difficulty_histograms(
     scored = [np.asarray(difficulty[task], dtype=np.float64) for task in tasks]
     everything = np.concatenate(scored) if scored else np.zeros(1)
     edges = np.linspace(everything.min(), everything.max() + 1e-9, bins + 1)
+    plt = _pyplot()
     if len(tasks) <= MAX_HISTOGRAM_PANELS:
         columns = min(4, max(1, len(tasks)))
         rows = math.ceil(len(tasks) / columns)

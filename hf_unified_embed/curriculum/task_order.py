@@ -20,10 +20,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numba
 import numpy as np
 
 from hf_unified_embed.errors import shown
+from hf_unified_embed.utils.stack import require
+
+# Compiled with numba, which only the curriculum extra installs (with llvmlite, ~200 MB).
+numba = require("numba", extra="curriculum", feature="the curriculum planner's task-order solver")
 
 Method = Literal["annealing", "two_opt", "exact"]
 METHODS: tuple[str, ...] = ("annealing", "two_opt", "exact")

@@ -56,6 +56,7 @@ _EXPORTS = {
     "task_summary": "hf_unified_embed.data.hub_layout",
     "write_unified": "hf_unified_embed.data.hub_layout",
     "validate_unified_folder": "hf_unified_embed.data.row_check",
+    "sample_recipe": "hf_unified_embed.data.bundled_sample",
     "AdapterContext": "hf_unified_embed.data.source_formats",
     "SourceFormat": "hf_unified_embed.data.source_formats",
     "SourceRow": "hf_unified_embed.data.source_formats",
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
         build_unified,
         build_unified_with_report,
     )
+    from hf_unified_embed.data.bundled_sample import sample_recipe
     from hf_unified_embed.data.hub_layout import (
         load_unified,
         render_dataset_card,
@@ -116,6 +118,7 @@ __all__ = [
     "load_unified",
     "register_source_format",
     "render_dataset_card",
+    "sample_recipe",
     "save_unified",
     "source_format_names",
     "stream_unified",

@@ -18,6 +18,7 @@ A recipe is YAML (or a dict) of the form::
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -89,6 +90,17 @@ class SourceSpec:
                 )
         if self.task_type is not None and self.task_type not in TASK_TYPES:
             raise fail("task_type", f"got {shown(self.task_type)}; expected one of {list(TASK_TYPES)}")
+        # A format that reads scores only from a column named by `score_column` gives an sts task no score
+        # without it; said here, the message names the option instead of the first row's empty scores.
+        if self.task_type == "sts" and "score_column" in parameters:
+            default = inspect.signature(source_format.read).parameters["score_column"].default
+            if {"score_column": default, **source_format.defaults, **self.options}["score_column"] is None:
+                raise fail(
+                    "options",
+                    f"task_type 'sts' needs a score per pair, and format {shown(self.format)} reads none without "
+                    "options.score_column: set it to the column of scores (and options.score_range to their "
+                    "[low, high] unless they lie in [0, 1])",
+                )
         # Rows are counted in a machine word (itertools.islice): a 26-digit cap passed and failed there.
         if self.max_rows is not None and not 1 <= self.max_rows <= sys.maxsize:
             raise fail("max_rows", f"got {shown(self.max_rows)}; expected a positive integer up to {sys.maxsize:,}")

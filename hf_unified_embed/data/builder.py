@@ -44,6 +44,7 @@ from hf_unified_embed.data.source_rows import no_rows_error, project_error, refe
 from hf_unified_embed.data.task_totals import TaskSummary
 from hf_unified_embed.errors import RecipeError, shown
 from hf_unified_embed.schema import DIFFICULTY_COLUMN, unified_features
+from hf_unified_embed.utils.arguments import checked_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -329,6 +330,7 @@ def _claim(plan: BuildRecipe, claimed: set[str], tasks: Iterable[str]) -> None:
         claimed.add(task)
 
 
+@checked_arguments
 def build_unified(
     recipe: BuildRecipe | Mapping[str, Any] | str | Path,
     *,

@@ -49,8 +49,9 @@ from hf_unified_embed.data.shard_writer import (  # the shard limits, where they
     MAX_ROW_GROUP_BYTES as MAX_ROW_GROUP_BYTES,
 )
 from hf_unified_embed.data.task_totals import TaskSummary
-from hf_unified_embed.errors import InputError, SourceFormatError, shown
+from hf_unified_embed.errors import ArgumentError, InputError, SourceFormatError, shown
 from hf_unified_embed.schema import UNIFIED_FEATURES, check_columns, validate_unified
+from hf_unified_embed.utils.arguments import checked_arguments
 from hf_unified_embed.utils.locations import looks_local
 from hf_unified_embed.utils.naming import ALL_CONFIG, check_distinct_names, check_split_name, check_task_name
 from hf_unified_embed.utils.outputs import StagedOutput
@@ -117,27 +118,27 @@ def _as_splits(data: DatasetDict | Mapping[str, DatasetDict]) -> dict[str, dict[
     return {split: dict(tasks) for split, tasks in data.items()}
 
 
-def _check_saved(data: object) -> None:
+def _check_saved(data: object, **_: object) -> None:
     """Refuse what :func:`save_unified` cannot save, saying what to pass instead.
 
     Raises:
-        TypeError: ``data`` is a single ``Dataset``, or not a mapping of tasks (or of splits of tasks) to
+        ArgumentError: ``data`` is a single ``Dataset``, or not a mapping of tasks (or of splits of tasks) to
             ``Dataset`` s.
     """
     if isinstance(data, Dataset):
-        raise TypeError(
-            "save_unified expects a DatasetDict keyed by task name (or {split: DatasetDict}), got one Dataset; "
+        raise ArgumentError(
+            "data must be a DatasetDict keyed by task name (or {split: DatasetDict}), got one Dataset; "
             'pass {"task_name": dataset}, e.g. DatasetDict({"my_task": dataset})'
         )
     if not isinstance(data, Mapping):
-        raise TypeError(
-            f"save_unified expects a DatasetDict keyed by task name (or {{split: DatasetDict}}), got {type(data).__name__}"
+        raise ArgumentError(
+            f"data must be a DatasetDict keyed by task name (or {{split: DatasetDict}}), got {type(data).__name__}"
         )
     for key, value in data.items():
         tasks = value.values() if isinstance(value, Mapping) else [value]
         if not isinstance(key, str) or not all(isinstance(task, Dataset) for task in tasks):
-            raise TypeError(
-                f"save_unified expects a DatasetDict keyed by task name (or {{split: DatasetDict}}); "
+            raise ArgumentError(
+                f"data must be a DatasetDict keyed by task name (or {{split: DatasetDict}}); "
                 f"entry {shown(key)} holds {type(value).__name__}"
             )
 
@@ -337,8 +338,31 @@ def write_unified(
     return folder
 
 
+def _check_request(repo_id_or_dir: object, tasks: object = None, split: object = "train", **_: object) -> None:
+    """Refuse arguments of the wrong type before anything is read, naming the argument.
+
+    Raises:
+        ArgumentError: ``repo_id_or_dir`` is not a path or repository id, or empty; ``tasks`` is not a list of
+            task names; ``split`` is not a split name.
+    """
+    if not isinstance(repo_id_or_dir, (str, Path)):
+        raise ArgumentError(
+            f"repo_id_or_dir must be a unified dataset folder (a path) or a Hub dataset id, got {shown(repo_id_or_dir)}"
+        )
+    if not str(repo_id_or_dir).strip():
+        raise ArgumentError("repo_id_or_dir is empty; give a unified dataset folder or a Hub dataset id")
+    if tasks is not None and (
+        isinstance(tasks, str) or not isinstance(tasks, (list, tuple)) or not all(isinstance(t, str) for t in tasks)
+    ):
+        hint = f" (one task: [{tasks!r}])" if isinstance(tasks, str) else ""
+        raise ArgumentError(f"tasks must be a list of task names or None, got {shown(tasks)}{hint}")
+    if not isinstance(split, str):
+        raise ArgumentError(f"split must be a split name such as 'train', got {shown(split)}")
+
+
+@checked_arguments(first=_check_saved)
 def save_unified(
-    data: DatasetDict | Mapping[str, DatasetDict],
+    data: DatasetDict | Mapping[str, Dataset] | Mapping[str, DatasetDict],
     out_dir: str | Path,
     *,
     overwrite: bool = False,
@@ -379,6 +403,7 @@ def save_unified(
     return stage.target
 
 
+@checked_arguments(first=_check_request)
 def load_unified(
     repo_id_or_dir: str | Path,
     tasks: list[str] | None = None,
@@ -401,7 +426,6 @@ def load_unified(
     exist is an :class:`~hf_unified_embed.errors.InputNotFoundError`, never a Hub lookup. Each task
     carries the card's ``source_notes`` for it (:mod:`hf_unified_embed.data.provenance`).
     """
-    _check_request(repo_id_or_dir, tasks, split)
     card = read_card(repo_id_or_dir, token=token)
     notes = source_notes(card)
     names, layout = _tasks_to_load(repo_id_or_dir, tasks, split, card)
@@ -421,6 +445,7 @@ def load_unified(
     return result
 
 
+@checked_arguments(first=_check_request)
 def stream_unified(
     repo_id_or_dir: str | Path,
     tasks: list[str] | None = None,
@@ -439,7 +464,6 @@ def stream_unified(
     batches of bounded size (:func:`~hf_unified_embed.data.parquet_stream.bounded_stream`), so memory does
     not grow with the shards' row groups and a process that stops reading early exits.
     """
-    _check_request(repo_id_or_dir, tasks, split)
     card = read_card(repo_id_or_dir, token=token)
     names, layout = _tasks_to_load(repo_id_or_dir, tasks, split, card)
     if layout is not None:  # a Hub dataset's rows are checked as they stream in (the collator)
@@ -455,29 +479,6 @@ def stream_unified(
         rows = layout.rows(task, split) if layout is not None else None
         result[task] = bounded_stream(dataset, token=token, rows=rows)
     return result
-
-
-def _check_request(repo_id_or_dir: object, tasks: object, split: object) -> None:
-    """Refuse arguments of the wrong type before anything is read, naming the argument.
-
-    Raises:
-        TypeError: ``repo_id_or_dir`` is not a path or repository id, ``tasks`` not a list of task names,
-            ``split`` not a split name.
-        ValueError: ``repo_id_or_dir`` is empty.
-    """
-    if not isinstance(repo_id_or_dir, (str, Path)):
-        raise TypeError(
-            f"repo_id_or_dir must be a unified dataset folder (a path) or a Hub dataset id, got {shown(repo_id_or_dir)}"
-        )
-    if not str(repo_id_or_dir).strip():
-        raise ValueError("repo_id_or_dir is empty; give a unified dataset folder or a Hub dataset id")
-    if tasks is not None and (
-        isinstance(tasks, str) or not isinstance(tasks, (list, tuple)) or not all(isinstance(t, str) for t in tasks)
-    ):
-        hint = f" (one task: [{tasks!r}])" if isinstance(tasks, str) else ""
-        raise TypeError(f"tasks must be a list of task names or None, got {shown(tasks)}{hint}")
-    if not isinstance(split, str):
-        raise TypeError(f"split must be a split name such as 'train', got {shown(split)}")
 
 
 def _dataset_path(repo_id_or_dir: str | Path) -> str:

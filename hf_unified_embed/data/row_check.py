@@ -37,6 +37,7 @@ from hf_unified_embed.schema import (
     InstructionTracker,
     validate_row,
 )
+from hf_unified_embed.utils.arguments import checked_arguments
 from hf_unified_embed.utils.naming import task_name_problem
 
 logger = logging.getLogger(__name__)
@@ -213,6 +214,7 @@ def check_task_rows(batches: Iterable[tuple[str, pa.RecordBatch]], task: str) ->
     return index
 
 
+@checked_arguments
 def validate_unified_folder(repo_dir: str | Path, *, record: bool = True) -> FolderLayout:
     """Check a local unified folder completely with pyarrow: layout, card, every file's footer, every row.
 

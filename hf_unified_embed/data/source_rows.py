@@ -117,7 +117,8 @@ def guarded(rows: Iterable[SourceRow], spec: SourceSpec, files: Sequence[Path | 
     """The adapter's rows; an exception that is not a located project error is wrapped into one.
 
     A third-party adapter may fail with anything; the user must still learn which source and files
-    were being read. A decoding error is located by scanning the source's files for the first bad byte.
+    were being read. A decoding error is located by scanning the source's files for the first bad byte;
+    an error without a file (an option's value) is prefixed with the source's name and format.
     """
     iterator = iter(rows)
     while True:
@@ -125,6 +126,11 @@ def guarded(rows: Iterable[SourceRow], spec: SourceSpec, files: Sequence[Path | 
             item = next(iterator)
         except StopIteration:
             return
+        except SourceFormatError as error:
+            # An option's value the adapter refuses names no file: say which source it belongs to.
+            if error.file is None:
+                error.within(f"source {shown(spec.name)} (format {shown(spec.format)})")
+            raise
         except HfUnifiedEmbedError:
             raise
         except UnicodeDecodeError as error:

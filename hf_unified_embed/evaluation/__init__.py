@@ -4,9 +4,11 @@
 scores it with the sentence-transformers evaluator of its kind (STS, retrieval, reranking, pair
 classification, or a kind of the user's own: :class:`EvaluationKind`, :func:`register_evaluation_kind`)
 and returns :class:`SuiteResults` with a flat table, the CoDiEmb §4 diagnostics and ``model-index``
-entries for the model card. ``build_sequential_evaluator`` gives the same suite to a trainer.
+entries for the model card. ``build_sequential_evaluator`` gives the same suite to a trainer;
+``format_comparison`` sets a model's results beside its base model's.
 """
 
+from hf_unified_embed.evaluation.comparison import format_comparison, metric_differences
 from hf_unified_embed.evaluation.diagnostics import (
     DIAGNOSTIC_METRICS,
     EmbeddingSpaceDiagnostics,
@@ -60,8 +62,10 @@ __all__ = [
     "build_evaluators",
     "build_sequential_evaluator",
     "embedding_space_diagnostics",
+    "format_comparison",
     "get_evaluation_kind",
     "load_suite",
+    "metric_differences",
     "register_evaluation_kind",
     "run_suite",
     "set_reference_model",

@@ -28,6 +28,7 @@ from sentence_transformers.sentence_transformer.evaluation import (
 )
 
 from hf_unified_embed.utils.distributed_encode import ONE_PROCESS, EncodingProcesses, encode_shared
+from hf_unified_embed.utils.encoding_progress import encode_with_progress
 
 
 class SharedEncodingMixin:
@@ -41,25 +42,46 @@ class SharedEncodingMixin:
 
     processes: EncodingProcesses = ONE_PROCESS
     pool: dict[str, Any] | None = None
+    show_encoding_progress: bool = False
 
-    def share_encoding(self, processes: EncodingProcesses = ONE_PROCESS, pool: dict[str, Any] | None = None) -> None:
+    def share_encoding(
+        self,
+        processes: EncodingProcesses = ONE_PROCESS,
+        pool: dict[str, Any] | None = None,
+        show_encoding_progress: bool = False,
+    ) -> None:
         """Encode through ``processes`` (the processes of a launched run) and/or ``pool`` from now on.
 
         Args:
             processes: the processes that share each call's texts; all of them run the same evaluation.
             pool: ``model.start_multi_process_pool(devices)``'s pool, passed to every ``encode``.
+            show_encoding_progress: a bar counting the texts of each list encoded (on the main process), see
+                :func:`~hf_unified_embed.utils.encoding_progress.encode_with_progress`.
         """
         self.processes, self.pool = processes, pool
+        self.show_encoding_progress = show_encoding_progress
 
     def embed_inputs(self, model: Any, sentences: Any, *args: Any, **kwargs: Any) -> Any:
         if self.pool is not None:
             kwargs["pool"] = self.pool
-        if args or not self.processes.distributed or not isinstance(sentences, (list, tuple)):
+        if args or not isinstance(sentences, (list, tuple)):
             return super().embed_inputs(model, sentences, *args, **kwargs)  # type: ignore[misc]
         encode = super().embed_inputs  # type: ignore[misc]
-        return encode_shared(
-            lambda texts, **options: encode(model, texts, **options), sentences, self.processes, **kwargs
-        )
+        # The pool slices the texts among its workers itself; a bar over slices would cost it its batching.
+        progress = self.show_encoding_progress and self.processes.is_main and self.pool is None
+        batch_size = int(getattr(self, "batch_size", 32))
+
+        def encode_texts(texts: Any, **options: Any) -> Any:
+            return encode_with_progress(
+                lambda part: encode(model, part, **options),
+                texts,
+                batch_size=batch_size,
+                show_progress_bar=progress,
+            )
+
+        if not self.processes.distributed:
+            return encode_texts(sentences, **kwargs)
+        return encode_shared(encode_texts, sentences, self.processes, **kwargs)
 
 
 class EncodeOnceMixin:

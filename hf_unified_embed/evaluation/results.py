@@ -141,14 +141,14 @@ class SuiteResults:
             for key, value in e.reported_metrics.items():
                 star = "*" if key == e.primary_metric else ""
                 rows.append([e.name, e.kind, str(e.num_examples), key + star, f"{value:.{digits}f}"])
-        text = _align(rows)
+        text = aligned_table(rows)
         if self.diagnostics:
             header = ["evaluation", *DIAGNOSTIC_METRICS, "texts"]
             diag_rows = [header] + [
                 [name, *(f"{getattr(d, metric):.{digits}g}" for metric in DIAGNOSTIC_METRICS), str(d.num_texts)]
                 for name, d in self.diagnostics.items()
             ]
-            text += "\n\nEmbedding-space diagnostics (CoDiEmb §4; mean over texts)\n" + _align(diag_rows)
+            text += "\n\nEmbedding-space diagnostics (CoDiEmb §4; mean over texts)\n" + aligned_table(diag_rows)
         return text
 
     def to_json(self) -> str:
@@ -179,7 +179,8 @@ class SuiteResults:
         return Path(path)
 
 
-def _align(rows: list[list[str]]) -> str:
+def aligned_table(rows: list[list[str]]) -> str:
+    """``rows`` (the first is the header) as left-aligned columns, a rule of dashes under the header."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * width for width in widths))

@@ -31,6 +31,10 @@ A suite is YAML (or a dict, or a bare list of entries)::
         data_files: sts/semeval/2014/*.tsv
         exclude_seen:                # leave out the pairs these training files hold (kinds
           - {source: stsb, data_files: sts/stsbenchmark/sts-train.csv}   # that score pairs)
+      - name: faq
+        kind: retrieval
+        held_out_from: faq.yaml      # ... or a build recipe: its source `task` (default: the entry
+        task: faq                    # name), read as the build reads it, past the source's max_rows
 
 Each ``kind`` is an :class:`~hf_unified_embed.evaluation.kinds.EvaluationKind` (the unified task type
 of its rows, its sentence-transformers evaluator, primary and reported metrics); the built-in ones
@@ -53,6 +57,7 @@ evaluators' CSV files), so they follow the task naming rule (:mod:`hf_unified_em
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -63,6 +68,7 @@ from hf_unified_embed.data.source_formats import source_format_names
 from hf_unified_embed.errors import HfUnifiedEmbedError, SuiteError, shown
 from hf_unified_embed.evaluation.kinds import EvaluationKind, get_evaluation_kind
 from hf_unified_embed.schema import TASK_TYPES
+from hf_unified_embed.utils.arguments import checked_arguments
 from hf_unified_embed.utils.naming import split_name_problem, task_name_problem
 from hf_unified_embed.utils.typecheck import mismatched_field, type_problem
 from hf_unified_embed.utils.yaml_files import read_yaml_mapping
@@ -110,6 +116,7 @@ class SuiteEntry:
     source: str | None = None
     data_files: str | list[str] | None = None
     unified: str | None = None
+    held_out_from: str | None = None
     task: str | None = None
     split: str = "test"
     options: dict[str, Any] = field(default_factory=dict)
@@ -136,9 +143,11 @@ class SuiteEntry:
             self.evaluation_kind = get_evaluation_kind(self.kind)
         except SuiteError as error:
             raise fail("kind", str(error)) from None
-        if (self.source is None) == (self.unified is None):
+        if [self.source, self.unified, self.held_out_from].count(None) != 2:
             raise fail(
-                "source", "give either 'source' (a source format) with 'data_files', or 'unified' (a folder or repo)"
+                "source",
+                "give either 'source' (a source format) with 'data_files', 'unified' (a folder or repo), or "
+                "'held_out_from' (a build recipe)",
             )
         if self.source is not None and self.source not in source_format_names():
             raise fail(
@@ -148,6 +157,11 @@ class SuiteEntry:
             raise fail("data_files", f"source {shown(self.source)} needs data_files (a path, glob or list)")
         if self.unified is not None and (self.data_files or self.options):
             raise fail("unified", "a unified dataset takes 'task' and 'split', not 'data_files' or 'options'")
+        if self.held_out_from is not None and (self.data_files or self.options):
+            raise fail(
+                "held_out_from",
+                "the recipe's source gives the files and options: set 'task', not 'data_files' or 'options'",
+            )
         problem = task_name_problem(self.task) if self.task is not None else None
         if problem:
             raise fail("task", problem)
@@ -324,6 +338,7 @@ def _diagnostics_config(value: Any, origin: str) -> DiagnosticsConfig | None:
         raise SuiteError(f"{origin}: {error}") from None
 
 
+@checked_arguments
 def load_suite(
     suite: EvaluationSuite | Mapping[str, Any] | Sequence[Mapping[str, Any]] | str | Path,
     data_root: str | Path | None = None,
@@ -365,6 +380,13 @@ def suite_inputs(suite: EvaluationSuite) -> list[Path]:
         for seen in entry.exclude_seen:
             if isinstance(seen, Mapping):
                 add(seen.get("data_files"))
+        if entry.held_out_from is not None:
+            found.append(root / entry.held_out_from if root is not None else Path(entry.held_out_from))
+            with contextlib.suppress(HfUnifiedEmbedError):
+                from hf_unified_embed.evaluation.held_out import held_out_source
+
+                recipe, spec = held_out_source(entry, root)
+                found.extend(resolve_files(spec.data_files, recipe.base_dir))  # type: ignore[arg-type]
         if entry.unified is not None and (looks_local(entry.unified, root) or looks_local(entry.unified)):
             location = Path(entry.unified).expanduser()
             found.append(location)

@@ -1,7 +1,8 @@
 """The rows of an evaluation suite's entries: read through the data adapters or from unified folders, checked.
 
 :func:`load_entry_rows` reads every entry's rows once — raw files through one build of the adapters, a
-``unified:`` entry through :func:`~hf_unified_embed.data.load_unified` (``validate``'s row check first) — and
+``unified:`` entry through :func:`~hf_unified_embed.data.load_unified` (``validate``'s row check first), a
+``held_out_from:`` entry through its build recipe (:mod:`~hf_unified_embed.evaluation.held_out`) — and
 leaves out the pairs an entry's ``exclude_seen`` sources hold. A command reads them before it loads its model,
 so that a bad row is reported first.
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 from datasets import Dataset
 
 from hf_unified_embed.errors import HfUnifiedEmbedError, InputNotFoundError, SuiteError, shown
+from hf_unified_embed.evaluation.held_out import held_out_rows
 from hf_unified_embed.evaluation.inputs import drop_seen_pairs, entry_files, row_pairs
 from hf_unified_embed.evaluation.suite import EvaluationSuite, SuiteEntry
 
@@ -52,6 +54,8 @@ def load_entry_rows(suite: EvaluationSuite) -> dict[str, Dataset]:
             dataset = _unified_rows(entry, suite.data_root)
             limit = suite.rows_of(entry)
             rows[entry.name] = dataset.select(range(min(limit, len(dataset)))) if limit else dataset
+        elif entry.held_out_from is not None:
+            rows[entry.name] = held_out_rows(entry, suite)
     seen_by_sources: dict[str, set[frozenset[str]]] = {}  # entries often share one list: read it once
     for entry in suite.entries:
         if entry.exclude_seen:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import statistics
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,9 +17,11 @@ from tqdm.auto import tqdm
 from hf_unified_embed.evaluation.diagnostics import EmbeddingSpaceDiagnostics, embedding_space_diagnostics
 from hf_unified_embed.evaluation.evaluators import SharedEncodingMixin
 from hf_unified_embed.evaluation.results import EntryResult, SuiteResults
-from hf_unified_embed.evaluation.suite import DiagnosticsConfig, EvaluationSuite, load_suite
+from hf_unified_embed.evaluation.suite import DiagnosticsConfig, EvaluationSuite, SuiteEntry, load_suite
 from hf_unified_embed.evaluation.suite_rows import load_entry_rows
+from hf_unified_embed.utils.arguments import checked_arguments
 from hf_unified_embed.utils.distributed_encode import ONE_PROCESS, EncodingProcesses
+from hf_unified_embed.utils.encoding_progress import describe_duration, seconds_per_text
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -51,6 +55,7 @@ def build_sequential_evaluator(
     return SequentialEvaluator(build_evaluators(suite, data_root).values(), main_score_function=statistics.fmean)
 
 
+@checked_arguments
 def run_suite(
     model: SentenceTransformer,
     suite: EvaluationSuite | Mapping[str, Any] | Sequence[Mapping[str, Any]] | str | Path,
@@ -101,13 +106,26 @@ def run_suite(
     from hf_unified_embed.training.instruction_fit import check_suite_prompts
 
     check_suite_prompts(loaded, model)  # a prompt that leaves no room for the text, before any entry is scored
-    entries: list[EntryResult] = []
     progress = show_progress_bar and processes.is_main
+    evaluators = {
+        entry.name: entry.evaluation_kind.evaluator(
+            _by_prompt_name(entry, model),
+            rows[entry.name],
+            batch_size=loaded.batch_size,
+            data_root=loaded.data_root,
+        )
+        for entry in loaded.entries
+    }
+    if progress:
+        announce_duration(model, loaded, evaluators, rows, processes)
+    entries: list[EntryResult] = []
     for entry in tqdm(loaded.entries, desc="Evaluating", unit="set", disable=not progress):
         kind = entry.evaluation_kind
-        evaluator = kind.evaluator(entry, rows[entry.name], batch_size=loaded.batch_size, data_root=loaded.data_root)
+        evaluator = evaluators[entry.name]
         if isinstance(evaluator, SharedEncodingMixin):
-            evaluator.share_encoding(processes, pool)
+            evaluator.share_encoding(processes, pool, show_encoding_progress=progress)
+        elif hasattr(evaluator, "show_encoding_progress"):
+            evaluator.show_encoding_progress = progress
         raw = evaluator(model, output_path=output_path)
         assert isinstance(raw, dict), "every suite evaluator returns a metrics dict"
         prefix = f"{entry.name}_"
@@ -134,3 +152,59 @@ def run_suite(
         )
     model_name = getattr(model.model_card_data, "model_name", None) or getattr(model.model_card_data, "model_id", None)
     return SuiteResults(entries=entries, suite_name=loaded.name, model_name=model_name or "model")
+
+
+def _by_prompt_name(entry: SuiteEntry, model: Any) -> SuiteEntry:
+    """``entry`` encoding a prompt text the model has by that prompt's name, as a user of the saved folder does."""
+    from hf_unified_embed.training.instruction_fit import with_prompt_names
+
+    options = with_prompt_names(entry.evaluator, model, f"entry {entry.name}")
+    return entry if options == entry.evaluator else dataclasses.replace(entry, evaluator=options)
+
+
+#: Below this many texts a suite runs in about a minute even on a CPU: no estimate is measured.
+ESTIMATE_MIN_TEXTS = 1_000
+#: Texts timed for the estimate, drawn from the whole suite and encoded as one batch.
+ESTIMATE_SAMPLE = 8
+
+
+def announce_duration(
+    model: SentenceTransformer,
+    suite: EvaluationSuite,
+    evaluators: Mapping[str, BaseEvaluator],
+    rows: Mapping[str, Dataset],
+    processes: EncodingProcesses = ONE_PROCESS,
+) -> float | None:
+    """On a CPU, before a suite of at least :data:`ESTIMATE_MIN_TEXTS` texts: print (stderr, one line) how many
+    texts its sets encode and about how long that takes, from the time a small sample of them took.
+
+    The sample is one batch, padded to its longest text, while the run encodes batches of texts of about
+    one length: the time is scaled by the characters encoded (the sample's padded ones, every text's own).
+
+    Returns:
+        The estimate in seconds, or ``None`` where none was made (an accelerator, a short suite).
+    """
+    if getattr(model.device, "type", "cpu") != "cpu":
+        return None
+    texts = [
+        text
+        for entry in suite.entries
+        for text in entry.evaluation_kind.texts(evaluators[entry.name], rows[entry.name])
+    ]
+    if len(texts) < ESTIMATE_MIN_TEXTS:
+        return None
+    sample = random.Random(0).sample(texts, ESTIMATE_SAMPLE)
+    model.encode(min(sample, key=len), show_progress_bar=False)  # the first call's one-time setup, not timed
+    per_text = seconds_per_text(
+        lambda part: model.encode(list(part), batch_size=len(part), show_progress_bar=False), sample
+    )
+    padded = max(len(text) for text in sample) or 1
+    seconds = per_text / padded * sum(len(text) for text in texts) / processes.world_size
+    sets = f"{len(suite.entries)} set" + ("s" if len(suite.entries) != 1 else "")
+    print(
+        f"evaluate: {sets}, {len(texts):,} texts to encode: about {describe_duration(seconds)} on this CPU "
+        f"(timed on {ESTIMATE_SAMPLE} of them)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return seconds

@@ -23,11 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
 from hf_unified_embed.errors import shown
+from hf_unified_embed.utils.stack import require
+
+# Compiled with numba, which only the gur extra installs (with llvmlite, ~200 MB).
+numba = require("numba", extra="gur", feature="GUR's pair mining")
 
 __all__ = [
     "CharWeights",

@@ -26,6 +26,7 @@ from hf_unified_embed.gur_pairs.documents import Document, iter_documents
 from hf_unified_embed.gur_pairs.lcs import CharWeights, codes_of, score_pairs
 from hf_unified_embed.gur_pairs.sentences import SentenceBounds, clean, normalize, split_sentences
 from hf_unified_embed.schema import unified_features
+from hf_unified_embed.utils.arguments import checked_arguments
 
 __all__ = ["MinedPair", "PairMiningConfig", "mine_dataset", "mine_document", "mine_pairs", "pair_row"]
 
@@ -168,6 +169,7 @@ def pair_row(pair: MinedPair, task: str) -> dict[str, Any]:
     }
 
 
+@checked_arguments
 def mine_pairs(
     documents: Iterable[Document], config: PairMiningConfig | None = None, *, seen: set[int] | None = None
 ) -> Iterator[MinedPair]:

@@ -11,6 +11,12 @@ A dry run checks what a push checks before it sends anything: the repository id
 (``huggingface_hub.utils.validate_repo_id``) and that the folder is what the push says it is — a model
 folder (``modules.json``, ``config.json``, an adapter or weights) for a model repository, not a model for
 a dataset repository, a unified dataset (its card declares the task configs) for ``push_unified``.
+
+A LoRA adapter of a bidirectional decoder is refused: peft and transformers would load its causal base, so
+its merged form is what publishes. A model's card names the folder it was saved in
+(:mod:`hf_unified_embed.hub.card_ids`); the uploaded copy names ``repo_id`` instead, and a dry run shows
+exactly that copy, followed by what a user of the model needs to load it
+(:mod:`hf_unified_embed.hub.consumers`). The local folder is never changed.
 """
 
 from __future__ import annotations
@@ -40,6 +46,9 @@ from hf_unified_embed.errors import (
     one_line,
     shown,
 )
+from hf_unified_embed.hub.card_ids import with_repo_id
+from hf_unified_embed.hub.consumers import ConsumerNeeds, consumer_needs
+from hf_unified_embed.utils.arguments import checked_arguments
 from hf_unified_embed.utils.locations import looks_local
 from hf_unified_embed.utils.outputs import MARKER
 from hf_unified_embed.utils.redaction import find_secrets, remember_secret
@@ -75,7 +84,8 @@ IGNORE_PATTERNS = [
 
 @dataclass(frozen=True)
 class PushPlan:
-    """What a push sends (returned by ``dry_run=True``): the repository, files and card."""
+    """What a push sends (returned by ``dry_run=True``): the repository, files, the card as uploaded and,
+    for a model, what its users need (:func:`~hf_unified_embed.hub.consumers.consumer_needs`)."""
 
     repo_id: str
     repo_type: str
@@ -85,6 +95,7 @@ class PushPlan:
     revision: str | None
     create_pr: bool
     commit_message: str
+    consumers: ConsumerNeeds | None = None
 
     def describe(self) -> str:
         target = f"{self.repo_type} repo {self.repo_id}" + (f" @ {self.revision}" if self.revision else "")
@@ -94,6 +105,8 @@ class PushPlan:
         lines += [f"  {name}" for name in self.files]
         if self.card is not None:
             lines += ["--- README.md ---", self.card.rstrip()]
+        if self.consumers is not None:
+            lines.append(self.consumers.describe())
         return "\n".join(lines)
 
 
@@ -112,9 +125,15 @@ def _plan(
     files = list(filter_repo_objects(files, ignore_patterns=IGNORE_PATTERNS))
     readme = folder / "README.md"
     card = readme.read_text(encoding="utf-8") if readme.is_file() else None
-    return PushPlan(repo_id, repo_type, files, card, private, revision, create_pr, commit_message)
+    if repo_type != "model":
+        return PushPlan(repo_id, repo_type, files, card, private, revision, create_pr, commit_message)
+    uploaded = with_repo_id(card, repo_id, folder) if card is not None else None
+    return PushPlan(
+        repo_id, repo_type, files, uploaded, private, revision, create_pr, commit_message, consumer_needs(folder)
+    )
 
 
+@checked_arguments
 def push_folder(
     folder: str | Path,
     repo_id: str,
@@ -156,13 +175,20 @@ def push_folder(
             f"refusing to upload {folder}: {', '.join(str(path) for path in leaks)} contain(s) the active access token"
         )
     check_folder_kind(folder, repo_type)
+    if repo_type == "model":
+        from hf_unified_embed.training.bidirectional_transformer import bidirectional_adapter_problem
+
+        # Its users would run it causal (peft loads the causal base): the merged form is what publishes.
+        problem = bidirectional_adapter_problem(folder)
+        if problem is not None:
+            raise InputError(f"refusing to upload {problem}")
     if dry_run:
         return plan
     with _hub_failures(f"cannot push to the {repo_type} repo {repo_id}"):
         huggingface_hub.create_repo(repo_id, token=token, private=private, repo_type=repo_type, exist_ok=True)
         if revision is not None and not create_pr:
             huggingface_hub.create_branch(repo_id, branch=revision, token=token, repo_type=repo_type, exist_ok=True)
-        with _publishable(folder) as upload:
+        with _publishable(folder, plan.card if repo_type == "model" else None) as upload:
             return huggingface_hub.upload_folder(
                 repo_id=repo_id,
                 folder_path=str(upload),
@@ -245,35 +271,38 @@ def _hub_failures(action: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _publishable(folder: Path) -> Iterator[Path]:
-    """``folder``, or a hard-linked copy whose adapter config names the base model's Hub id.
+def _publishable(folder: Path, card: str | None) -> Iterator[Path]:
+    """``folder``, or a hard-linked copy holding what the Hub copy needs instead: ``card`` as its README
+    (naming the repository, see :func:`~hf_unified_embed.hub.card_ids.with_repo_id`), and an adapter config
+    that names the base model's Hub id.
 
     A LoRA adapter trained from a local base keeps that path in ``adapter_config.json`` so it loads
     where it was trained; on the Hub it must name the base by id, which the card's ``base_model`` holds.
     """
-    config_path = folder / ADAPTER_CONFIG
-    if not config_path.is_file():
-        yield folder
-        return
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    base = str(config.get("base_model_name_or_path") or "")
-    if not looks_local(base):
-        yield folder
-        return
     readme = folder / "README.md"
-    hub_base = ModelCard.load(readme).data.base_model if readme.is_file() else None
-    if not isinstance(hub_base, str) or looks_local(hub_base):
-        raise InputError(
-            f"{config_path}: the adapter's base model is the local path {base}; give the card a base_model "
-            "Hub id (the training recipe's base_model_id) so the uploaded adapter can find its base"
-        )
+    replaced: dict[str, str] = {}
+    if card is not None and readme.is_file() and card != readme.read_text(encoding="utf-8"):
+        replaced["README.md"] = card
+    config_path = folder / ADAPTER_CONFIG
+    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    base = str(config.get("base_model_name_or_path") or "")
+    if config and looks_local(base):
+        hub_base = ModelCard.load(readme).data.base_model if readme.is_file() else None
+        if not isinstance(hub_base, str) or looks_local(hub_base):
+            raise InputError(
+                f"{config_path}: the adapter's base model is the local path {base}; give the card a base_model "
+                "Hub id (the training recipe's base_model_id) so the uploaded adapter can find its base"
+            )
+        replaced[ADAPTER_CONFIG] = json.dumps({**config, "base_model_name_or_path": hub_base}, indent=2) + "\n"
+    if not replaced:
+        yield folder
+        return
     with tempfile.TemporaryDirectory(prefix=f".{folder.name}.upload-", dir=folder.parent) as scratch:
         copy = Path(scratch) / folder.name
         shutil.copytree(folder, copy, copy_function=_link_or_copy)
-        (copy / ADAPTER_CONFIG).unlink()  # a hard link: never write through it into the original
-        (copy / ADAPTER_CONFIG).write_text(
-            json.dumps({**config, "base_model_name_or_path": hub_base}, indent=2) + "\n", encoding="utf-8"
-        )
+        for name, text in replaced.items():
+            (copy / name).unlink()  # a hard link: never write through it into the original
+            (copy / name).write_text(text, encoding="utf-8")
         yield copy
 
 
@@ -284,6 +313,7 @@ def _link_or_copy(source: str, target: str) -> None:
         shutil.copy2(source, target)
 
 
+@checked_arguments
 def push_unified(
     dir_or_datasetdict: str | Path | DatasetDict,
     repo_id: str,

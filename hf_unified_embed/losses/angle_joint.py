@@ -13,6 +13,7 @@ from hf_unified_embed.losses.common.citations import ANGLE
 from hf_unified_embed.losses.common.input_checks import as_float, masked_mean, require_labels, require_pairs
 from hf_unified_embed.losses.common.text_identity import text_ids_of
 from hf_unified_embed.losses.embedding_loss import EmbeddingLoss, MemoryBudget, MiniBatchOption, NonNegative, Positive
+from hf_unified_embed.losses.learns_from import LearnsFrom
 from hf_unified_embed.losses.parts import LossParts
 
 
@@ -25,6 +26,9 @@ def cosent(scores: Tensor, labels: Tensor) -> Tensor:
 
 
 class AnglEJointLoss(EmbeddingLoss):
+    #: What it learns from (:mod:`hf_unified_embed.losses.learns_from`). Its cosine term reads every graded score.
+    learns_from = LearnsFrom(recommended_for=("sts", "pair_classification"))
+
     def __init__(
         self,
         model: nn.Module,

@@ -22,6 +22,7 @@ from hf_unified_embed.losses.embedding_loss import (
     NonNegative,
     Positive,
 )
+from hf_unified_embed.losses.learns_from import LearnsFrom
 from hf_unified_embed.losses.mid_layer_infonce import thresholded_infonce
 from hf_unified_embed.losses.parts import LossParts
 from hf_unified_embed.losses.pearson import PearsonLoss
@@ -30,6 +31,9 @@ from hf_unified_embed.losses.rank_kl import RankKLLoss
 
 
 class CoDiEmbSTSLoss(EmbeddingLoss):
+    #: What it learns from (:mod:`hf_unified_embed.losses.learns_from`). Its list-wise terms read every graded score.
+    learns_from = LearnsFrom(recommended_for=("sts", "pair_classification"))
+
     def __init__(
         self,
         model: nn.Module,

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 LabelSource = Literal["score", "difficulty", "teacher_scores"]
 
+#: The distinct score values :class:`TaskColumns` keeps of a task (its labels' range and kinds, not every value).
+SCORE_VALUES_KEPT = 1024
+
 
 @dataclass(frozen=True)
 class ColumnLayout:
@@ -162,6 +165,11 @@ class TaskColumns:
         without_negative_scores: Rows with hard negatives but an empty ``negative_scores`` list.
         has_difficulty: Whether the task has the curriculum's ``difficulty`` column.
         without_difficulty: Rows without a finite difficulty (all of them when the column is absent).
+        most_positives: The most positives a row has (a loss over a row's own documents compares them).
+        most_negatives: The most hard negatives a row has.
+        score_values: The distinct values of ``positive_scores``, sorted (at most :data:`SCORE_VALUES_KEPT`,
+            spread over the range with its ends kept); empty when unknown. What a loss that selects rows by
+            their label (:mod:`hf_unified_embed.losses.learns_from`) has to choose from.
     """
 
     task: str
@@ -173,6 +181,9 @@ class TaskColumns:
     without_negative_scores: int = 0
     has_difficulty: bool = False
     without_difficulty: int = 0
+    most_positives: int = 1
+    most_negatives: int = 0
+    score_values: tuple[float, ...] = ()
 
     def empty(self, field: str, count: int) -> str:
         """``positive_scores (empty in 3 of 16 rows)``: a field that ``count`` rows lack."""
@@ -214,6 +225,9 @@ class TaskColumns:
         def empty(name: str) -> pa.ChunkedArray:
             return pc.equal(per_row(pc.fill_null(pc.list_value_length(table.column(name)), 0)), 0)
 
+        def most(name: str) -> int:
+            return int(pc.max(per_row(pc.fill_null(pc.list_value_length(table.column(name)), 0))).as_py() or 0)
+
         types = sorted(str(t) for t in pc.unique(per_row(table.column("task_type"))).to_pylist())
         if len(types) > 1:
             raise ValueError(f"task {shown(task)}: expected one task_type per task, found {types}")
@@ -225,6 +239,11 @@ class TaskColumns:
             without_difficulty = rows - count(pc.fill_null(finite, False))
         if difficulty_planned:
             has_difficulty, without_difficulty = True, 0
+        scores = pc.unique(pc.drop_null(pc.list_flatten(per_row(table.column("positive_scores")))))
+        score_values = sorted(float(v) for v in pc.cast(scores, pa.float64()).to_pylist())
+        if len(score_values) > SCORE_VALUES_KEPT:  # a teacher's scores: as many values as rows; keep the spread
+            last = len(score_values) - 1
+            score_values = [score_values[i * last // (SCORE_VALUES_KEPT - 1)] for i in range(SCORE_VALUES_KEPT)]
         return cls(
             task=task,
             task_type=types[0] if types else "",
@@ -235,4 +254,7 @@ class TaskColumns:
             without_negative_scores=count(pc.and_(with_negatives, empty("negative_scores"))),
             has_difficulty=has_difficulty,
             without_difficulty=without_difficulty,
+            most_positives=most("positives"),
+            most_negatives=most("negatives"),
+            score_values=tuple(score_values),
         )

@@ -13,9 +13,13 @@ from hf_unified_embed.losses.common.citations import DATA_CUBE
 from hf_unified_embed.losses.common.input_checks import as_float, masked_mean, require_columns, require_labels
 from hf_unified_embed.losses.common.text_identity import same_text, text_ids_of
 from hf_unified_embed.losses.embedding_loss import EmbeddingLoss, MemoryBudget, MiniBatchOption, Positive
+from hf_unified_embed.losses.learns_from import CONTRASTIVE_TASK_TYPES, LearnsFrom
 
 
 class CurriculumInfoNCELoss(EmbeddingLoss):
+    #: What it learns from (:mod:`hf_unified_embed.losses.learns_from`). Every row is an anchor against the batch's documents.
+    learns_from = LearnsFrom(recommended_for=CONTRASTIVE_TASK_TYPES)
+
     def __init__(
         self,
         model: nn.Module,

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from hf_unified_embed.losses.common.teacher_scores import TeacherScoreLoss
 from hf_unified_embed.losses.embedding_loss import AtLeastOne, MemoryBudget, MiniBatchOption, Positive
+from hf_unified_embed.losses.learns_from import LearnsFrom
 
 RANKING_DISTILLATION_CITATION = """
 @inproceedings{ren2021rocketqav2,
@@ -21,6 +22,9 @@ RANKING_DISTILLATION_CITATION = """
 
 
 class DistillKLLoss(TeacherScoreLoss):
+    #: What it learns from (:mod:`hf_unified_embed.losses.learns_from`). A distribution over one document is constant: a row needs two documents of its own.
+    learns_from = LearnsFrom(candidates=2, recommended_for=("retrieval",))
+
     def __init__(
         self,
         model: nn.Module,

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from hf_unified_embed.losses.columns import ColumnLayout
 from hf_unified_embed.losses.common.teacher_scores import TeacherScoreLoss
 from hf_unified_embed.losses.embedding_loss import AtLeastOne, MemoryBudget, MiniBatchOption, Positive
+from hf_unified_embed.losses.learns_from import LearnsFrom
 
 MARGIN_MSE_CITATION = """
 @misc{hofstaetter2021crossarchitecture,
@@ -24,6 +25,9 @@ MARGIN_MSE_CITATION = """
 
 
 class DistillMarginMSELoss(TeacherScoreLoss):
+    #: What it learns from (:mod:`hf_unified_embed.losses.learns_from`). A margin needs a positive and a hard negative of the row's own.
+    learns_from = LearnsFrom(candidates=2, recommended_for=("retrieval",))
+
     def __init__(
         self,
         model: nn.Module,

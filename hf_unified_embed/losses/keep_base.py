@@ -139,7 +139,9 @@ class KeepBaseLoss(EmbeddingLoss):
         elif isinstance(base, str):
             from sentence_transformers import SentenceTransformer
 
-            base = SentenceTransformer(base, device=str(next(loss.model.parameters()).device))
+            from hf_unified_embed.utils.model_loading import resolve_model
+
+            base = SentenceTransformer(resolve_model(base), device=str(next(loss.model.parameters()).device))
         base.requires_grad_(False)
         self.base = base.eval()
         if gather_across_devices is None:
@@ -173,7 +175,9 @@ class KeepBaseLoss(EmbeddingLoss):
         elif isinstance(base, str):
             from sentence_transformers import SentenceTransformer
 
-            base = SentenceTransformer(base, device=str(next(first.model.parameters()).device))
+            from hf_unified_embed.utils.model_loading import resolve_model
+
+            base = SentenceTransformer(resolve_model(base), device=str(next(first.model.parameters()).device))
         return {
             task: cls(
                 loss,  # type: ignore[arg-type]  # checked above

@@ -22,6 +22,7 @@ from hf_unified_embed.losses.embedding_loss import (
     MiniBatchOption,
     Positive,
 )
+from hf_unified_embed.losses.learns_from import LearnsFrom
 
 
 def thresholded_infonce(
@@ -158,6 +159,11 @@ class MidLayerInfoNCELoss(EmbeddingLoss):
         return thresholded_infonce(
             embeddings[0], embeddings[1], labels, self.temperature, self.positive_threshold, second_ids
         )
+
+    @property
+    def learns_from(self) -> LearnsFrom:
+        """Only the pairs scored ``positive_threshold`` or more are anchors (:mod:`~hf_unified_embed.losses.learns_from`)."""
+        return LearnsFrom(min_label=self.positive_threshold)
 
     def column_layout(self, task_type: str, negatives_per_query: int) -> ColumnLayout:
         """Sentence pairs with the gold score as label, whatever the task type."""

@@ -15,9 +15,13 @@ from hf_unified_embed.losses.common.distributed import all_gather_with_grad
 from hf_unified_embed.losses.common.input_checks import as_float, require_columns
 from hf_unified_embed.losses.common.text_identity import gather_ids, same_text, text_ids_of
 from hf_unified_embed.losses.embedding_loss import AtLeastOne, EmbeddingLoss, MemoryBudget, MiniBatchOption, Positive
+from hf_unified_embed.losses.learns_from import CONTRASTIVE_TASK_TYPES, LearnsFrom
 
 
 class MultiPositiveInfoNCELoss(EmbeddingLoss):
+    #: What it learns from (:mod:`hf_unified_embed.losses.learns_from`). Every row is an anchor against the batch's documents.
+    learns_from = LearnsFrom(recommended_for=CONTRASTIVE_TASK_TYPES)
+
     def __init__(
         self,
         model: nn.Module,

@@ -5,7 +5,9 @@ are counted once into :class:`~hf_unified_embed.losses.columns.TaskColumns`. Bef
 loss is described from its class and options: :func:`stand_in` is an instance whose ``__init__`` did not
 run, holding only the options, which is all ``column_layout`` may read. sentence-transformers' losses are
 described by :func:`~hf_unified_embed.losses.layouts.layout_for_loss`, exactly as the collator will lay
-out their batches.
+out their batches. A loss that can read a task's rows but has no gradient on them (a distillation over one
+document, a loss that selects labels the rows do not have) is refused too, by its
+:class:`~hf_unified_embed.losses.learns_from.LearnsFrom` declaration.
 
 The losses a refusal suggests, and the loss overview (:mod:`hf_unified_embed.losses.overview`), come from
 :func:`known_losses`: this package's losses, the sentence-transformers losses the collator knows, and
@@ -24,6 +26,7 @@ from torch import nn
 from hf_unified_embed.errors import LossFitError, shown
 from hf_unified_embed.losses.columns import ColumnLayout, TaskColumns
 from hf_unified_embed.losses.layouts import SENTENCE_TRANSFORMERS_LAYOUTS, innermost_loss, layout_for_loss
+from hf_unified_embed.losses.learns_from import learns_from
 
 #: The entry-point group a package registers its own losses under, e.g. in ``pyproject.toml``::
 #:
@@ -143,7 +146,7 @@ def known_losses() -> dict[str, type[nn.Module]]:
 
 
 def losses_that_fit(task: TaskColumns, negatives_per_query: int = 1) -> list[str]:
-    """The names of the :func:`known_losses` that can read ``task`` with their default options."""
+    """The names of the :func:`known_losses` that can read ``task`` with their default options and learn from it."""
     fitting = []
     for name, cls in known_losses().items():
         loss = stand_in(cls, {})
@@ -151,13 +154,23 @@ def losses_that_fit(task: TaskColumns, negatives_per_query: int = 1) -> list[str
             layout = layout_of(loss, task.task_type, negatives_per_query) if loss is not None else None
         except ValueError:
             continue
-        if layout is not None and not layout.missing(task):
+        if (
+            layout is not None
+            and loss is not None
+            and not layout.missing(task)
+            and not _learns_nothing(loss, layout, task)
+        ):
             fitting.append(name)
     return fitting
 
 
+def _learns_nothing(loss: nn.Module, layout: ColumnLayout, task: TaskColumns) -> str | None:
+    """Why ``loss`` reading ``layout`` has no gradient on ``task``'s rows (:mod:`~hf_unified_embed.losses.learns_from`)."""
+    return learns_from(loss).problem(layout, task)
+
+
 def check_loss_fits(loss: nn.Module, task: TaskColumns, negatives_per_query: int, where: str) -> None:
-    """Refuse ``loss`` for ``task`` when the rows lack what it reads.
+    """Refuse ``loss`` for ``task`` when the rows lack what it reads, or when it would learn nothing from them.
 
     Args:
         loss: The loss (an instance, or a :func:`stand_in` of a recipe's class and options).
@@ -168,7 +181,9 @@ def check_loss_fits(loss: nn.Module, task: TaskColumns, negatives_per_query: int
     Raises:
         LossFitError: One line naming the task, the loss, what is missing and the losses that fit
             (``losses.retrieval: task 'wikiqa' (retrieval) cannot train with CoDiEmbSTSLoss: it needs
-            positive_scores (empty in 16 of 16 rows); losses that fit this task: ...``).
+            positive_scores (empty in 16 of 16 rows); losses that fit this task: ...``), or why its loss and
+            gradient would be 0 on these rows (``cannot train with OnlineContrastiveLoss: it would learn
+            nothing: it learns only from pairs labelled exactly 0 or 1, and these scores are graded ...``).
     """
     try:
         layout = layout_of(loss, task.task_type, negatives_per_query)
@@ -181,6 +196,8 @@ def check_loss_fits(loss: nn.Module, task: TaskColumns, negatives_per_query: int
             return  # described once built (losses_for_tasks checks the built loss)
         elif missing := layout.missing(task):
             problem = "it needs " + "; ".join(missing)
+        elif nothing := _learns_nothing(loss, layout, task):
+            problem = f"it would learn nothing: {nothing}"
         else:
             return
     fitting = losses_that_fit(task, negatives_per_query)

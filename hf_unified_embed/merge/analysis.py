@@ -57,11 +57,11 @@ class DeltaReport:
 
     def plot(self, path: str | Path, title: str | None = None) -> Path:
         """A heatmap, checkpoints × layers, colour = deviation norm (like CoDiEmb Figure 4)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
         import numpy as np
+
+        from hf_unified_embed.utils.figures import pyplot
+
+        plt = pyplot("the deviation heatmap")
 
         labels = list(self.norms)
         groups = list(self.groups)

@@ -46,9 +46,11 @@ from hf_unified_embed.merge.engine import FolderSink, TensorSink, stream_merge
 from hf_unified_embed.merge.layers import group_tensor_names
 from hf_unified_embed.merge.loader import LazyCheckpoint
 from hf_unified_embed.merge.merge_config import DEFAULT_MAX_SHARD_SIZE, CardConfig, MergeConfig, ModelSpec
+from hf_unified_embed.merge.merged_prompts import merged_prompts, prompts_source, write_prompts
 from hf_unified_embed.merge.methods import MergeMethod, get_merge_method
 from hf_unified_embed.merge.model_ids import resolve_hub_ids
 from hf_unified_embed.merge.writer import parse_size
+from hf_unified_embed.utils.arguments import checked_arguments
 from hf_unified_embed.utils.locations import copy_of_hub_model, public_name
 from hf_unified_embed.utils.model_loading import is_hub_name, model_folder
 from hf_unified_embed.utils.outputs import StagedOutput
@@ -62,12 +64,14 @@ CardSection = Callable[[Path], str]
 """Writes extra card material (plots) into the model folder and returns the Markdown that shows it."""
 
 
+@checked_arguments
 def merge_models(
     models: Sequence[str | Path | ModelSpec],
     method: str,
     output_dir: str | Path,
     *,
     reference: int | str | Path | None = None,
+    prompts_from: int | str | Path | None = None,
     max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
     precise: bool = False,
     overwrite: bool = False,
@@ -91,6 +95,8 @@ def merge_models(
         output_dir: the folder to create (refused if non-empty unless ``overwrite``).
         reference: the input supplying non-weight files and non-float tensors (index or path;
             default: the first model).
+        prompts_from: the model (index or path) whose named prompts the merged folder keeps when the
+            models' prompts differ (refused otherwise; see :mod:`hf_unified_embed.merge.merged_prompts`).
         max_shard_size: per safetensors shard (``"2GB"``, bytes…).
         precise: compute in float64 instead of float32.
         overwrite: replace an existing non-empty ``output_dir``.
@@ -123,6 +129,7 @@ def merge_models(
         output_dir=Path(output_dir),
         parameters=dict(method_params),
         reference=reference,
+        prompts_from=prompts_from,
         max_shard_size=max_shard_size,
         precise=precise,
         overwrite=overwrite,
@@ -232,6 +239,9 @@ def write_merged_model(
         card: card options instead of ``config.card``.
     """
     reference_path = reference_input(config, method)
+    # Before any tensor is merged: models whose prompts disagree are refused (merge.prompts).
+    keep = prompts_source(config.prompts_from, [spec.path for spec in config.models], method.models)
+    prompts = merged_prompts(method.models, opened.folders, input_labels(method), keep)
     card_inputs = _card_inputs(method, config.given_ids())
     recipe = redact(merge_recipe(config, method, reference_path))
     sink = FolderSink(target, opened.reference, config.max_shard_size, {"merge_recipe": json.dumps(recipe)})
@@ -240,6 +250,10 @@ def write_merged_model(
     for relative, source in opened.reference.support_files().items():
         (target / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target / relative)
+    from hf_unified_embed.training.bidirectional_transformer import make_self_contained
+
+    make_self_contained(target)  # the files of a bidirectional adapter input describe an adapter, not this model
+    write_prompts(target, *prompts)
     (target / RECIPE_FILE).write_text(yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True), encoding="utf-8")
     if config.write_card:
         card = card or config.card
@@ -337,6 +351,10 @@ def merge_recipe(config: MergeConfig, method: MergeMethod, reference: Path) -> d
     }
     if other_ids:
         recipe["model_ids"] = other_ids
+    if config.prompts_from is not None:
+        # An index, never a path of this machine (merged_prompts has refused a model that is not merged).
+        keep = prompts_source(config.prompts_from, [spec.path for spec in config.models], method.models)
+        recipe["prompts_from"] = method.models.index(keep) if keep in method.models else 0
     if config.precise:
         recipe["precise"] = True
     if parse_size(config.max_shard_size) != parse_size(DEFAULT_MAX_SHARD_SIZE):

@@ -34,7 +34,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from hf_unified_embed.errors import InputNotFoundError, MergeError, shown
-from hf_unified_embed.training.attention import saved_attention
+from hf_unified_embed.training.attention import family_of, register_bidirectional_classes, saved_attention
 
 logger = logging.getLogger(__name__)
 
@@ -239,6 +239,7 @@ def _merge_lora_adapter(adapter_dir: Path, scratch_dir: Path) -> Path:
             f"{adapter_dir / ADAPTER_CONFIG}: base_model_name_or_path {shown(base_path)} must be a local model folder"
         )
     logger.info("Merging the LoRA adapter %s into %s", adapter_dir, base_path)
+    register_bidirectional_classes()  # a self-contained bidirectional base loads as the class its config names
     base = AutoModel.from_pretrained(base_path, dtype="auto")
     merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
     target = scratch_dir / hashlib.sha1(str(adapter_dir.resolve()).encode()).hexdigest()[:12]
@@ -352,14 +353,20 @@ class LazyCheckpoint:
             config_file = directory / "config.json"
             if config_file.is_file():
                 config = _read_json(config_file)
-                signature["model_type"] = config.get("model_type")
-                signature["architectures"] = config.get("architectures")
+                # A self-contained bidirectional config names its family's classes with a prefix; the
+                # attention itself is compared below, so a merged and an adapter input of one run agree.
+                signature["model_type"] = family_of(config.get("model_type"))
+                signature["architectures"] = [
+                    str(name).removeprefix("Bidirectional") for name in config.get("architectures") or []
+                ] or config.get("architectures")
             modules_file = directory / "modules.json"
             if modules_file.is_file():
                 modules = _read_json(modules_file)
-                # The class path moved between sentence-transformers versions; the class name did not.
+                # The class path moved between sentence-transformers versions; the class name did not. A
+                # bidirectional adapter's module is a Transformer too (its attention is compared below).
                 signature["modules"] = [
-                    (m.get("path", ""), str(m.get("type", "")).rsplit(".", 1)[-1]) for m in modules
+                    (m.get("path", ""), str(m.get("type", "")).rsplit(".", 1)[-1].removeprefix("Bidirectional"))
+                    for m in modules
                 ]
         # A decoder's attention (causal, bidirectional from a layer) is part of what the weights were trained for.
         signature["attention"] = saved_attention([directory for _, directory in self._support_dirs])

@@ -17,6 +17,7 @@ Example ``merge.yaml``::
       sts_specialist: outputs/sts-only
       temperature: 0.5
     reference: 2                      # non-weight files and non-float tensors come from here
+    prompts_from: null                # models whose prompts disagree: the one (index or path) to keep
     max_shard_size: 2GB
     precise: false                    # true: float64 arithmetic
     allow_negative_weights: false     # true: a soup's weights (mergekit linear's) may be negative
@@ -241,6 +242,8 @@ class MergeConfig:
         write_card: write README.md (and the delta heatmap for ``hierarchical``).
         allow_negative_weights: accept negative averaging weights (a soup's ``weights``, the ``weight`` of
             mergekit's ``linear``, ``nuslerp``, ``multislerp``), an extrapolation; refused by default.
+        prompts_from: the model (an index into ``models`` or a path) whose named prompts the merged
+            folder keeps when the models' prompts disagree (:mod:`hf_unified_embed.merge.merged_prompts`).
         card: card options.
         search: a merge search (see :mod:`hf_unified_embed.merge.search`): candidates are scored on dev
             sets and the best is written.
@@ -251,6 +254,7 @@ class MergeConfig:
     output_dir: Path
     parameters: dict[str, Any] = dataclasses.field(default_factory=dict)
     reference: int | str | Path | None = None
+    prompts_from: int | str | Path | None = None
     max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE
     precise: bool = False
     model_ids: list[str | None] | dict[str, str | None] | None = None
@@ -314,8 +318,10 @@ class MergeConfig:
             self.search = SearchConfig.from_dict(self.search)
         elif self.search is not None and not isinstance(self.search, SearchConfig):
             raise MergeError(f"search: expected a mapping, got {shown(self.search)}")
-        if isinstance(self.reference, int) and not 0 <= self.reference < len(self.models):
-            raise MergeError(f"reference: index {self.reference} is out of range for {len(self.models)} models")
+        for key in ("reference", "prompts_from"):
+            value = getattr(self, key)
+            if isinstance(value, int) and not 0 <= value < len(self.models):
+                raise MergeError(f"{key}: index {value} is out of range for {len(self.models)} models")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "config") -> MergeConfig:
@@ -370,7 +376,7 @@ def paths_relative_to(data: Mapping[str, Any], folder: Path) -> dict[str, Any]:
         return local(value) if isinstance(value, str) and looks_local(value, folder) else value
 
     values = dict(data)
-    for key, resolve in (("output_dir", local), ("reference", model)):
+    for key, resolve in (("output_dir", local), ("reference", model), ("prompts_from", model)):
         if key in values:
             values[key] = resolve(values[key])
     models = values.get("models")

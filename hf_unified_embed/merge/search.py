@@ -52,7 +52,9 @@ from hf_unified_embed.merge.api import (
 from hf_unified_embed.merge.candidate_scoring import CandidateScorer
 from hf_unified_embed.merge.card import METRIC_DIGITS
 from hf_unified_embed.merge.merge_config import CardConfig, MergeConfig, SearchConfig
+from hf_unified_embed.utils.arguments import checked_arguments
 from hf_unified_embed.utils.distributed_encode import ONE_PROCESS, EncodingProcesses
+from hf_unified_embed.utils.figures import optional_figure
 from hf_unified_embed.utils.outputs import StagedOutput, check_output
 from hf_unified_embed.utils.redaction import redact
 
@@ -164,11 +166,9 @@ class SearchResult:
 
     def plot(self, path: Path) -> Path:
         """Each objective metric and the score per candidate (against the searched value when only one varies)."""
-        import matplotlib
+        from hf_unified_embed.utils.figures import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = pyplot("the merge search figure")
         varied = [
             name
             for name in self.candidates[0].parameters
@@ -271,9 +271,9 @@ def run_search(
         del evaluator
 
         def section(folder: Path) -> str:
-            result.plot(folder / PLOT_FILE)
+            plot = optional_figure(lambda: result.plot(folder / PLOT_FILE), "the merge search figure")
             (folder / SEARCH_FILE).write_text(json.dumps(redact(result.to_dict()), indent=2) + "\n", encoding="utf-8")
-            return result.markdown(PLOT_FILE)
+            return result.markdown(PLOT_FILE if plot is not None else None)
 
         best_results = candidates[best].results
         card = config.card
@@ -301,6 +301,7 @@ def choose_best(candidates: Sequence[Candidate]) -> int:
     return min(range(len(candidates)), key=lambda i: (candidates[i].violation, -candidates[i].score, i))
 
 
+@checked_arguments
 def search_merge(
     models: Sequence[str | Path],
     method: str,

@@ -39,8 +39,9 @@ from hf_unified_embed.negatives.candidates import ExternalCorpus, TaskDocuments
 from hf_unified_embed.negatives.exact_search import Corpus, SearchResult, search
 from hf_unified_embed.negatives.hard_negative_config import HardNegativeConfig, MiningReport
 from hf_unified_embed.negatives.store import EmbeddingFile, Encoder
-from hf_unified_embed.schema import task_instruction
+from hf_unified_embed.schema import check_columns, task_instruction
 from hf_unified_embed.training.instruction_fit import check_instruction_room
+from hf_unified_embed.utils.arguments import checked_arguments
 from hf_unified_embed.utils.distributed_encode import ONE_PROCESS, EncodingProcesses
 from hf_unified_embed.utils.locations import public_name
 
@@ -367,6 +368,7 @@ def _why_not_mined(dataset: Dataset, chosen: bool) -> str:
     return f"{dataset[0]['task_type']} task"
 
 
+@checked_arguments
 def mine_hard_negatives(
     tasks: Mapping[str, Dataset],
     model: SentenceTransformer,
@@ -414,6 +416,8 @@ def mine_hard_negatives(
     Raises:
         UsageError: a chosen task that is not in ``tasks`` or not a retrieval task, or no task to mine.
     """
+    for name, dataset in tasks.items():  # the unified columns, before any row is read
+        check_columns(dataset.column_names, task=name)
     config = config or HardNegativeConfig()
     external = (
         ExternalCorpus.from_texts(corpus) if corpus is not None and not isinstance(corpus, ExternalCorpus) else corpus

@@ -6,14 +6,18 @@ top it renders ``cards/model_card.md.j2`` — the unified training data, the cur
 plots, the loss per task type, the sampler and the evaluation suite (also as ``model-index``)
 — inserted before sentence-transformers' "Training Details" section.
 
-Three behaviours differ from the stock card on purpose:
+These behaviours differ from the stock card on purpose:
 
 * dataset and base-model ids are kept when the Hub cannot be reached (``HF_HUB_OFFLINE=1`` or
   ``local_files_only``); the stock card silently drops ids it cannot look up;
 * evaluation results from :mod:`hf_unified_embed.evaluation` join the ``model-index`` metadata
   (one entry per evaluation set), and every metric there is rounded to 4 digits;
 * the widget and usage examples are texts of the unified rows — a query with its positive and hard
-  negatives — where the stock card would take every string column (task names, instructions).
+  negatives — where the stock card would take every string column (task names, instructions);
+* the usage snippet loads the folder the card is saved in (``./<folder name>``, see
+  :mod:`hf_unified_embed.hub.card_ids`) instead of sentence-transformers' placeholder id, so it runs as
+  written; ``push`` (and a recipe's ``hub.repo_id``) puts the repository id in the uploaded copy. When
+  the model carries named prompts (its training instructions), a table after the snippet names each.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from huggingface_hub.constants import HF_HUB_OFFLINE
 from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardData
 
 from hf_unified_embed.evaluation.results import CARD_DIGITS
+from hf_unified_embed.hub.card_ids import HUB_COMMENT, LOCAL_COMMENT, PLACEHOLDER, local_model_id
+from hf_unified_embed.hub.card_usage import loader_arguments, prompts_markdown
+from hf_unified_embed.hub.consumers import consumer_needs
 from hf_unified_embed.schema import UNIFIED_COLUMNS
 from hf_unified_embed.utils.templates import template_path
 
@@ -46,6 +53,8 @@ _INSERT_BEFORE = "## Training Details"
 WIDGET_EXAMPLES = 5
 WIDGET_TEXTS = 4
 WIDGET_SAMPLE_ROWS = 1_000
+_STOCK_INSTALL = "pip install -U sentence-transformers"
+_INSTALL = "pip install -U {{ consumer_packages | join(' ') if consumer_packages else 'sentence-transformers' }}"
 
 
 def composed_template_path() -> Path:
@@ -58,6 +67,8 @@ def composed_template_path() -> Path:
     sections = template_path(_SECTIONS_TEMPLATE).read_text(encoding="utf-8")
     head, marker, tail = base.partition(_INSERT_BEFORE)
     composed = f"{head}{sections}\n{marker}{tail}" if marker else f"{base}\n{sections}"
+    # What a user installs is what the saved folder needs (peft for an adapter, ...), not always the same line.
+    composed = composed.replace(_STOCK_INSTALL, _INSTALL)
     digest = hashlib.sha256(composed.encode()).hexdigest()[:16]
     path = Path(tempfile.gettempdir()) / "hf_unified_embed" / f"model_card_{digest}.md"
     if not path.exists():
@@ -164,6 +175,20 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
                 self.widget.append(example)
                 self.usage_examples = texts
 
+    def generate_usage_snippet(self) -> str:
+        """sentence-transformers' snippet, loading this folder until a Hub id is known, and the prompt table."""
+        snippet = super().generate_usage_snippet()
+        model_id = self.model_id or PLACEHOLDER
+        if not self.model_id and self.save_dir:
+            model_id = local_model_id(self.save_dir)
+            snippet = snippet.replace(f'"{PLACEHOLDER}"', f'"{model_id}"').replace(HUB_COMMENT, LOCAL_COMMENT)
+        if self.save_dir:
+            needs = consumer_needs(self.save_dir)
+            snippet = snippet.replace(f'("{model_id}")', f"({loader_arguments(model_id, needs)})")
+        table = prompts_markdown(self.model) if self.model is not None else ""
+        # The stock template goes on right after the snippet: a blank line ends the table.
+        return f"{snippet}\n\n{table}\n" if table else snippet
+
     def set_base_model(self, model_id: str, revision: str | None = None) -> bool:
         if self.base_model_id:
             self.base_model = self.base_model_id
@@ -172,6 +197,8 @@ class UnifiedModelCardData(SentenceTransformerModelCardData):
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
+        # The folder is complete when its card is written (sentence-transformers saves the card last).
+        data["consumer_packages"] = consumer_needs(self.save_dir).packages if self.save_dir else []
         if self.model_index_results:
             index = data.get("model-index") or [{"name": self.model_name or "model", "results": []}]
             # Running the suite also stored each evaluator's metrics in the stock card data, under the
@@ -222,7 +249,7 @@ def card_data(
         # The data's licenses bind the model: their one shared license, else "other" with the per-task table.
         license=card_license(notes.values()) if any(notes.values()) else None,
         model_name=recipe.model_name,
-        model_id=recipe.hub.repo_id if recipe.hub else None,
+        # The saved card names its folder; a push (the recipe's hub.repo_id included) names the repository.
         base_model_id=recipe.base_model_id,
         unified_dataset_id=dataset_id,
         unified_tasks=unified_tasks,

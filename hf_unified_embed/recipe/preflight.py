@@ -71,7 +71,8 @@ from hf_unified_embed.recipe.preflight_training_args import (
 from hf_unified_embed.recipe.train_recipe import TrainRecipe
 from hf_unified_embed.utils import stack
 from hf_unified_embed.utils.locations import looks_local
-from hf_unified_embed.utils.outputs import check_name_lengths, check_output
+from hf_unified_embed.utils.outputs import check_output
+from hf_unified_embed.utils.path_limits import check_name_lengths
 from hf_unified_embed.utils.processes import world_size
 from hf_unified_embed.utils.typecheck import mismatched_field
 
@@ -138,7 +139,9 @@ def check_model_configuration(recipe: TrainRecipe, peft_config: Any | None, orig
     — but before any data or weight is read.
     """
     from hf_unified_embed.training.backbones import attention_problem, meta_transformer
+    from hf_unified_embed.training.partial_updates import check_partial_updates
 
+    check_partial_updates(recipe, peft_config, origin)
     problem = attention_problem(recipe.resolved_base_model(), recipe.model)
     if problem is not None:  # model.attention on an encoder, an unsupported family, a layer past the model
         raise RecipeError(f"{origin}: model.attention: {problem}")
@@ -229,6 +232,9 @@ def quick_preflight(recipe: TrainRecipe) -> None:
     )
     check_sampler_processes(recipe, world_size())
     check_sampler_tasks(recipe, recipe.data.tasks, origin)
+    tasks, chosen = recipe.data.tasks, recipe.default_prompt_task
+    if chosen is not None and tasks is not None and chosen not in tasks:
+        raise RecipeError(f"{origin}: default_prompt_task {shown(chosen)} is not one of data.tasks: {tasks}")
     check_streaming(recipe, origin)
     _check_path(recipe.data.path, "data.path", origin)
     check_base_model(recipe, origin)
@@ -300,5 +306,6 @@ def preflight(recipe: TrainRecipe, *, overwrite: bool = False) -> ResolvedRecipe
 
         inputs += [str(path) for path in suite_inputs(suite)]
     check_output(recipe.output_dir, overwrite=overwrite, inputs=inputs)
-    check_name_lengths(Path(args.output_dir).absolute())  # <output_dir>-checkpoints: 12 bytes longer
+    # <output_dir>-checkpoints: 12 bytes longer than the output
+    check_name_lengths(Path(args.output_dir).absolute(), what="checkpoint folder (training_args.output_dir)")
     return ResolvedRecipe(recipe, losses, args, hub_token, suite, peft_config, merge_adapter, overwrite, inputs)

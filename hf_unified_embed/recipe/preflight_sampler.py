@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from hf_unified_embed.errors import RecipeError, shown
 from hf_unified_embed.recipe.train_recipe import TrainRecipe
+from hf_unified_embed.sampling.batch_sampler_rule import batch_sampler_refusal
 
 
 def check_sampler_tasks(recipe: TrainRecipe, tasks: list[str] | None, origin: str) -> None:
@@ -45,36 +46,22 @@ def check_sampler_processes(recipe: TrainRecipe, processes: int) -> None:
     )
 
 
-#: ``training_args.batch_sampler`` values (sentence-transformers' ``BatchSamplers``) that read the rows of
-#: each task: they need a stock multi-dataset sampler, which draws every task's batches from them.
-_ROW_BATCH_SAMPLERS = ("no_duplicates", "no_duplicates_hashed")
-
-
 def check_batch_sampler(recipe: TrainRecipe, origin: str) -> None:
-    """``training_args.batch_sampler`` (the order of rows within a task) fits the run's sampler.
-
-    ``no_duplicates`` (and ``no_duplicates_hashed``) apply with the stock samplers (``sampler.kind:
-    proportional | round_robin``), which take each task's batches from them; the collator keeps the
-    columns that are the same in every row of a task out of the comparison
-    (:attr:`~hf_unified_embed.training.collator.UnifiedDataCollator.valid_label_columns`), so the batches
-    are full. ``CurriculumBatchSampler`` orders the rows itself and would ignore them, and
-    ``group_by_label`` needs a label column that unified rows do not have: both are refused.
-    """
+    """``training_args.batch_sampler`` (the order of rows within a task) fits the run's sampler
+    (:func:`~hf_unified_embed.sampling.batch_sampler_rule.batch_sampler_refusal`)."""
     value = recipe.training_args.get("batch_sampler")
-    if value is None or value == "batch_sampler":
+    curriculum = "the curriculum sampler (sampler.kind: curriculum, the default)"
+    refusal = batch_sampler_refusal(value, curriculum if recipe.sampler.kind == "curriculum" else None)
+    if refusal is None:
         return
     if value == "group_by_label":
-        raise RecipeError(
-            f"{origin}: training_args.batch_sampler 'group_by_label' groups rows by a label column, and unified "
-            "rows have none (a row's scores are drawn with its texts by the collator); leave batch_sampler out, "
-            "or use no_duplicates with sampler.kind: proportional or round_robin"
+        fix = "leave batch_sampler out, or use no_duplicates with sampler.kind: proportional or round_robin"
+    else:
+        fix = (
+            f"set sampler.kind: proportional (or round_robin) to train with batch_sampler: {value}, or leave "
+            "batch_sampler out"
         )
-    if value in _ROW_BATCH_SAMPLERS and recipe.sampler.kind == "curriculum":
-        raise RecipeError(
-            f"{origin}: training_args.batch_sampler {shown(value)}: the curriculum sampler (sampler.kind: curriculum, "
-            "the default) orders the rows of every task itself and would ignore it; set sampler.kind: "
-            f"proportional (or round_robin) to train with batch_sampler: {value}, or leave batch_sampler out"
-        )
+    raise RecipeError(f"{origin}: training_args.batch_sampler {shown(value)}: {refusal}; {fix}")
 
 
 def check_streaming(recipe: TrainRecipe, origin: str) -> None:

@@ -45,6 +45,7 @@ from hf_unified_embed.recipe.preflight_losses import check_losses_fit_tasks
 from hf_unified_embed.recipe.run_data import curriculum_for, load_streams, load_tasks
 from hf_unified_embed.recipe.train_recipe import TrainRecipe
 from hf_unified_embed.training.backbones import merge_adapter, without_cudnn_attention
+from hf_unified_embed.utils.arguments import checked_arguments
 from hf_unified_embed.utils.outputs import StagedOutput
 from hf_unified_embed.utils.processes import is_main_process
 from hf_unified_embed.utils.redaction import redact
@@ -120,11 +121,6 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
             raise RecipeError(f"{origin}: sampler: {error}") from None
     with _named(origin):
         model = _model(resolved, card_data(recipe, tasks, rows=stream.rows_per_task if stream else None))
-    if resolved.suite is not None:  # the suite runs after training: its prompts are checked before it
-        from hf_unified_embed.training.instruction_fit import check_suite_prompts
-
-        with _named(origin, "evaluation"):
-            check_suite_prompts(resolved.suite, model)
     try:
         losses = losses_for_tasks(
             model, tasks, _losses_in_use(resolved.losses, tasks), negatives_per_query=recipe.negatives_per_query
@@ -141,6 +137,16 @@ def prepare_run(resolved: ResolvedRecipe, work_dir: Path | None, *, compute_curr
         seed=recipe.seed,
         prompts=None if recipe.instructions else {},
     )
+    if collator.prompts:  # the saved model carries the instructions as its named prompts
+        from hf_unified_embed.training.published_prompts import publish_prompts
+
+        with _named(origin):
+            publish_prompts(model, tasks, collator.prompts, recipe.default_prompt_task)
+    if resolved.suite is not None:  # the suite runs after training: its prompts are checked before it
+        from hf_unified_embed.training.instruction_fit import check_suite_prompts
+
+        with _named(origin, "evaluation"):
+            check_suite_prompts(resolved.suite, model)
     if stream is None:
         resolved.training_args.multi_dataset_batch_sampler = recipe.sampler.batch_sampler(
             curriculum["task_order"] if curriculum else None
@@ -180,6 +186,7 @@ def _model(resolved: ResolvedRecipe, card: UnifiedModelCardData) -> Any:
     """The model to train: backbone per ``model:``, LoRA adapter per ``peft:``, instructions not pooled."""
     from hf_unified_embed.training import exclude_instructions_from_pooling
     from hf_unified_embed.training.backbones import build_model
+    from hf_unified_embed.training.partial_updates import apply_partial_updates
 
     recipe = resolved.recipe
     base = recipe.resolved_base_model()
@@ -201,6 +208,7 @@ def _model(resolved: ResolvedRecipe, card: UnifiedModelCardData) -> Any:
     model._model_card_text = None
     if resolved.peft_config is not None:
         model.add_adapter(resolved.peft_config)
+    apply_partial_updates(model, recipe.model, resolved.training_args)  # model.freeze_layers, layerwise_lr_decay
     if recipe.instructions:
         exclude_instructions_from_pooling(model)
     return model
@@ -220,9 +228,11 @@ def _trained_model(trainer: Any, run: PreparedRun) -> Any | None:
         return None
     model = _model(run.resolved, run.model.model_card_data)
     model.load_state_dict(state_dict, strict=True)
+    model.prompts, model.default_prompt_name = dict(run.model.prompts), run.model.default_prompt_name
     return model
 
 
+@checked_arguments
 def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> TrainingOutcome:
     """Train as ``recipe`` says and write the model, its card and the resolved recipe to ``output_dir``.
 
@@ -236,6 +246,7 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
 
     from hf_unified_embed.training.checkpoints import (
         RedactCheckpointsCallback,
+        checkpoint_writes,
         default_checkpoint_folder,
         no_empty_folder,
     )
@@ -286,7 +297,8 @@ def train_from_recipe(recipe: TrainRecipe, *, overwrite: bool = False) -> Traini
             trainer._load_from_checkpoint(str(finished))
             train_loss = None
         else:
-            with without_cudnn_attention():
+            # A checkpoint that fills its disk is named as such, and its half-written files removed.
+            with without_cudnn_attention(), checkpoint_writes(args.output_dir):
                 train_loss = trainer.train(resume_from_checkpoint=resume).training_loss
         # Every process lists the checkpoint folder as train() ends; none may remove it (no_empty_folder) before
         # all have (measured: a process that finished first removed it under the other's listing).

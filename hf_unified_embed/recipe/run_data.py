@@ -33,15 +33,31 @@ def load_tasks(recipe: TrainRecipe) -> DatasetDict:
     return tasks
 
 
-#: Rows read from the start of each streamed task to set up its loss, columns, instructions and card.
+#: Rows read from each streamed task, spread over its shards, to check its loss and set up its columns,
+#: instructions and card.
 STREAM_SAMPLE_ROWS = 256
+
+#: The fewest rows read from each shard (Parquet file) of a streamed task, however many shards it has.
+STREAM_SAMPLE_ROWS_PER_SHARD = 16
+
+
+def stream_sample(stream: Any, rows: int = STREAM_SAMPLE_ROWS) -> list[dict[str, Any]]:
+    """Rows of ``stream`` from every one of its shards: the first ``rows / shards`` (at least
+    :data:`STREAM_SAMPLE_ROWS_PER_SHARD`) of each, so that rows unlike the first file's (without hard
+    negatives, without scores) are in the sample the loss check reads, not met at a later step.
+    """
+    shards = max(int(getattr(stream, "num_shards", 1) or 1), 1)
+    if shards == 1:
+        return list(stream.take(rows))
+    per_shard = max(-(-rows // shards), STREAM_SAMPLE_ROWS_PER_SHARD)
+    return [row for index in range(shards) for row in stream.shard(num_shards=shards, index=index).take(per_shard)]
 
 
 def load_streams(recipe: TrainRecipe) -> tuple[Any, DatasetDict]:
-    """A streaming run's task streams and the first :data:`STREAM_SAMPLE_ROWS` rows of each, checked.
+    """A streaming run's task streams and a sample of each read across all its shards (:func:`stream_sample`), checked.
 
     A local folder's rows are checked in full with pyarrow (as :func:`load_tasks` does, nothing is
-    cached); a Hub dataset's first rows, the rest as they stream in (the collator names a bad row).
+    cached); a Hub dataset's sampled rows, the rest as they stream in (the collator names a bad row).
     """
     from datasets import Dataset
 
@@ -53,10 +69,7 @@ def load_streams(recipe: TrainRecipe) -> tuple[Any, DatasetDict]:
     local = looks_local(data.path)
     streams = stream_unified(data.path, tasks=data.tasks, split=data.split)  # a local folder's rows checked
     samples = DatasetDict(
-        {
-            name: Dataset.from_list(list(stream.take(STREAM_SAMPLE_ROWS)), features=stream.features)
-            for name, stream in streams.items()
-        }
+        {name: Dataset.from_list(stream_sample(stream), features=stream.features) for name, stream in streams.items()}
     )
     if not local:
         for name, sample in samples.items():

@@ -18,6 +18,8 @@ Example (``examples/recipes/train.yaml`` is a complete one)::
     negatives_per_query: 4
     max_seq_length: 128                   # default: the base model's
     instructions: true
+    default_prompt_task: null             # the task encode_query / encode_document of the saved model use
+                                          # (default: the first retrieval task with an instruction)
     curriculum: null                      # or {plan: curriculum_plan.json} / {teacher: MODEL} (Data-CUBE),
                                           # with sampler {interleave: round_robin, instance_order: easy_to_hard}
     sampler: {interleave: shuffled, instance_order: random, batch_sizes: {wikiqa: 32}}
@@ -53,6 +55,7 @@ from typing import Any
 from hf_unified_embed.errors import RecipeError, shown
 from hf_unified_embed.schema import TASK_TYPES
 from hf_unified_embed.training.backbones import ModelConfig
+from hf_unified_embed.utils.arguments import checked_arguments
 from hf_unified_embed.utils.locations import DEFAULT_BASE_MODEL_ID, looks_local, packaged_minilm_path
 from hf_unified_embed.utils.naming import check_split_name, check_task_name
 from hf_unified_embed.utils.typecheck import mismatched_field
@@ -319,6 +322,7 @@ class TrainRecipe:
     negatives_per_query: int = 1
     max_seq_length: int | None = None
     instructions: bool = True
+    default_prompt_task: str | None = None
     curriculum: CurriculumConfig | None = None
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     training_args: dict[str, Any] = field(default_factory=dict)
@@ -332,7 +336,13 @@ class TrainRecipe:
     source: str | None = field(default=None, repr=False)
 
     def resolved_base_model(self) -> str:
-        return self.base_model or packaged_minilm_path()
+        """The base model to load: ``base_model`` by the one model rule
+        (:func:`~hf_unified_embed.utils.model_loading.resolve_model`), else the packaged all-MiniLM-L6-v2."""
+        if self.base_model is None:
+            return packaged_minilm_path()
+        from hf_unified_embed.utils.model_loading import resolve_and_say
+
+        return resolve_and_say(self.base_model, "base_model")
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -413,6 +423,12 @@ def recipe_from_dict(raw: Mapping[str, Any], origin: str = "<recipe>") -> TrainR
             raise RecipeError(f"{origin}: '{key}' must be a positive integer, got {shown(value)}")
     if not 0 <= values.get("seed", 0) < 2**32:
         raise RecipeError(f"{origin}: 'seed' must be in [0, 2**32), got {shown(values['seed'])}")
+    if values.get("default_prompt_task") is not None:
+        check_task_name(values["default_prompt_task"], f"{origin}: default_prompt_task")
+        if values.get("instructions") is False:
+            raise RecipeError(
+                f"{origin}: default_prompt_task needs instructions: true (without instructions the model gets no prompts)"
+            )
     curriculum = values.get("curriculum")
     if curriculum is not None and bool(curriculum.plan) == bool(curriculum.teacher):
         raise RecipeError(f"{origin}: curriculum needs exactly one of 'plan' or 'teacher'")
@@ -431,6 +447,7 @@ TRAINING_ARGS_PATHS = (
 )
 
 
+@checked_arguments
 def load_train_recipe(path: str | Path) -> TrainRecipe:
     """Read and validate a recipe YAML file; its relative paths are relative to the file's folder.
 

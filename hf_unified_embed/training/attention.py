@@ -10,8 +10,7 @@ every layer or (BiLLM) from a start layer on. The recipe's ``model.attention: bi
   False`` (transformers >= 5.2). ``create_causal_mask`` then builds the padding-only mask of
   ``create_bidirectional_mask`` (a symmetric window for sliding-window layers), and the model's
   ``merge_with_config_defaults`` hands ``is_causal=False`` to every attention call, which the sdpa and
-  flash-attention functions take over the module attribute; eager attention has only the mask. The
-  flag is saved in ``config.json``, so any loader with transformers >= 5.2 applies it by itself.
+  flash-attention functions take over the module attribute; eager attention has only the mask.
 * **from layer k > 0** (BiLLM): the config stays causal. The attention modules from layer ``k`` on
   get ``is_causal = False`` (the attribute transformers' attention functions read), and a forward
   pre-hook on each decoder layer (PyTorch's, not a replaced ``forward``) hands such a layer
@@ -19,11 +18,18 @@ every layer or (BiLLM) from a start layer on. The recipe's ``model.attention: bi
   model itself does for every layer under ``is_causal: false``. Layers before ``k`` keep the model's
   causal mask.
 
-The setting is recorded in the transformer's ``config.json`` under :data:`CONFIG_KEY` (``{"attention":
-"bidirectional", "first_bidirectional_layer": k}``) and in ``sentence_bert_config.json`` of
-:class:`~hf_unified_embed.training.bidirectional_transformer.BidirectionalTransformer`, the
-sentence-transformers module that re-applies it when ``SentenceTransformer(path)`` loads the folder
-(a LoRA adapter folder has no ``config.json`` of its own: the module's config is what it keeps).
+The mechanism lives in :mod:`hf_unified_embed.training.remote_code.modeling_bidirectional`, a file that
+imports only torch and transformers: a full model is saved with it (its ``config.json`` gets the
+``model_type`` ``bidirectional_<family>``, ``first_bidirectional_layer`` and an ``auto_map`` naming that
+file), so ``AutoModel.from_pretrained(folder, trust_remote_code=True)`` and ``SentenceTransformer(folder,
+trust_remote_code=True)`` run it bidirectional without this package, and a plain load without the flag
+fails on the unknown ``model_type`` instead of running it causal. In memory the decoder's config becomes
+the family's ``Bidirectional*Config`` of that file (:func:`apply_attention`); inside this package they are registered with the Auto
+classes (:func:`register_bidirectional_classes`), so the package loads such folders without the flag. A
+LoRA adapter folder has no ``config.json`` of its own: the setting is kept in the ``sentence_bert_config.json``
+of :class:`~hf_unified_embed.training.bidirectional_transformer.BidirectionalTransformer`, which
+re-applies it when the folder loads. Folders of earlier versions record the setting under
+:data:`CONFIG_KEY`, which is still read.
 
 Nothing here imports torch at module level: the recipe's ``model:`` section reads the names first.
 """
@@ -37,6 +43,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from hf_unified_embed.errors import shown
+
+#: ``model_type`` of a saved bidirectional config: this prefix and the family's (the remote code's own constant).
+MODEL_TYPE_PREFIX = "bidirectional_"
 
 ATTENTION_MODES = ("causal", "bidirectional")
 #: ``model_type`` of the configs whose attention can be switched (transformers 5.21 modelling code:
@@ -91,9 +100,12 @@ CAUSAL = AttentionSetting()
 def recorded_attention(config: Any) -> AttentionSetting | None:
     """The bidirectional setting a transformers config records, or ``None`` (causal, or nothing said).
 
-    :data:`CONFIG_KEY` first; else transformers' own ``is_causal: false`` (every layer bidirectional).
-    Raises ``ValueError`` for a malformed :data:`CONFIG_KEY`.
+    A ``bidirectional_<family>`` config's ``first_bidirectional_layer``; else :data:`CONFIG_KEY` (folders of
+    earlier versions); else transformers' own ``is_causal: false`` (every layer bidirectional). Raises
+    ``ValueError`` for a malformed setting.
     """
+    if str(getattr(config, "model_type", "")).startswith(MODEL_TYPE_PREFIX):
+        return AttentionSetting("bidirectional", getattr(config, "first_bidirectional_layer", 0))
     value = getattr(config, CONFIG_KEY, None)
     if value is not None:
         setting = AttentionSetting.from_dict(value)
@@ -101,6 +113,13 @@ def recorded_attention(config: Any) -> AttentionSetting | None:
     if getattr(config, "is_causal", True) is False:
         return AttentionSetting("bidirectional", 0)
     return None
+
+
+def family_of(model_type: Any) -> Any:
+    """The decoder family of a ``model_type``: ``bidirectional_qwen2`` is a ``qwen2``; others are themselves."""
+    if isinstance(model_type, str) and model_type.startswith(MODEL_TYPE_PREFIX):
+        return model_type[len(MODEL_TYPE_PREFIX) :]
+    return model_type
 
 
 def saved_attention(folders: list[Path]) -> str:
@@ -130,7 +149,7 @@ def saved_attention(folders: list[Path]) -> str:
 
 def unsupported_reason(config: Any, setting: AttentionSetting) -> str | None:
     """Why ``setting`` cannot be applied to a model with transformers config ``config``; ``None`` if it can."""
-    model_type = getattr(config, "model_type", None)
+    model_type = family_of(getattr(config, "model_type", None))
     if model_type not in BIDIRECTIONAL_MODEL_TYPES:
         flag = (
             " (its config has its own use_bidirectional_attention flag)"
@@ -167,29 +186,50 @@ def current_attention(model: Any) -> AttentionSetting:
     return AttentionSetting("bidirectional", causal.index(False))
 
 
+def register_bidirectional_classes() -> None:
+    """Register the ``bidirectional_<family>`` config and model classes with transformers' Auto classes.
+
+    A saved bidirectional folder then loads in this process without ``trust_remote_code`` (transformers
+    prefers registered classes to a folder's own copy of the same file). Idempotent.
+    """
+    from transformers import AutoConfig, AutoModel
+
+    from hf_unified_embed.training.remote_code.modeling_bidirectional import FAMILIES
+
+    for family in FAMILIES.values():
+        AutoConfig.register(family.bidirectional_config.model_type, family.bidirectional_config, exist_ok=True)
+        AutoModel.register(family.bidirectional_config, family.bidirectional_model, exist_ok=True)
+
+
 def apply_attention(model: Any, setting: AttentionSetting) -> None:
     """Make transformers model ``model`` run ``setting`` (see the module docstring); replaces any earlier one.
 
-    The caller checks :func:`unsupported_reason` first. Records the setting in ``model.config`` (so
-    ``save_pretrained`` writes it to ``config.json``); a causal setting removes every trace.
+    The caller checks :func:`unsupported_reason` first. The model's config becomes the family's
+    ``Bidirectional*Config`` of the remote code (the model keeps its class: it has no state of its own),
+    so ``save_pretrained`` writes the setting into ``config.json``; a causal setting turns it back into
+    the family's config. A config of another class records the setting under :data:`CONFIG_KEY`.
     """
+    from hf_unified_embed.training.remote_code.modeling_bidirectional import FAMILIES, set_first_bidirectional_layer
+
     base = getattr(model, "base_model", model)
     config = base.config
-    layers = decoder_layers(base)
-    _remove_hooks(layers)
-    first = setting.first_bidirectional_layer if setting.bidirectional else len(layers)
-    for index, layer in enumerate(layers):
-        layer.self_attn.is_causal = index < first
-    _delete(config, "is_causal")
     _delete(config, CONFIG_KEY)
+    _delete(config, "first_bidirectional_layer")
+    family = FAMILIES.get(family_of(config.model_type))
+    if family is not None and type(config) is family.bidirectional_config:  # back to the family's config first
+        config.__class__ = family.config
+    _delete(config, "model_type")  # a loaded config may hold its file's model_type; the class says it
     if not setting.bidirectional:
+        set_first_bidirectional_layer(base, None)
         return
-    setattr(config, CONFIG_KEY, setting.to_dict())
-    if first == 0:
-        config.is_causal = False  # transformers' own switch: masks and attention calls follow it
-        return
-    for layer in layers:
-        layer.register_forward_pre_hook(_use_bidirectional_mask, with_kwargs=True)
+    first = setting.first_bidirectional_layer
+    if family is not None and type(config) is family.config:
+        # The same object, with the class whose model_type and first_bidirectional_layer save the setting.
+        config.__class__ = family.bidirectional_config
+        config.first_bidirectional_layer = first
+    else:
+        setattr(config, CONFIG_KEY, setting.to_dict())
+    set_first_bidirectional_layer(base, first)
 
 
 def _delete(config: Any, name: str) -> None:
@@ -197,74 +237,52 @@ def _delete(config: Any, name: str) -> None:
         delattr(config, name)
 
 
-def _remove_hooks(layers: Any) -> None:
-    for module in layers:
-        for handle_id, hook in list(module._forward_pre_hooks.items()):
-            if hook is _use_bidirectional_mask:
-                del module._forward_pre_hooks[handle_id]
-                module._forward_pre_hooks_with_kwargs.pop(handle_id, None)
+#: The remote-code file a saved bidirectional folder carries (package data of :mod:`~hf_unified_embed.training.remote_code`).
+REMOTE_CODE_FILE = "modeling_bidirectional.py"
 
 
-def _layer_type(attention_module: Any) -> str:
-    config = attention_module.config
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types:
-        return str(layer_types[attention_module.layer_idx])
-    return "sliding_attention" if getattr(config, "sliding_window", None) else "full_attention"
+def write_bidirectional_config(folder: Path, setting: AttentionSetting | None = None) -> None:
+    """Make the transformers checkpoint in ``folder`` self-contained: its ``config.json`` names the remote code.
 
-
-def _padding_of(mask: Any) -> Any:
-    """The 2D padding mask (``True``: a real token) behind the causal mask a decoder layer receives.
-
-    The model builds that mask from the padding alone (``create_causal_mask``), so its last query row,
-    which the causal pattern leaves whole, is the padding: a boolean row for sdpa, an additive one for
-    eager (0 where attended), the 2D mask itself for flash attention; ``None`` where the model skipped
-    the mask (sdpa without padding).
+    The config gets the ``bidirectional_<family>`` ``model_type``, ``first_bidirectional_layer`` (from
+    ``setting``, else what it records), ``is_causal: false`` for every layer, the ``Bidirectional*Model``
+    architecture and an ``auto_map`` for ``AutoConfig`` and ``AutoModel``; :data:`REMOTE_CODE_FILE` is copied
+    beside it. The weights are the family's own, so nothing else changes.
     """
-    import torch
+    import shutil
 
-    if mask is None:
-        return None
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(
-            f"bidirectional layers from a start layer need eager, sdpa or flash attention, not a {type(mask).__name__} mask"
-        )
-    if mask.ndim == 2:
-        return mask
-    row = mask[:, 0, -1, :]
-    return row if row.dtype == torch.bool else row == 0
+    from hf_unified_embed.training.remote_code import REMOTE_CODE_DIR
+    from hf_unified_embed.training.remote_code.modeling_bidirectional import FAMILIES
 
-
-def _use_bidirectional_mask(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Forward pre-hook of a decoder layer: a bidirectional one (its attention's ``is_causal`` is false) gets
-    transformers' ``create_bidirectional_mask`` of the call's padding and ``is_causal=False``.
-
-    A hook on the layer, not on the model: sentence-transformers calls the model's ``forward`` itself,
-    which skips the model's own hooks. Everything comes from the layer's own call, so a gradient-
-    checkpointing recompute rebuilds the mask of its own batch.
-    """
-    attention = module.self_attn
-    if attention.is_causal:
-        return None
-    from transformers.masking_utils import create_bidirectional_mask, create_bidirectional_sliding_window_mask
-
-    positional_mask = len(args) > 1  # the modelling code passes the mask by name; by position is handled too
-    mask = args[1] if positional_mask else kwargs.get("attention_mask")
-    hidden_states = args[0] if args else kwargs["hidden_states"]
-    create = (
-        create_bidirectional_sliding_window_mask
-        if _layer_type(attention) == "sliding_attention"
-        else create_bidirectional_mask
+    path = Path(folder) / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    setting = setting or recorded_attention(SimpleNamespace(**config))
+    family = FAMILIES.get(family_of(config.get("model_type")))
+    if setting is None or not setting.bidirectional or family is None:
+        raise ValueError(f"{path}: not a bidirectional {', '.join(BIDIRECTIONAL_MODEL_TYPES)} decoder config")
+    config.pop(CONFIG_KEY, None)
+    config.pop("is_causal", None)
+    module = REMOTE_CODE_FILE.removesuffix(".py")
+    config.update(
+        model_type=family.bidirectional_config.model_type,
+        architectures=[family.bidirectional_model.__name__],
+        first_bidirectional_layer=setting.first_bidirectional_layer,
+        auto_map={
+            "AutoConfig": f"{module}.{family.bidirectional_config.__name__}",
+            "AutoModel": f"{module}.{family.bidirectional_model.__name__}",
+        },
     )
-    bidirectional = create(
-        config=attention.config,
-        inputs_embeds=hidden_states,  # only its batch size, length, dtype and device are read
-        # The padding row spans every key (a cache's too), so no cache is passed: mid-forward, the model's
-        # cache already holds this call's keys of the earlier layers.
-        attention_mask=_padding_of(mask),
-    )
-    if positional_mask:
-        args = (args[0], bidirectional, *args[2:])
-    else:
-        kwargs = {**kwargs, "attention_mask": bidirectional}
-    return args, {**kwargs, "is_causal": False}
+    if setting.first_bidirectional_layer == 0:
+        config["is_causal"] = False
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    shutil.copyfile(REMOTE_CODE_DIR / REMOTE_CODE_FILE, Path(folder) / REMOTE_CODE_FILE)
+
+
+def is_own_remote_code(file: Path) -> bool:
+    """Whether ``file`` is a byte-for-byte copy of the remote code this package writes."""
+    from hf_unified_embed.training.remote_code import REMOTE_CODE_DIR
+
+    try:
+        return file.name == REMOTE_CODE_FILE and file.read_bytes() == (REMOTE_CODE_DIR / REMOTE_CODE_FILE).read_bytes()
+    except OSError:
+        return False

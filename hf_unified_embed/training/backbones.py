@@ -14,8 +14,9 @@ a trained folder loads with a plain ``SentenceTransformer(path)``. What an LLM e
 * ``torch_dtype``, ``attn_implementation``, ``gradient_checkpointing`` and k-bit ``quantization``
   (QLoRA; needs ``bitsandbytes`` and a CUDA device);
 * ``attention``: ``bidirectional`` removes the causal mask of a Qwen2 / Qwen3 / Llama / Mistral decoder
-  (BiLLM, LLM2Vec, NV-Embed, GritLM), from ``first_bidirectional_layer`` on; the saved folder re-applies
-  it when it loads (:mod:`hf_unified_embed.training.attention`). Pooling then defaults to ``mean``.
+  (BiLLM, LLM2Vec, NV-Embed, GritLM), from ``first_bidirectional_layer`` on; the saved folder carries
+  the modelling code that re-applies it when it loads, with or without this package
+  (:mod:`hf_unified_embed.training.attention`). Pooling then defaults to ``mean``.
 """
 
 from __future__ import annotations
@@ -61,6 +62,10 @@ class ModelConfig:
             for bidirectional, ``lasttoken`` for causal.
         first_bidirectional_layer: with ``attention: bidirectional``, the first layer without the causal
             mask; the layers before it stay causal (BiLLM's start index; default 0: every layer).
+        freeze_layers: keep the embeddings and the lowest N transformer layers at their pre-trained values
+            (``0``: the embeddings alone; :func:`~hf_unified_embed.training.partial_updates.freeze_lower_layers`).
+        layerwise_lr_decay: train depth ``d`` at ``learning_rate × decay^(L + 1 − d)``, the top layer fastest
+            (:func:`~hf_unified_embed.training.partial_updates.layerwise_lr_mapping`).
     """
 
     pooling: str | None = None
@@ -74,6 +79,8 @@ class ModelConfig:
     trust_remote_code: bool = False
     attention: str | None = None
     first_bidirectional_layer: int | None = None
+    freeze_layers: int | None = None
+    layerwise_lr_decay: float | None = None
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -91,6 +98,15 @@ class ModelConfig:
             if self.attention != "bidirectional":
                 raise ValueError("first_bidirectional_layer needs attention: bidirectional")
             self.attention_setting  # noqa: B018 -- the value's own check (an integer >= 0)
+        if self.freeze_layers is not None and (
+            isinstance(self.freeze_layers, bool) or not isinstance(self.freeze_layers, int) or self.freeze_layers < 0
+        ):
+            raise ValueError(f"freeze_layers must be an integer >= 0, got {shown(self.freeze_layers)}")
+        decay = self.layerwise_lr_decay
+        if decay is not None and (
+            isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 < decay <= 1
+        ):
+            raise ValueError(f"layerwise_lr_decay must be a number in (0, 1], got {shown(decay)}")
 
     @property
     def attention_setting(self) -> AttentionSetting | None:
@@ -223,8 +239,10 @@ def build_model(base: str, config: ModelConfig | None, *, max_seq_length: int | 
     from sentence_transformers.base.modules import Transformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
 
+    from hf_unified_embed.training.attention import register_bidirectional_classes
     from hf_unified_embed.training.bidirectional_transformer import load_sentence_transformer
 
+    register_bidirectional_classes()  # a saved bidirectional decoder loads as the class its config.json names
     config = config or ModelConfig()
     model_kwargs = config.model_kwargs()
     processor_kwargs = {"padding_side": config.padding_side} if config.padding_side else {}
@@ -281,7 +299,12 @@ def set_attention(model: Any, setting: AttentionSetting | None, base: str = "mod
     """
     from sentence_transformers.base.modules import Transformer
 
-    from hf_unified_embed.training.attention import BIDIRECTIONAL_MODEL_TYPES, recorded_attention, unsupported_reason
+    from hf_unified_embed.training.attention import (
+        BIDIRECTIONAL_MODEL_TYPES,
+        family_of,
+        recorded_attention,
+        unsupported_reason,
+    )
     from hf_unified_embed.training.bidirectional_transformer import BidirectionalTransformer
 
     module = model[0]
@@ -297,7 +320,7 @@ def set_attention(model: Any, setting: AttentionSetting | None, base: str = "mod
             setting = recorded_attention(model_config)
         except ValueError as error:
             raise RecipeError(f"model.attention: {base}: config.json: {error}") from None
-        if setting is None or getattr(model_config, "model_type", None) not in BIDIRECTIONAL_MODEL_TYPES:
+        if setting is None or family_of(getattr(model_config, "model_type", None)) not in BIDIRECTIONAL_MODEL_TYPES:
             return  # nothing recorded, or a family whose own flag transformers applies by itself
     reason = unsupported_reason(model_config, setting)
     if reason is not None:
@@ -313,8 +336,9 @@ def attention_problem(base: str, config: ModelConfig | None) -> str | None:
         return None
     from transformers import AutoConfig
 
-    from hf_unified_embed.training.attention import unsupported_reason
+    from hf_unified_embed.training.attention import register_bidirectional_classes, unsupported_reason
 
+    register_bidirectional_classes()
     try:
         model_config = AutoConfig.from_pretrained(transformer_folder(base), trust_remote_code=config.trust_remote_code)  # type: ignore[union-attr]
     except (OSError, ValueError):
@@ -348,6 +372,9 @@ def meta_transformer(base: str, config: ModelConfig | None) -> Any | None:
     import torch
     from transformers import AutoConfig, AutoModel
 
+    from hf_unified_embed.training.attention import register_bidirectional_classes
+
+    register_bidirectional_classes()
     config = config or ModelConfig()
     try:
         model_config = AutoConfig.from_pretrained(transformer_folder(base), trust_remote_code=config.trust_remote_code)

@@ -1,22 +1,25 @@
-"""The sentence-transformers module of a bidirectional decoder: re-applies the attention when the folder loads.
+"""How a bidirectional decoder is kept in a sentence-transformers folder, and loaded back.
 
-``SentenceTransformer(path)`` builds each module from the class ``modules.json`` names, by import path,
-and passes it the keys of the module's ``sentence_bert_config.json``. A model trained with
-``model.attention: bidirectional`` is saved with this class (import path :data:`CLASS_REF`, a stable
-name: saved folders refer to it) and two more keys in that file, ``attention`` and
-``first_bidirectional_layer``, so the folder runs the decoder exactly as it was trained wherever
-hf_unified_embed is installed — a LoRA adapter folder included, whose ``config.json`` is its causal
-base's. Where the setting cannot be applied (an architecture this transformers cannot switch, a layer
+A **full model** (trained, merged, or with its LoRA adapter merged) is saved self-contained: its first
+module is sentence-transformers' own ``Transformer``, and the transformer's ``config.json`` names the
+remote code copied beside it (its decoder's ``Bidirectional*Config`` writes both when it saves).
+``SentenceTransformer(path, trust_remote_code=True)`` and ``AutoModel.from_pretrained(path,
+trust_remote_code=True)`` then run it bidirectional where this package is not installed; without the
+flag transformers refuses the folder's unknown ``model_type``, never building a causal model.
+
+A **LoRA adapter folder** has no ``config.json`` of its own: peft and transformers load its base, which
+is causal. It is saved with :class:`BidirectionalTransformer` (import path :data:`CLASS_REF`, a stable
+name: saved folders refer to it) and two more keys in ``sentence_bert_config.json``, ``attention`` and
+``first_bidirectional_layer``, so the folder runs as trained wherever hf_unified_embed is installed;
+elsewhere it does not load at all (:func:`bidirectional_adapter_problem` says why and what to publish
+instead). Where the setting cannot be applied (an architecture this transformers cannot switch, a layer
 index past the model, a ``config.json`` that records something else) loading stops with one
 :class:`~hf_unified_embed.errors.InputError` line instead of running the model causally.
 
-sentence-transformers 6 imports a module class from outside its own package only when the caller
-passes ``trust_remote_code=True``: such a folder loads with ``SentenceTransformer(path,
-trust_remote_code=True)`` or with :func:`load_sentence_transformer` (which passes the flag for a local
-folder only when this class is the only code it would admit); a plain ``SentenceTransformer(path)`` stops with sentence-transformers' own error, never
-with a causal model. A full model that is bidirectional in every layer needs neither:
-:func:`plain_transformer_module` makes its module a stock ``Transformer``, and transformers applies
-the ``is_causal: false`` its ``config.json`` records by itself.
+In memory every bidirectional module is a :class:`BidirectionalTransformer`; it picks the form when it
+saves (adapter or not). sentence-transformers 6 imports a module class from outside its own package only
+when the caller passes ``trust_remote_code=True``: :func:`load_sentence_transformer` passes it for a local
+folder only when this package's own code is the only code it would admit.
 """
 
 from __future__ import annotations
@@ -31,12 +34,18 @@ from hf_unified_embed.errors import InputError
 from hf_unified_embed.training.attention import (
     AttentionSetting,
     apply_attention,
+    is_own_remote_code,
     recorded_attention,
+    register_bidirectional_classes,
+    saved_attention,
     unsupported_reason,
+    write_bidirectional_config,
 )
 
 #: How ``modules.json`` names this class.
 CLASS_REF = "hf_unified_embed.training.bidirectional_transformer.BidirectionalTransformer"
+#: How ``modules.json`` names sentence-transformers' own ``Transformer`` (what ``SentenceTransformer.save`` writes).
+TRANSFORMER_REF = f"{Transformer.__module__}.{Transformer.__name__}"
 
 
 class BidirectionalTransformer(Transformer):
@@ -93,6 +102,22 @@ class BidirectionalTransformer(Transformer):
             )
         return module
 
+    def save(self, output_path: str, *args: Any, **kwargs: Any) -> None:
+        """Save as an adapter folder that names this class, or, for a full model, in the self-contained form.
+
+        A full model leaves this class for sentence-transformers' own ``Transformer``, so ``modules.json``
+        names nothing of this package; its decoder's config (a ``Bidirectional*Config``) keeps the attention
+        and saves the remote code. Adding an adapter to it afterwards needs :func:`set_attention
+        <hf_unified_embed.training.backbones.set_attention>` again to save it as an adapter folder.
+        """
+        if has_adapter(self):
+            super().save(output_path, *args, **kwargs)
+            return
+        # The decoder's Bidirectional*Config writes the remote code and names it in config.json by itself.
+        self.__class__ = Transformer  # type: ignore[assignment]
+        del self.attention, self.first_bidirectional_layer
+        self.save(output_path, *args, **kwargs)
+
     @classmethod
     def from_transformer(cls, module: Transformer, setting: AttentionSetting, *, origin: str = "model") -> Transformer:
         """``module`` (a loaded ``Transformer``) running ``setting``, in place: a causal setting gives back a plain
@@ -113,33 +138,87 @@ def has_adapter(module: Transformer) -> bool:
     return bool(getattr(module.model, "_hf_peft_config_loaded", False))
 
 
-def plain_transformer_module(model: Any) -> bool:
-    """Make the first module of ``model`` a stock ``Transformer`` where ``config.json`` alone keeps its attention.
+def make_self_contained(folder: str | Path) -> bool:
+    """Rewrite a saved full model whose ``modules.json`` names :class:`BidirectionalTransformer` in the
+    self-contained form (sentence-transformers' ``Transformer``, ``config.json`` naming the remote code).
 
-    That is a full model (no adapter) bidirectional in every layer: transformers applies the
-    ``is_causal: false`` it records on every load, so the saved folder loads with a plain
-    ``SentenceTransformer(path)``, even where hf_unified_embed is not installed. Returns whether it did;
-    any other model is left as it is (an adapter folder or a start layer needs this class to load).
+    For folders assembled file by file (a merge of adapter inputs copies the adapter's ``modules.json``
+    beside merged weights). Returns whether it rewrote anything; an adapter folder is left as it is.
     """
-    module = model[0]
-    if not isinstance(module, BidirectionalTransformer) or has_adapter(module):
+    folder = Path(folder).expanduser()
+    modules_file = folder / "modules.json"
+    try:
+        entries = json.loads(modules_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return False
-    if module.attention_setting.first_bidirectional_layer != 0:
-        return False
-    module.__class__ = Transformer
-    del module.attention, module.first_bidirectional_layer
-    return True
+    changed = False
+    for entry in entries:
+        if not isinstance(entry, dict) or entry.get("type") != CLASS_REF:
+            continue
+        module_dir = folder / str(entry.get("path", ""))
+        if (module_dir / "adapter_config.json").is_file():
+            continue
+        module_config = module_dir / "sentence_bert_config.json"
+        settings = json.loads(module_config.read_text(encoding="utf-8"))
+        setting = AttentionSetting(
+            settings.pop("attention", "bidirectional"), settings.pop("first_bidirectional_layer", 0)
+        )
+        if setting.bidirectional:
+            write_bidirectional_config(module_dir, setting)
+        module_config.write_text(json.dumps(settings, indent=4) + "\n", encoding="utf-8")
+        entry["type"] = TRANSFORMER_REF
+        changed = True
+    if changed:
+        modules_file.write_text(json.dumps(entries, indent=2), encoding="utf-8")
+    return changed
+
+
+def bidirectional_adapter_problem(folder: str | Path) -> str | None:
+    """Why the model folder ``folder`` would run wrong for people without hf_unified_embed; ``None`` when it would not.
+
+    That is a LoRA adapter of a bidirectional decoder: peft and transformers load the adapter's base,
+    which is causal, and sentence-transformers cannot import this package's module class. Its merged
+    form carries the remote code and loads anywhere with ``trust_remote_code=True``.
+    """
+    folder = Path(folder).expanduser()
+    for module_dir in dict.fromkeys([folder, *(folder / path for path in _module_fields(folder, "path"))]):
+        if not (module_dir / "adapter_config.json").is_file():
+            continue
+        attention = saved_attention([module_dir])
+        if attention.startswith("bidirectional"):
+            return (
+                f"{module_dir} is a LoRA adapter of a decoder with {attention} attention: peft and transformers "
+                "load its causal base model, so it runs causal (or, with sentence-transformers, does not load) "
+                "without hf-unified-embed; publish the merged model instead (peft.merge_adapter: true in the "
+                "recipe), which loads anywhere with trust_remote_code=True"
+            )
+    return None
+
+
+def needs_trust_remote_code(folder: str | Path) -> bool:
+    """Whether loading the model folder ``folder`` runs code it carries (an ``auto_map`` in a module's
+    ``config.json``, as a self-contained bidirectional decoder has): its users pass ``trust_remote_code=True``."""
+    folder = Path(folder).expanduser()
+    for module_dir in dict.fromkeys([folder, *(folder / path for path in _module_fields(folder, "path"))]):
+        try:
+            config = json.loads((module_dir / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(config, dict) and config.get("auto_map"):
+            return True
+    return False
 
 
 def names_this_class(path: str | Path) -> bool:
     """Whether the ``modules.json`` of folder ``path`` names :class:`BidirectionalTransformer`."""
-    return CLASS_REF in _module_classes(Path(path).expanduser())
+    return CLASS_REF in _module_fields(Path(path).expanduser(), "type")
 
 
-def _module_classes(folder: Path) -> list[str]:
+def _module_fields(folder: Path, key: str) -> list[str]:
+    """Field ``key`` (``type``, ``path``) of every module ``modules.json`` in ``folder`` lists; none if unreadable."""
     try:
         entries = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
-        return [str(entry.get("type", "")) for entry in entries]
+        return [str(entry.get(key, "")) for entry in entries]
     except (OSError, ValueError, AttributeError, TypeError):
         return []
 
@@ -151,10 +230,13 @@ _AUTO_MAP_FILES = ("config.json", "tokenizer_config.json", "processor_config.jso
 def other_code(folder: str | Path) -> str | None:
     """What ``trust_remote_code=True`` would let run from local folder ``folder`` besides this package's class;
     ``None`` when nothing: its module classes are sentence-transformers' and :class:`BidirectionalTransformer`,
-    and neither it nor an adapter's base holds Python files or an ``auto_map`` (code from the repository)."""
+    and neither it nor an adapter's base holds Python files or an ``auto_map`` (code from the repository)
+    other than an unchanged copy of this package's remote code."""
     folder = Path(folder).expanduser()
     others = [
-        ref for ref in _module_classes(folder) if ref != CLASS_REF and not ref.startswith("sentence_transformers.")
+        ref
+        for ref in _module_fields(folder, "type")
+        if ref != CLASS_REF and not ref.startswith("sentence_transformers.")
     ]
     if others:
         return f"its modules.json names {others[0]}"
@@ -168,16 +250,30 @@ def other_code(folder: str | Path) -> str | None:
             return f"its adapter's base {base} is not a local folder to look into"
         folders.append(Path(base).expanduser())
     for place in folders:
-        if place.is_dir() and (script := next(iter(sorted(place.rglob("*.py"))), None)) is not None:
+        scripts = sorted(place.rglob("*.py")) if place.is_dir() else []
+        if (script := next((file for file in scripts if not is_own_remote_code(file)), None)) is not None:
             return f"it holds Python code ({script})"
         for name in _AUTO_MAP_FILES:
             try:
                 settings = json.loads((place / name).read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue
-            if isinstance(settings, dict) and settings.get("auto_map"):
+            auto_map = settings.get("auto_map") if isinstance(settings, dict) else None
+            if auto_map and not _names_own_code(place, auto_map):
                 return f"{place / name} names repository code (auto_map)"
     return None
+
+
+def _names_own_code(place: Path, auto_map: Any) -> bool:
+    """Whether every class of ``auto_map`` is in this package's remote code, copied unchanged into ``place``."""
+    from hf_unified_embed.training.attention import REMOTE_CODE_FILE
+
+    module = REMOTE_CODE_FILE.removesuffix(".py")
+    return (
+        isinstance(auto_map, dict)
+        and all(isinstance(ref, str) and ref.split("--")[-1].startswith(f"{module}.") for ref in auto_map.values())
+        and is_own_remote_code(place / REMOTE_CODE_FILE)
+    )
 
 
 def load_sentence_transformer(path: str, **kwargs: Any) -> Any:
@@ -191,6 +287,7 @@ def load_sentence_transformer(path: str, **kwargs: Any) -> Any:
     """
     from sentence_transformers import SentenceTransformer
 
+    register_bidirectional_classes()  # a self-contained bidirectional folder then needs no trust_remote_code
     if kwargs.get("trust_remote_code") or not names_this_class(path):
         return SentenceTransformer(path, **kwargs)
     reason = other_code(path)

@@ -11,13 +11,17 @@ sentence-transformers' trainer writes its checkpoints itself, outside the staged
 * :func:`no_empty_folder` removes the checkpoint folder after a run that saved no checkpoint into it:
   transformers' ``Trainer`` creates it when it starts, even with ``save_strategy: no``, and a failed or
   interrupted run would leave it behind. A run killed with ``kill -9`` cannot clean up, so the run's own
-  default folder (``<output_dir>-checkpoints``) found empty is removed by the next run too.
+  default folder (``<output_dir>-checkpoints``) found empty is removed by the next run too;
+* :func:`checkpoint_writes` turns a storage that fills while a checkpoint is saved into one error naming the
+  checkpoint folder (not the model's output), and removes the checkpoint the run had half written: a resume
+  would otherwise pick it as the last one and fail on its missing or truncated files.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +30,9 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from hf_unified_embed.errors import InputError, SecretLeakError, shown
+from hf_unified_embed.errors import InputError, OutputError, SecretLeakError, shown
 from hf_unified_embed.utils.redaction import scrub_folder
+from hf_unified_embed.utils.write_failures import storage_full
 
 
 class RedactCheckpointsCallback(TrainerCallback):
@@ -117,3 +122,69 @@ def no_empty_folder(folder: str | Path, *, own: bool = False) -> Iterator[None]:
         if not existed and path.is_dir() and not any(path.iterdir()):
             with contextlib.suppress(OSError):  # something appeared meanwhile, or a mount point
                 path.rmdir()
+
+
+#: A checkpoint folder's name, as the trainer gives it (``checkpoint-<step>``).
+_CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-\d+$")
+#: The file the trainer writes last into a checkpoint (``Trainer._save_checkpoint``): without it, or unreadable,
+#: the checkpoint is not whole.
+_LAST_WRITTEN = "trainer_state.json"
+
+
+def _checkpoints(folder: Path) -> set[str]:
+    try:
+        return {entry.name for entry in folder.iterdir() if entry.is_dir() and _CHECKPOINT.match(entry.name)}
+    except OSError:
+        return set()
+
+
+def _whole(checkpoint: Path) -> bool:
+    try:
+        return isinstance(json.loads((checkpoint / _LAST_WRITTEN).read_bytes()).get("global_step"), int)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _inside(path: str | None, folder: Path) -> bool:
+    return path is not None and folder in Path(path).absolute().parents
+
+
+@contextlib.contextmanager
+def checkpoint_writes(folder: str | Path) -> Iterator[None]:
+    """Around a training run that saves checkpoints into ``folder``: a storage that fills while one is saved
+    ends the run with one :class:`~hf_unified_embed.errors.OutputError` naming ``folder``, and the checkpoint
+    this run had half written is removed; the checkpoints saved before (by this run or an earlier one) stay.
+
+    Only a checkpoint that appeared during the run and is not whole (its ``trainer_state.json``, written
+    last, missing or unreadable) is removed: nothing the run did not write, nothing finished.
+
+    Raises:
+        OutputError: the checkpoint folder, the cause, the checkpoint removed and the last one kept.
+    """
+    path = Path(folder).absolute()
+    before = _checkpoints(path)
+    try:
+        yield
+    except Exception as error:
+        full = storage_full(error)
+        if full is None or (full.path is not None and not _inside(full.path, path)):
+            raise  # not a checkpoint's write: the caller says what filled
+        half = sorted(name for name in _checkpoints(path) - before if not _whole(path / name))
+        if full.path is None and not half:
+            raise  # an unnamed failure (torch's) that left no checkpoint half written: not a checkpoint's
+        for name in half:
+            shutil.rmtree(path / name, ignore_errors=True)
+        kept = sorted(
+            (name for name in _checkpoints(path) if _whole(path / name)), key=lambda name: int(name.rsplit("-", 1)[1])
+        )
+        removed = f"; the half-written {', '.join(half)} was removed" if half else ""
+        last = (
+            f"; the last whole checkpoint, {path / kept[-1]}, stays: free space and resume from it "
+            "(resume_from_checkpoint)"
+            if kept
+            else "; no whole checkpoint was saved: free space and train again"
+        )
+        where = f" ({full.path})" if full.path else ""
+        with contextlib.suppress(OSError):
+            where += f", {shutil.disk_usage(path).free:,} bytes free there"
+        raise OutputError(f"cannot write the checkpoint folder {path}: {full.cause}{where}{removed}{last}") from None

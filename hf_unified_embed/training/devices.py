@@ -6,6 +6,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from hf_unified_embed.utils.arguments import checked_arguments
+
 #: Most dataloader workers chosen by default: the collator draws texts and tokenises one batch per call.
 #: More did not shorten the wait for a batch (bench/step.py on an H100 and an H200, docs/training.md):
 #: all-MiniLM-L6-v2 at 128 rows waited 28-30 ms per step with 2 workers, 34 ms with 4, 31-41 ms with 8 (37-44
@@ -24,6 +26,7 @@ MAX_DEFAULT_WORKERS = 4
 BF16_MIN_PARAMETERS = 50_000_000
 
 
+@checked_arguments
 def device_training_args(
     device: str | None = None, *, explicit: Mapping[str, Any] | None = None, parameters: int | None = None
 ) -> dict[str, Any]:

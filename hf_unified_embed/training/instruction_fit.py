@@ -6,17 +6,20 @@ query of the task embeds to the same vector, and training and mining go on witho
 a 35-token query instruction at ``max_seq_length: 32`` trained with exit 0; three different queries had
 identical embeddings). :func:`check_instruction_room` refuses such an instruction with the task, the
 field, its length in tokens and ``max_seq_length``; :func:`check_prompt_options` applies it to the prompts an
-evaluation suite entry gives its evaluator; :func:`long_instruction_warning` is the tokenizer-free hint
+evaluation suite entry gives its evaluator (which :func:`with_prompt_names` turns into the model's prompt names); :func:`long_instruction_warning` is the tokenizer-free hint
 ``validate`` gives.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from hf_unified_embed.errors import InputError, shown
+
+logger = logging.getLogger(__name__)
 
 #: Fewest text tokens an instruction must leave, whatever ``max_seq_length`` (and at least a quarter of it).
 MIN_TEXT_TOKENS = 8
@@ -94,6 +97,44 @@ def check_prompt_options(options: Mapping[str, Any], model: Any, where: str) -> 
             check_instruction_room(
                 model.tokenizer, prompt, model.max_seq_length, f"{where}, field 'evaluator.{field}'"
             )
+
+
+def with_prompt_names(options: Mapping[str, Any], model: Any, where: str) -> dict[str, Any]:
+    """An evaluator's ``options`` with each prompt text the model has under a name replaced by that name.
+
+    A model trained here carries its instructions as named prompts, and its users encode by name
+    (``encode_query``, ``prompt_name=``); an evaluation that gives the same text encodes the same, and by the
+    name it shows that it measured what a user gets. A text the model does not have is kept, with a warning
+    that those numbers are not what the model's own prompts give.
+
+    Args:
+        options: the evaluator's options (a suite entry's ``evaluator:`` mapping).
+        model: the ``SentenceTransformer`` that will encode.
+        where: names the entry in the warning.
+
+    Returns:
+        A copy of ``options``; ``query_prompt: TEXT`` becomes ``query_prompt_name: NAME`` (the side's own
+        default, ``query`` / ``document``, when it has that text), likewise ``corpus_prompt``.
+    """
+    prompts: Mapping[str, str] = getattr(model, "prompts", None) or {}
+    result = dict(options)
+    for (option, named), side in zip(PROMPT_OPTIONS.items(), ("query", "document")):
+        text = result.get(option)
+        if not isinstance(text, str) or named in result:
+            continue
+        names = [name for name, prompt in prompts.items() if prompt == text]
+        if names:
+            del result[option]
+            result[named] = side if side in names else names[0]
+        elif any(prompts.values()):
+            logger.warning(
+                "%s: evaluator.%s is not one of the model's prompts (%s): these numbers are not what a user of the "
+                "model's own prompts gets",
+                where,
+                option,
+                ", ".join(name for name, prompt in prompts.items() if prompt),
+            )
+    return result
 
 
 def check_suite_prompts(suite: Any, model: Any) -> None:

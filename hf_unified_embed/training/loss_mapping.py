@@ -21,6 +21,7 @@ from hf_unified_embed.errors import shown
 from hf_unified_embed.losses.columns import TaskColumns
 from hf_unified_embed.losses.task_fit import check_loss_fits, described
 from hf_unified_embed.schema import TASK_TYPES
+from hf_unified_embed.utils.arguments import checked_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ def _build(spec: LossSpec, model: nn.Module, key: str) -> nn.Module:
     )
 
 
+@checked_arguments
 def losses_for_tasks(
     model: nn.Module,
     dataset_dict: DatasetDict | Mapping[str, Dataset],

@@ -26,6 +26,7 @@ from sentence_transformers.sentence_transformer.modules import Pooling
 from hf_unified_embed.errors import InputError, shown
 from hf_unified_embed.schema import INSTRUCTION_COLUMNS
 from hf_unified_embed.training.instruction_fit import check_instruction_room
+from hf_unified_embed.utils.arguments import checked_arguments
 
 #: The prompt key of each instruction: numbered columns (``positive_2``) resolve to their kind.
 _PROMPT_KEYS: dict[str, tuple[str, ...]] = {
@@ -115,6 +116,7 @@ def prompts_from_unified(
     return prompts
 
 
+@checked_arguments
 def exclude_instructions_from_pooling(model: SentenceTransformer) -> SentenceTransformer:
     """Set ``include_prompt=False`` on every ``Pooling`` module of ``model`` (INSTRUCTOR pooling).
 

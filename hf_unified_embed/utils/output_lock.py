@@ -105,9 +105,9 @@ class OutputLock:
             raise OutputError(f"cannot write the output {self.target}: {error.strerror} ({self.path})") from None
         try:
             self.path.write_text(json.dumps(holder_record()), encoding="utf-8")
-        except OSError:
+        except OSError as error:  # a full disk: the write of a few bytes fails where creating the file did not
             self.release()
-            raise
+            raise OutputError(f"cannot write the output {self.target}: {error.strerror} ({self.path})") from None
         return self
 
     def __exit__(

@@ -14,7 +14,8 @@ folder is writable. An error or an interruption (Ctrl-C) removes the staging fol
 scrubbed (:func:`hf_unified_embed.utils.redaction.scrub_folder`) before the rename; an old output is
 moved aside first and deleted only after the new one is in place.
 
-The tool deletes only what it wrote. :func:`check_output` refuses, with an
+The tool deletes only what it wrote (the marker and manifest by which it knows its own outputs:
+:mod:`hf_unified_embed.utils.output_manifest`). :func:`check_output` refuses, with an
 :class:`~hf_unified_embed.errors.OutputError` naming the path and why:
 
 * an empty path, ``.``, the current folder or any folder above it, the home folder (or above it), ``/``;
@@ -48,8 +49,6 @@ second command on the same output stops at once, naming the first.
 from __future__ import annotations
 
 import errno
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -66,6 +65,12 @@ import psutil
 from hf_unified_embed.errors import HfUnifiedEmbedError, OutputError, OutputExistsError, shown
 from hf_unified_embed.utils.naming import beside_name
 from hf_unified_embed.utils.output_lock import OutputLock
+from hf_unified_embed.utils.output_manifest import FOREIGN, mark_output, not_written_by_tool, record_written
+from hf_unified_embed.utils.output_manifest import HASHED_BYTES as HASHED_BYTES  # the public names stay here too
+from hf_unified_embed.utils.output_manifest import JSON_MARKER as JSON_MARKER
+from hf_unified_embed.utils.output_manifest import MARKER as MARKER
+from hf_unified_embed.utils.output_manifest import written_by_tool as written_by_tool
+from hf_unified_embed.utils.path_limits import check_name_lengths
 from hf_unified_embed.utils.processes import stop_seen
 from hf_unified_embed.utils.redaction import scrub_folder
 from hf_unified_embed.utils.write_failures import StorageFull, storage_full
@@ -79,179 +84,13 @@ def _host() -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname()) or "host"
 
 
-#: The marker file in every output folder the tool writes, with the manifest of what the tool wrote there:
-#: ``--overwrite`` replaces only folders holding it and nothing else.
-#: Readers ignore it: the Hub-layout check allows it in a dataset's root, ``push`` does not upload it, and
-#: model loading and merges never read hidden files.
-MARKER = ".hf_unified_embed_output"
-#: The top-level key and value that mark a JSON file (evaluation results) as written by the tool.
-JSON_MARKER = ("written_by", "hf-unified-embed")
-#: JSON files of the tool without the marker key, known by all the top-level keys of one set: evaluation
-#: results written before the key existed (``SuiteResults.to_dict``) and curriculum plans (``CurriculumPlan``).
-_TOOL_JSON_KEYS = (
-    frozenset({"model", "suite", "results", "table", "model-index"}),
-    frozenset({"version", "tasks", "order", "similarity", "score"}),
-)
-_MARKER_NOTE = (
-    "This folder was written by hf-unified-embed; `--overwrite` may replace it, and only while it holds "
-    "nothing but the files listed here, as they are listed (size, and the SHA-256 of a small file or the "
-    "modification time of a large one). Without this file the tool never deletes or replaces the folder."
-)
-#: Files up to this size are known in the manifest by the hash of their bytes (an edit is seen whatever its
-#: time; a copy with ``cp -r`` is still the tool's); larger ones (weights, shards) by their modification time
-#: in nanoseconds, which costs no read.
-HASHED_BYTES = 1 << 20
-#: A manifest entry: ``[size, "sha256:<hex>"]``, ``[size, mtime_ns]``, or a folder's ``-1``. An older
-#: manifest's bare size is still read (it cannot tell an edit that keeps the size).
-Entry = int | list[int | str]
-#: Foreign files named in a refusal; the rest are counted.
-_NAMED = 5
-_FOREIGN = "holds files this tool did not write: "
+def _staging_name(name: str) -> str:
+    """The name of a staging folder of this process for an output named ``name`` (see :data:`_STAGING`)."""
+    return f".{beside_name(name)}.staging-{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def _is_empty(path: Path) -> bool:
     return (path.is_dir() and not any(path.iterdir())) or (path.is_file() and path.stat().st_size == 0)
-
-
-def _entry(path: Path) -> Entry:
-    """How the manifest knows ``path`` (:data:`Entry`): a folder -1, a file its size with its hash or time."""
-    info = path.lstat()
-    if stat.S_ISDIR(info.st_mode):
-        return -1
-    if stat.S_ISREG(info.st_mode) and info.st_size <= HASHED_BYTES:
-        with path.open("rb") as handle:
-            return [info.st_size, f"sha256:{hashlib.file_digest(handle, 'sha256').hexdigest()}"]
-    return [info.st_size, info.st_mtime_ns]
-
-
-def _same(recorded: Entry, path: Path) -> bool:
-    """Whether ``path`` is as the manifest recorded it (an older manifest's bare size: at that size)."""
-    if isinstance(recorded, int):
-        return recorded == (-1 if path.is_dir() and not path.is_symlink() else path.lstat().st_size)
-    return recorded == _entry(path)
-
-
-def _contents(folder: Path) -> list[str]:
-    """Every entry under ``folder`` but the marker, as paths relative to it (links are entries)."""
-    entries: list[str] = []
-    for root, folders, files in os.walk(folder):
-        base = Path(root)
-        for name in folders + files:
-            relative = (base / name).relative_to(folder).as_posix()
-            if relative != MARKER:
-                entries.append(relative)
-    return entries
-
-
-def _valid_entry(entry: object) -> bool:
-    if isinstance(entry, int):
-        return not isinstance(entry, bool)
-    return (
-        isinstance(entry, list)
-        and len(entry) == 2
-        and all(isinstance(part, int | str) and not isinstance(part, bool) for part in entry)
-    )
-
-
-def _manifest(folder: Path) -> dict[str, Entry] | None:
-    """The files the tool recorded in ``folder``'s marker, or ``None`` for a marker without a valid manifest."""
-    try:
-        data = json.loads((folder / MARKER).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    files = data.get("files") if isinstance(data, dict) and data.get(JSON_MARKER[0]) == JSON_MARKER[1] else None
-    if not isinstance(files, dict) or not all(_valid_entry(entry) for entry in files.values()):
-        return None
-    return files
-
-
-def _write_manifest(folder: Path, files: dict[str, Entry]) -> None:
-    key, value = JSON_MARKER
-    text = json.dumps({key: value, "note": _MARKER_NOTE, "files": dict(sorted(files.items()))}, indent=1)
-    (folder / MARKER).write_text(text + "\n", encoding="utf-8")
-
-
-def mark_output(folder: str | Path) -> None:
-    """Leave the :data:`MARKER` in ``folder`` with the manifest of what it holds now (every path, as
-    :data:`Entry` knows it): an output of this tool that a later ``--overwrite`` may replace while it holds
-    only those files, unchanged."""
-    folder = Path(folder)
-    _write_manifest(folder, {relative: _entry(folder / relative) for relative in _contents(folder)})
-
-
-def record_written(path: str | Path) -> None:
-    """Add a file the tool has just written into one of its own folders to that folder's manifest."""
-    path = Path(path)
-    files = _manifest(path.parent) if (path.parent / MARKER).is_file() else None
-    if files is not None:
-        _write_manifest(path.parent, {**files, path.name: _entry(path)})
-
-
-def _foreign(folder: Path, files: dict[str, Entry]) -> list[str]:
-    """The entries of ``folder`` that its manifest does not list as they are (changed files marked so); a
-    foreign folder is named only when nothing inside it is."""
-    found: list[str] = []
-    for relative in sorted(_contents(folder)):
-        if relative not in files:
-            found.append(relative)
-        elif not _same(files[relative], folder / relative):
-            found.append(f"{relative} (changed since the tool wrote it)")
-    return [entry for entry in found if not any(other.startswith(f"{entry}/") for other in found)]
-
-
-def _named(paths: list[str]) -> str:
-    listed = ", ".join(paths[:_NAMED])
-    return listed if len(paths) <= _NAMED else f"{listed} and {len(paths) - _NAMED} more"
-
-
-def not_written_by_tool(path: str | Path) -> str | None:
-    """Why ``path`` is not wholly an output of this tool, or ``None`` when ``--overwrite`` may replace it.
-
-    A folder is the tool's when its :data:`MARKER` holds a manifest and the folder holds nothing else than
-    the files listed there, unchanged; a file is the tool's when the manifest of the folder it lies in
-    lists it as it is, or when it is a JSON object carrying :data:`JSON_MARKER` (or all the top-level keys
-    of evaluation results or of a curriculum plan).
-    """
-    path = Path(path)
-    if path.is_dir() and not path.is_symlink():
-        if not (path / MARKER).is_file():
-            return f"no {MARKER} marker in it"
-        files = _manifest(path)
-        if files is None:
-            return (
-                f"its {MARKER} marker, from an older version, does not list the files the tool wrote, so they "
-                "cannot be told from yours; delete the folder yourself if nothing in it is yours"
-            )
-        foreign = _foreign(path, files)
-        return f"{_FOREIGN}{_named(foreign)}" if foreign else None
-    if not path.is_file() or path.is_symlink():
-        return "not a result file of this tool"
-    files = _manifest(path.parent) if (path.parent / MARKER).is_file() else None
-    if files is not None:
-        recorded = files.get(path.name)
-        if recorded is None:
-            return "not a file this tool wrote in its folder"
-        return None if _same(recorded, path) else "changed since the tool wrote it"
-    return None if _tool_json(path) else "not a result file of this tool"
-
-
-def _tool_json(path: Path) -> bool:
-    try:
-        with path.open("rb") as handle:
-            if handle.read(1) != b"{":  # only a JSON object can carry the key; skip reading anything else
-                return False
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return False
-    if not isinstance(data, dict):
-        return False
-    key, value = JSON_MARKER
-    return data.get(key) == value or any(data.keys() >= keys for keys in _TOOL_JSON_KEYS)
-
-
-def written_by_tool(path: str | Path) -> bool:
-    """Whether ``--overwrite`` may replace ``path`` (:func:`not_written_by_tool` has no objection)."""
-    return not_written_by_tool(path) is None
 
 
 def _protected(absolute: Path) -> str | None:
@@ -283,34 +122,12 @@ def check_location(target: str | Path, *, inputs: Iterable[str | Path] = ()) -> 
     why = _protected(absolute)
     if why is not None:
         raise OutputError(f"output {target} {why}; give a new folder or file to write, the tool never replaces it")
-    check_name_lengths(absolute)
+    # The staging folder's path is the output's plus its hidden name: both must fit the file system.
+    check_name_lengths(
+        absolute, staging_bytes=len(_staging_name(absolute.name).encode("utf-8", "surrogateescape")) + 1
+    )
     check_not_inputs(absolute, inputs)
     return absolute
-
-
-def _name_limit(path: Path) -> int:
-    """The longest name, in bytes, that the file system holding ``path`` (or its nearest existing folder)
-    allows: ``PC_NAME_MAX``, 255 where it cannot be asked."""
-    existing = next((folder for folder in (path, *path.parents) if folder.is_dir()), Path(path.anchor))
-    try:
-        return int(os.pathconf(existing, "PC_NAME_MAX"))
-    except (OSError, ValueError, AttributeError):
-        return 255
-
-
-def check_name_lengths(absolute: Path) -> None:
-    """Refuse a target (or a folder to create for it) whose name the file system cannot hold, before anything
-    runs: it failed as ``ENAMETOOLONG`` when the first file was written (a folder named after the output,
-    such as ``train``'s ``<output>-checkpoints``, is checked by the command that names it)."""
-    limit = _name_limit(absolute.parent)
-    for part in absolute.parts[1:]:
-        size = len(part.encode("utf-8", "surrogateescape"))
-        if size > limit:
-            named = part if len(part) <= 64 else f"{part[:32]}…{part[-24:]}"  # both ends: the suffix tells
-            raise OutputError(
-                f"output in {shown(str(absolute.parent), 120)}: the name {named!r} is {size} bytes long, and this "
-                f"file system allows at most {limit} bytes in a name; choose a shorter name"
-            )
 
 
 def _check_kind(target: Path, kind: Literal["folder", "file"]) -> None:
@@ -332,7 +149,7 @@ def check_target(target: Path, *, overwrite: bool, kind: Literal["folder", "file
     if not target.exists() or _is_empty(target):
         return
     why = not_written_by_tool(target)
-    if why is not None and why.startswith(_FOREIGN):  # --overwrite or not: the user's files are never replaced
+    if why is not None and why.startswith(FOREIGN):  # --overwrite or not: the user's files are never replaced
         raise OutputError(f"output {target} {why}; move them or choose another output")
     if why is None:
         if overwrite:
@@ -444,10 +261,7 @@ class StagedOutput:
         self.target = check_output(target, overwrite=overwrite, inputs=inputs, kind=kind)
         self.overwrite = overwrite
         self.kind = kind
-        self.root = (
-            self.target.parent
-            / f".{beside_name(self.target.name)}.staging-{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        )
+        self.root = self.target.parent / _staging_name(self.target.name)
         #: Said after a full storage's error, when something of the work outlives the output (a checkpoint).
         self.kept_note: str | None = None
         self.path = self.root / self.target.name
@@ -500,13 +314,27 @@ class StagedOutput:
 
     def _full_error(self, full: StorageFull) -> OutputError:
         """The one line for a storage that filled while the output was written: the file, why, what is left."""
-        where = f" ({full.path})" if full.path else ""
         kept = f"; {self.kept_note}" if self.kept_note else ""
-        error = OutputError(
-            f"cannot write the output {self.target}: {full.cause}{where}; nothing of it was kept{kept}"
-        )
+        if (full.path is None and full.what is not None) or (
+            full.path is not None and not self._ours(Path(full.path))
+        ):
+            # Another place filled (the datasets cache, the trainer's checkpoints): it is named, not the output.
+            where = " ".join(part for part in (full.what, full.path) if part)
+            fix = f"; {full.fix}" if full.fix else ""
+            message = f"cannot write {where}: {full.cause}{fix}; nothing of the output {self.target} was kept{kept}"
+        else:
+            where = f" ({full.path})" if full.path else ""
+            message = f"cannot write the output {self.target}: {full.cause}{where}; nothing of it was kept{kept}"
+        error = OutputError(message)
         error.errno = full.errno if full.errno is not None else errno.EIO
         return error
+
+    def _ours(self, path: Path) -> bool:
+        """Whether ``path`` is the output, its staging folder or a file of either (or beside it: its lock)."""
+        path = path.absolute()
+        return path.parent == self.target.parent or any(
+            place == path or place in path.parents for place in (self.root, self.target)
+        )
 
     def commit(self) -> None:
         """Scrub secrets, then move the staged result to the target (the old one aside, then deleted).

@@ -18,7 +18,9 @@ import time
 import warnings
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
+
+from hf_unified_embed.utils.agent_watch import HEARTBEAT_S, NODE_LOST_AFTER_S, AgentWatch, watching_the_run
 
 
 def world_size() -> int:
@@ -81,6 +83,14 @@ _RERAISE_S = 1.0
 #: library that waits on its workers (datasets' pool asked its lost tasks for results for ~100 s) must not
 #: hold a Ctrl-C. The staging folder left then is removed by the next run for the same output.
 _STOP_DEADLINE_S = 20.0
+#: The same for a worker whose run is lost (its launcher died, another node was lost): nothing waits for it,
+#: and every process of the run must be gone within seconds.
+_LOST_DEADLINE_S = 5.0
+#: Exit code of a worker whose run was lost: one ``error:`` line, as for any failure that is not a bug.
+LOST_RUN_EXIT_CODE = 2
+#: Set by ``python -m hf_unified_embed.cli.launch`` for its workers, to its pid: it prints the ``interrupted``
+#: line itself.
+LAUNCHER_ENV = "HF_UNIFIED_EMBED_LAUNCHER"
 
 #: Signals that stop a command: Ctrl-C and ``kill``'s default.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -93,6 +103,9 @@ class _Command:
         self.pid = os.getpid()
         self.main_thread = threading.get_ident()  # created in the main thread (command_lifetime)
         self.signum: int | None = None  # the first stopping signal it got
+        self.lost: str | None = None  # why its launched run was lost (then signum is SIGTERM, its messenger)
+        self.deadline_s = _STOP_DEADLINE_S
+        self.watch: AgentWatch | None = None  # the watch of its launched run
         self.seen = threading.Event()  # its KeyboardInterrupt reached code that ends the command
         self.ended = threading.Event()
 
@@ -109,6 +122,10 @@ class _Forks:
 _COMMAND: _Command | None = None
 #: The stopping signal the running (or the last) command of this process got.
 _STOPPED_BY: int | None = None
+#: Why the running (or the last) command's launched run was lost, if that stopped it.
+_LOST: str | None = None
+#: Whether the stopped command's last line was printed (the deadline's exit must not print it again).
+_REPORTED = threading.Event()
 _HOOK_REGISTERED = False
 
 
@@ -201,18 +218,98 @@ def _end_children() -> None:
 
 
 def _enforce_stop(command: _Command) -> None:
-    """Raise the stop again until the command sees it; exit regardless after :data:`_STOP_DEADLINE_S`."""
-    deadline = time.monotonic() + _STOP_DEADLINE_S
+    """Raise the stop again until the command sees it; exit regardless if the command has not ended by its
+    deadline (:data:`_STOP_DEADLINE_S`; :data:`_LOST_DEADLINE_S` for a lost run)."""
+    deadline = time.monotonic() + command.deadline_s
     while not command.seen.wait(_RERAISE_S):
         if command.ended.is_set() or time.monotonic() > deadline:
             break
         # A real signal to the main thread: it also ends a blocking call (a sleep, a read), which a flag set
         # by _thread.interrupt_main would wait for.
         signal.pthread_kill(command.main_thread, command.signum or signal.SIGINT)
-    if not command.ended.wait(max(0.0, deadline - time.monotonic())):
-        sys.stderr.write("interrupted\n")
+    if command.ended.wait(max(0.0, deadline - time.monotonic())):
+        return
+    report_stop()
+    sys.stderr.flush()
+    os._exit(stop_exit_code())
+
+
+def stop_lost_run(reason: str) -> None:
+    """Stop the running command, from any thread, because its launched run is lost (``reason``: what was lost).
+
+    As a ``SIGTERM`` would (the command's ``KeyboardInterrupt``, its children ended, a deadline), but the command
+    ends with one ``error: <reason>`` line (:func:`report_stop`) and :data:`LOST_RUN_EXIT_CODE`, and exits within
+    :data:`_LOST_DEADLINE_S` whatever it waits on. Nothing after a first stop (signal or loss) changes it.
+    """
+    global _STOPPED_BY, _LOST
+    command = _COMMAND
+    if command is None or command.signum is not None:
+        return
+    command.lost = _LOST = reason
+    command.deadline_s = _LOST_DEADLINE_S
+    command.signum = _STOPPED_BY = signal.SIGTERM
+    _end_children()
+    threading.Thread(target=_enforce_stop, args=(command,), name="stop", daemon=True).start()
+    signal.pthread_kill(command.main_thread, signal.SIGTERM)  # raises the stop in the main thread
+
+
+def wait_for_a_lost_run() -> None:
+    """After an error in a worker of a run of several nodes, give the watch time to tell whether a node is lost.
+
+    A collective whose peer died fails at once ("Connection closed by peer"), a few seconds before the
+    heartbeat shows which node is gone. If it is, the stop's ``KeyboardInterrupt`` ends this wait and the
+    command ends with the lost node's ``error:`` line; otherwise this returns and the error stands.
+    """
+    command = _COMMAND
+    if command is None or command.watch is None or command.watch.nodes is None:
+        return
+    deadline = time.monotonic() + NODE_LOST_AFTER_S + 2 * HEARTBEAT_S
+    while command.signum is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def exit_process(code: int) -> NoReturn:
+    """End the process with ``code``: at once, without the interpreter's clean-up, after a lost run.
+
+    A lost run's peers are gone, and libraries' exit handlers may wait on them (a process group's threads,
+    a pool's workers); every process of the run must end within seconds. Otherwise ``sys.exit``.
+    """
+    if _LOST is None:
+        sys.exit(code)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(128 + (command.signum or signal.SIGINT))
+    os._exit(code)
+
+
+def report_stop() -> int:
+    """Print the stopped command's last line, once, where it belongs; its exit code (:func:`stop_exit_code`).
+
+    ``interrupted`` comes from the process of rank 0 (under a launcher every worker is stopped; one line is
+    enough), and not at all from a worker of ``python -m hf_unified_embed.cli.launch``, which prints it
+    itself. A lost run's ``error:`` line comes from local rank 0 of each node: its workers all see the loss,
+    and each node's terminal gets one line.
+    """
+    if not _REPORTED.is_set():
+        _REPORTED.set()
+        if _LOST is not None:
+            if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+                _write_line(f"error: {_LOST}")
+        elif is_main_process() and not _launched_by_the_package():
+            _write_line("interrupted")
+    return stop_exit_code()
+
+
+def _launched_by_the_package() -> bool:
+    """Whether this process's parent is ``python -m hf_unified_embed.cli.launch`` (not merely a descendant of one)."""
+    return os.environ.get(LAUNCHER_ENV) == str(os.getppid())
+
+
+def _write_line(line: str) -> None:
+    # The launcher that held this process's standard error may be gone (a pipe with no reader): the line is
+    # then lost, the stop goes on.
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
 
 
 def stop_signal() -> int | None:
@@ -227,7 +324,10 @@ def stop_seen() -> None:
 
 
 def stop_exit_code() -> int:
-    """128 plus the stopping signal, as a shell reports a command a signal ended (130 after Ctrl-C)."""
+    """128 plus the stopping signal, as a shell reports a command a signal ended (130 after Ctrl-C);
+    :data:`LOST_RUN_EXIT_CODE` for a launched run that was lost."""
+    if _LOST is not None:
+        return LOST_RUN_EXIT_CODE
     return 128 + (_STOPPED_BY or signal.SIGINT)
 
 
@@ -244,10 +344,13 @@ def command_lifetime() -> Iterator[None]:
     * Every process forked meanwhile ignores the stopping signals (the command ends it) and is killed when
       its parent dies, ``kill -9`` included (``PR_SET_PDEATHSIG`` on Linux, else a thread watching the
       parent): a killed build left its readers running for minutes.
+    * A worker of a launched run (``torchrun``, ``accelerate launch``, the package's launcher) watches its
+      launcher and, on several nodes, the other nodes (:mod:`hf_unified_embed.utils.agent_watch`); when the
+      run is lost it stops as above, with one ``error:`` line (:func:`stop_lost_run`).
 
     Only in the main thread (signal handlers can be set nowhere else); elsewhere the command just runs.
     """
-    global _COMMAND, _HOOK_REGISTERED, _STOPPED_BY
+    global _COMMAND, _HOOK_REGISTERED, _STOPPED_BY, _LOST
     if threading.current_thread() is not threading.main_thread() or _COMMAND is not None:
         yield
         return
@@ -257,7 +360,8 @@ def command_lifetime() -> Iterator[None]:
         os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
         _HOOK_REGISTERED = True
     command = _COMMAND = _Command()
-    _STOPPED_BY = None
+    _STOPPED_BY = _LOST = None
+    _REPORTED.clear()
     previous = {signum: signal.signal(signum, _on_stop_signal) for signum in STOP_SIGNALS}
     if hasattr(signal, "SIGXFSZ"):
         previous[signal.SIGXFSZ] = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -265,7 +369,8 @@ def command_lifetime() -> Iterator[None]:
     sys.unraisablehook = _quiet_unraisable(unraisable_hook)
     _Forks.active = True
     try:
-        yield
+        with watching_the_run(stop_lost_run) as command.watch:
+            yield
     finally:
         sys.unraisablehook = unraisable_hook
         command.seen.set()  # first: no stop is raised again from here on (the caller catches one raised before)

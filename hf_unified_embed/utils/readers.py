@@ -1,7 +1,10 @@
 """Reading the files users give: delimited text, JSON / JSON lines, Parquet, with errors that name file, line and field.
 
 Each yields one record at a time with its 1-based line (or row) number, so memory does not grow
-with the file and errors can point at the exact place.
+with the file and errors can point at the exact place. The readers of each kind live in their own module
+(:mod:`~hf_unified_embed.utils.delimited_text`, :mod:`~hf_unified_embed.utils.json_records`,
+:mod:`~hf_unified_embed.utils.text_files`); this one chooses among them by a file's suffix and reads the
+fields of a record (a dotted path into nested JSON objects included) and its scores.
 
 :mod:`~hf_unified_embed.utils.table_blocks` reads the same files a block at a time with pyarrow for the
 adapters' vectorised paths, and falls back on these readers for a block it cannot convert exactly.
@@ -9,38 +12,91 @@ adapters' vectorised paths, and falls back on these readers for a block it canno
 
 from __future__ import annotations
 
-import codecs
-import csv
 import glob
-import json
 import math
-import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, TextIO
+from typing import Annotated, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import StringConstraints
+from pydantic import AfterValidator
+from pydantic_core import PydanticCustomError
 
 from hf_unified_embed.errors import SourceFormatError, shown
+from hf_unified_embed.utils.delimited_text import (
+    CSV_SUFFIXES,
+    DecimalMark,
+    Delimiter,
+    OptionalDelimiter,
+    Quoting,
+    check_delimiter,
+    column_positions,
+    decimal_hint,
+    delimited_records,
+    delimited_rows,
+    file_delimiter,
+    iter_delimited,
+    missing_column_error,
+    read_header,
+    text_number,
+)
+from hf_unified_embed.utils.json_records import (
+    JSON_SUFFIXES,
+    MISSING,
+    field_at,
+    is_json_array,
+    is_json_lines,
+    iter_json_records,
+    json_line_records,
+    json_objects,
+    path_problem,
+)
 from hf_unified_embed.utils.locations import looks_local
+from hf_unified_embed.utils.text_files import decoding_error, first_undecodable_byte, open_text
 
-Quoting = Literal[0, 1, 2, 3]  # csv.QUOTE_MINIMAL, QUOTE_ALL, QUOTE_NONNUMERIC, QUOTE_NONE
+# The names other modules read from here: one import for every reader of users' files.
+__all__ = [
+    "CSV_SUFFIXES",
+    "JSON_SUFFIXES",
+    "PARQUET_BATCH",
+    "PARQUET_SUFFIXES",
+    "DecimalMark",
+    "Delimiter",
+    "OptionalDelimiter",
+    "Quoting",
+    "ScoreRange",
+    "check_delimiter",
+    "column_positions",
+    "decoding_error",
+    "delimited_rows",
+    "file_delimiter",
+    "first_undecodable_byte",
+    "is_json_array",
+    "is_json_lines",
+    "iter_delimited",
+    "iter_json_records",
+    "iter_parquet_batches",
+    "iter_parquet_records",
+    "iter_table_records",
+    "json_line_records",
+    "json_objects",
+    "local_files",
+    "missing_column_error",
+    "open_parquet",
+    "open_text",
+    "parse_score",
+    "read_header",
+    "record_field",
+    "record_text",
+    "record_texts",
+    "require_text",
+    "resolve_files",
+    "resolve_inputs",
+    "score_bounds",
+]
 
-# Some STS and QA files hold very long fields; the csv module's default limit is 128 KiB.
-csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-
-JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
-#: The delimiter a delimited text file's extension implies when no ``delimiter`` option is given.
-CSV_SUFFIXES = {".csv": ",", ".tsv": "\t", ".tab": "\t", ".txt": "\t"}
 PARQUET_SUFFIXES = (".parquet",)
-
-#: A source format's ``delimiter`` option, as its adapter declares it: one character (``"\t"`` in YAML for a tab).
-Delimiter = Annotated[str, StringConstraints(min_length=1, max_length=1)]
-#: What a delimited text file must look like, for the errors that find it otherwise.
-_DELIMITED_HELP = "delimited text starts with a header row naming its columns"
 
 
 def resolve_files(data_files: str | Path | Sequence[str | Path], base_dir: Path | None = None) -> list[Path]:
@@ -83,219 +139,6 @@ def local_files(inputs: Sequence[Path | str]) -> list[Path]:
     return [entry for entry in inputs if isinstance(entry, Path)]
 
 
-def first_undecodable_byte(
-    path: Path, encoding: str = "utf-8", *, chunk_size: int = 1 << 20
-) -> tuple[int, int, int] | None:
-    """``(byte_offset, line, byte)`` of the first byte of ``path`` that is not valid ``encoding``; ``None`` if all are.
-
-    Called only after a decoding error, so reading the file a second time costs nothing on valid input.
-    """
-    decoder = codecs.getincrementaldecoder(encoding)()
-    offset = newlines = 0
-    with open(path, "rb") as handle:
-        while True:
-            chunk = handle.read(chunk_size)
-            # The decoder keeps an incomplete multi-byte sequence from the previous chunk (never a newline).
-            pending = len(decoder.getstate()[0])
-            try:
-                decoder.decode(chunk, final=not chunk)
-            except UnicodeDecodeError as error:
-                data = error.object
-                line = newlines + data[: error.start].count(b"\n") + 1
-                return offset - pending + error.start, line, data[error.start]
-            if not chunk:
-                return None
-            offset += len(chunk)
-            newlines += chunk.count(b"\n")
-
-
-def decoding_error(path: Path, encoding: str) -> SourceFormatError:
-    """A :class:`SourceFormatError` naming the file, line, byte offset and codec of the first bad byte."""
-    codec = codecs.lookup(encoding).name
-    found = first_undecodable_byte(path, codec)
-    if found is None:  # the file changed since; say what we know
-        return SourceFormatError(f"cannot be decoded as {codec}", file=path, expected=f"{codec} text")
-    offset, line, byte = found
-    return SourceFormatError(
-        f"byte 0x{byte:02x} at byte offset {offset} cannot be decoded as {codec}",
-        file=path,
-        line=line,
-        expected=f"{codec} text; re-encode it, e.g. iconv -f latin1 -t utf-8",
-    )
-
-
-@contextmanager
-def open_text(path: Path, *, newline: str | None = None) -> Iterator[TextIO]:
-    """Open a UTF-8 text file (a byte-order mark is dropped); a byte that is not UTF-8 becomes a located error."""
-    try:
-        with open(path, encoding="utf-8-sig", newline=newline) as handle:
-            yield handle
-    except UnicodeDecodeError as error:
-        raise decoding_error(path, error.encoding) from error
-
-
-def iter_delimited(
-    path: Path, *, delimiter: str = "\t", quoting: Quoting = csv.QUOTE_NONE, header: bool = False
-) -> Iterator[tuple[int, list[str]]]:
-    """``(line_number, fields)`` of a delimited text file; a UTF-8 byte-order mark is dropped.
-
-    With ``header=True`` the first line is skipped (use :func:`read_header` to look at it).
-    """
-    with open_text(path, newline="") as handle:
-        yield from delimited_rows(csv.reader(handle, delimiter=delimiter, quoting=quoting), header=header)
-
-
-def delimited_rows(reader: Any, *, header: bool, offset: int = 0) -> Iterator[tuple[int, list[str]]]:
-    # The records of a csv reader as iter_delimited yields them; `offset` lines come before the reader's text.
-    for fields in reader:
-        if header:
-            header = False
-            continue
-        if not fields or (len(fields) == 1 and not fields[0].strip()):
-            continue
-        yield offset + reader.line_num, fields
-
-
-def read_header(path: Path, *, delimiter: str, quoting: Quoting = csv.QUOTE_MINIMAL) -> list[str]:
-    with open_text(path, newline="") as handle:
-        return next(csv.reader(handle, delimiter=delimiter, quoting=quoting), [])
-
-
-def column_positions(
-    header: Sequence[str], columns: Mapping[str, str | None], *, file: Path, delimiter: str = "\t"
-) -> dict[str, int]:
-    """Index in ``header`` of each of ``columns`` (``{column: the option that names it}``); a missing one is an
-    error naming the file, the header row, the delimiter and the option (:func:`missing_column_error`)."""
-    positions = {}
-    for column, option in columns.items():
-        if column not in header:
-            raise missing_column_error(column, header, file=file, line=1, option=option, delimiter=delimiter)
-        positions[column] = header.index(column)
-    return positions
-
-
-def iter_json_records(path: Path) -> Iterator[tuple[int, Any]]:
-    """Records of a JSON-lines file, or of a top-level JSON array (read incrementally).
-
-    Numbers are line numbers for JSON lines and 1-based element numbers for an array.
-    """
-    with open_text(path) as handle:
-        first = ""
-        while not first:
-            chunk = handle.read(1)
-            if not chunk:
-                return
-            first = chunk.strip()
-        handle.seek(0)
-        if first == "[":
-            yield from _iter_json_array(path, handle)
-            return
-        yield from json_line_records(path, handle)
-
-
-def is_json_array(path: Path) -> bool:
-    """Whether a JSON file is one top-level array (its first non-blank character is ``[``), not JSON lines."""
-    with open_text(path) as handle:
-        while chunk := handle.read(1):
-            if chunk.strip():
-                return chunk == "["
-    return False
-
-
-def is_json_lines(path: Path) -> bool:
-    """Whether a file is read as JSON lines: a JSON suffix (:data:`JSON_SUFFIXES`) and not one top-level array."""
-    return path.suffix.lower() in JSON_SUFFIXES and not is_json_array(path)
-
-
-def json_line_records(path: Path, lines: Iterable[str], first_line: int = 1) -> Iterator[tuple[int, Any]]:
-    for number, line in enumerate(lines, start=first_line):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as error:
-            raise SourceFormatError(
-                f"invalid JSON: {error.msg}", file=path, line=number, expected="one JSON object per line"
-            ) from None
-
-
-def _iter_json_array(path: Path, handle: Any, chunk_size: int = 1 << 20) -> Iterator[tuple[int, Any]]:
-    # MEDI ships as one multi-GB JSON array: decode element by element from a sliding buffer.
-    decoder = json.JSONDecoder()
-    buffer = handle.read(chunk_size).lstrip().removeprefix("\ufeff").lstrip()[1:]
-    position, number, exhausted = 0, 0, False
-    while True:
-        while position < len(buffer) and buffer[position] in " \t\r\n,":
-            position += 1
-        if position < len(buffer) and buffer[position] == "]":
-            return
-        try:
-            value, end = decoder.raw_decode(buffer, position)
-        except json.JSONDecodeError as error:
-            if exhausted:
-                raise SourceFormatError(
-                    f"invalid JSON: {error.msg}",
-                    file=path,
-                    line=number + 1,
-                    expected="a JSON array of objects (element number)",
-                ) from None
-            more = handle.read(chunk_size)
-            exhausted = not more
-            buffer, position = buffer[position:] + more, 0
-            continue
-        if end == len(buffer) and not exhausted:
-            # A number or literal may continue in the next chunk; decode again with more text.
-            more = handle.read(chunk_size)
-            exhausted = not more
-            buffer, position = buffer[position:] + more, 0
-            continue
-        number += 1
-        yield number, value
-        position = end
-
-
-def check_delimiter(delimiter: Any) -> str:
-    """A ``delimiter`` option's value if it is one character that can separate fields; an error naming the option."""
-    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in '\r\n"':
-        raise SourceFormatError(
-            f"got {shown(delimiter)}",
-            field="delimiter",
-            expected='options.delimiter to be one character other than a quote or a line end, e.g. "\\t" or ","',
-        )
-    return delimiter
-
-
-def file_delimiter(path: Path, delimiter: str | None = None) -> str | None:
-    """The delimiter ``path`` is read with: ``None`` for a JSON or Parquet file (chosen by suffix), else the
-    ``delimiter`` option, else the one its suffix implies (:data:`CSV_SUFFIXES`).
-
-    Raises:
-        SourceFormatError: a ``delimiter`` for a JSON or Parquet file, a bad ``delimiter``, or another
-            suffix without one (the message names the option).
-    """
-    suffix = path.suffix.lower()
-    if suffix in JSON_SUFFIXES or suffix in PARQUET_SUFFIXES:
-        if delimiter is not None:
-            raise SourceFormatError(
-                f"options.delimiter {shown(delimiter)} is for delimited text, but a {suffix} file is read by its suffix",
-                file=path,
-                field="delimiter",
-                expected="no delimiter option for .jsonl/.json/.ndjson and .parquet files",
-            )
-        return None
-    if delimiter is not None:
-        return check_delimiter(delimiter)
-    if suffix in CSV_SUFFIXES:
-        return CSV_SUFFIXES[suffix]
-    raise SourceFormatError(
-        f"unsupported file type {shown(suffix)}",
-        file=path,
-        field="delimiter",
-        expected=".jsonl/.json/.ndjson, .parquet, .csv (comma), .tsv/.tab/.txt (tab), "
-        'or delimited text of any name with options.delimiter (e.g. "\\t")',
-    )
-
-
 def iter_table_records(
     path: Path,
     *,
@@ -323,76 +166,7 @@ def iter_table_records(
     elif separator is None:
         yield from iter_parquet_records(path, batch_size=batch_size)
     else:
-        yield from _delimited_records(path, separator, columns or {})
-
-
-def _delimited_records(
-    path: Path, delimiter: str, columns: Mapping[str, str | None]
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    with open_text(path, newline="") as handle:
-        reader = csv.reader(handle, delimiter=delimiter)
-        header: list[str] | None = None
-        for fields in reader:
-            if not fields or (len(fields) == 1 and not fields[0].strip()):
-                continue
-            if header is None:
-                header = fields
-                for column, option in columns.items():
-                    if column not in header:
-                        raise missing_column_error(
-                            column, header, file=path, line=reader.line_num, option=option, delimiter=delimiter
-                        )
-                continue
-            extra = fields[len(header) :]
-            if len(fields) < len(header) or any(value.strip() for value in extra):
-                raise SourceFormatError(
-                    f"{len(fields)} field(s) split at {shown(delimiter)} where the header row has {len(header)}",
-                    file=path,
-                    line=reader.line_num,
-                    expected=f"{len(header)} fields like the header row; check options.delimiter, and quote a "
-                    "text that holds the delimiter",
-                )
-            yield reader.line_num, dict(zip(header, fields))
-
-
-def missing_column_error(
-    column: str,
-    columns: Sequence[str],
-    *,
-    file: str | Path,
-    line: int,
-    option: str | None = None,
-    delimiter: str | None = None,
-) -> SourceFormatError:
-    """The error for a record or header row without ``column``: it names the columns found, the option that
-    configures the column (``options.<option>``) and, for delimited text, the header row and delimiter rule."""
-    fix = f"options.{option} set to one of the columns" if option else "a column of that name"
-    if delimiter is None:
-        return SourceFormatError(
-            f"column missing; the record has {sorted(map(str, columns))}",
-            file=file,
-            line=line,
-            field=column,
-            expected=fix,
-        )
-    # One field holding another common delimiter: the file is not split at this one.
-    other = next((c for c in ",\t;|" if c != delimiter and len(columns) == 1 and c in columns[0]), None)
-    hint = f"; the row holds {shown(other)}: set options.delimiter to {shown(other)}" if other else ""
-    return SourceFormatError(
-        f"column not in the header row {list(columns)} (fields split at {shown(delimiter)}){hint}",
-        file=file,
-        line=line,
-        field=column,
-        expected=f"{fix}; {_DELIMITED_HELP}",
-    )
-
-
-def json_objects(path: Path, records: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """The JSON records, each of which must be an object (a located error otherwise)."""
-    for number, record in records:
-        if not isinstance(record, dict):
-            raise SourceFormatError(f"got {type(record).__name__}", file=path, line=number, expected="a JSON object")
-        yield number, record
+        yield from delimited_records(path, separator, columns or {})
 
 
 def open_parquet(path: str | Path) -> pq.ParquetFile:
@@ -432,11 +206,20 @@ def iter_parquet_records(path: Path, *, batch_size: int = PARQUET_BATCH) -> Iter
 def record_field(
     record: dict[str, Any], column: str, *, file: str | Path, line: int, option: str | None = None
 ) -> Any:
-    """``record[column]``; a missing column is an error naming the record's columns and ``options.<option>``,
+    """``record[column]``, or the value at a dotted path into nested objects (``query.text``, :func:`field_at`);
+    a missing one is an error naming the record's columns (or where the path stops) and ``options.<option>``,
     the option that names the column."""
-    if column not in record:
-        raise missing_column_error(column, list(record), file=file, line=line, option=option)
-    return record[column]
+    value = field_at(record, column)
+    if value is MISSING:
+        error = missing_column_error(column, list(record), file=file, line=line, option=option)
+        stops = path_problem(record, column)
+        if stops is not None:
+            fix = f"options.{option} set to a path of the record" if option else "a path of the record"
+            error = SourceFormatError(
+                f"no value at this path: {stops}", file=file, line=line, field=column, expected=fix
+            )
+        raise error
+    return value
 
 
 def record_texts(
@@ -463,8 +246,20 @@ def require_text(value: Any, *, file: str | Path, line: int, field: str) -> str:
     return value.strip()
 
 
+def _ordered(score_range: tuple[float, float]) -> tuple[float, float]:
+    if not score_range[1] > score_range[0]:
+        raise PydanticCustomError("score_range", "input should be [low, high] with high > low")
+    return score_range
+
+
+#: A source format's ``score_range`` option ``[low, high]``: the recipe checks ``high > low`` when it is loaded,
+#: so the error names the recipe, the source and the option.
+ScoreRange = Annotated[tuple[float, float], AfterValidator(_ordered)]
+
+
 def score_bounds(score_range: Sequence[float]) -> tuple[float, float]:
-    """``(low, high)`` of a ``score_range`` option; ``high > low`` or an error naming the option."""
+    """``(low, high)`` of a ``score_range`` option; ``high > low`` or an error naming the option (for a caller
+    that passes options without a recipe)."""
     low, high = float(score_range[0]), float(score_range[1])
     if not high > low:
         raise SourceFormatError(
@@ -476,19 +271,36 @@ def score_bounds(score_range: Sequence[float]) -> tuple[float, float]:
 
 
 def parse_score(
-    value: Any, *, file: str | Path, line: int, field: str, low: float, high: float, fix: str | None = "score_range"
+    value: Any,
+    *,
+    file: str | Path,
+    line: int,
+    field: str,
+    low: float,
+    high: float,
+    fix: str | None = "score_range",
+    decimal: DecimalMark | None = None,
 ) -> float:
     """Map a raw score in ``[low, high]`` linearly onto [0, 1]; anything else is an error.
 
     ``fix`` says how to change the range in the error: the name of the option that sets it (default
     ``score_range``, shown as ``options.score_range``) or, for a format whose range is fixed, a sentence.
+    ``decimal`` is the decimal mark of a score written as text (the format's ``decimal`` option; ``None``
+    where the format has none and reads ``.``); a text with another mark is an error that names the option.
     """
-    try:
-        score = float(value)
-    except (TypeError, ValueError):
-        score = math.nan
+    if isinstance(value, str):
+        number = text_number(value, decimal)
+        score = math.nan if number is None else number
+    else:
+        try:
+            score = float(value)
+        except (TypeError, ValueError):
+            score = math.nan
     if not math.isfinite(score) or not low <= score <= high:
-        if fix is None:
+        marks = decimal_hint(value, decimal) if math.isnan(score) else ""
+        if marks:
+            how = marks
+        elif fix is None:
             how = ""
         elif fix.isidentifier():
             how = f"; set options.{fix} if the file's scores use another range"

@@ -16,8 +16,10 @@ accelerate's ``FSDP2_PYTORCH_VERSION``).
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.metadata as metadata
 from dataclasses import dataclass
+from types import ModuleType
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -159,6 +161,22 @@ def deepspeed_needs() -> list[Need]:
     return [
         Need("deepspeed", Requirement(deps["deepspeed"]).specifier, f"transformers {metadata.version('transformers')}")
     ]
+
+
+def require(module: str, *, extra: str, feature: str) -> ModuleType:
+    """Import ``module``, a package that only the ``extra`` installs, or stop with one line naming the extra.
+
+    The core install leaves out what only some paths use (numba's compiler for the curriculum solver and
+    GUR's pair mining, matplotlib for figures: about 300 MB together), so such a path imports it here,
+    when it runs, and a missing package is :class:`IncompatibleStackError` — ``FEATURE needs numba, which is
+    not installed; fix: pip install 'hf-unified-embed[curriculum]'`` — never a traceback.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise IncompatibleStackError(
+            f"{feature} needs {module}, which is not installed; fix: pip install '{DISTRIBUTION}[{extra}]'"
+        ) from None
 
 
 def mergekit_needs() -> list[Need]:

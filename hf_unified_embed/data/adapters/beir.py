@@ -36,6 +36,7 @@ from hf_unified_embed.data.adapters.beir_records import (
     Link,
     document_columns,
     document_rows,
+    duplicate_id_error,
     mined_negative_rows,
     qrels_links,
 )
@@ -127,7 +128,7 @@ class _BeirJoin:
             try:
                 self.connection.executemany(f"INSERT INTO {table} VALUES (?, ?)", batch)
             except sqlite3.IntegrityError:
-                raise SourceFormatError("duplicate _id", file=path, field="_id", expected="unique ids") from None
+                raise duplicate_id_error(path) from None
 
     def load_links(self, path: Path, links: Iterable[tuple[Any, ...]]) -> None:
         self.files.append(path)

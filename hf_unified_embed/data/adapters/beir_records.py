@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from hf_unified_embed.data.source_formats import SourceFormatError
 from hf_unified_embed.errors import shown
-from hf_unified_embed.utils.readers import iter_delimited
+from hf_unified_embed.utils.readers import is_json_array, iter_delimited, iter_json_records
 from hf_unified_embed.utils.table_blocks import strip_texts
 
 #: The ``kind`` of a link: a judged positive, or a negative (a grade-0 judgement or a mined negative).
@@ -45,6 +45,35 @@ def document_rows(path: Path, records: Iterable[tuple[int, Any]], include_title:
         if not text:
             raise SourceFormatError("empty text", file=path, line=line, field="text", expected="a non-empty string")
         yield str(record["_id"]), text
+
+
+def duplicate_id_error(path: Path, duplicate: str | None = None) -> SourceFormatError:
+    """The error for a corpus or queries file that holds an ``_id`` twice: the id and the lines that hold it.
+
+    Called once a duplicate is known to exist (it reads the file again). ``duplicate``: the id, where the
+    caller knows it; otherwise the first id met a second time (the ids read are kept until then).
+    """
+    lines: dict[str, list[int]] = {}
+    for line, record in iter_json_records(path):
+        if not isinstance(record, dict) or "_id" not in record:
+            continue
+        key = str(record["_id"])
+        if duplicate is None or key == duplicate:
+            lines.setdefault(key, []).append(line)
+            if duplicate is None and len(lines[key]) > 1:
+                duplicate = key
+                break
+    found = lines.get(duplicate, []) if duplicate is not None else []
+    where = "elements" if is_json_array(path) else "lines"
+    listed = [str(number) for number in found[:10]] + ([f"{len(found) - 10} more"] if len(found) > 10 else [])
+    shown_lines = ", ".join(listed[:-1]) + f" and {listed[-1]}" if len(listed) > 1 else "".join(listed)
+    return SourceFormatError(
+        f"duplicate _id {shown(duplicate)}" + (f" on {where} {shown_lines}" if found else ""),
+        file=path,
+        line=found[1] if len(found) > 1 else None,
+        field="_id",
+        expected="each _id once in the file",
+    )
 
 
 def document_columns(table: pa.Table, include_title: bool) -> tuple[pa.Array, pa.Array] | None:

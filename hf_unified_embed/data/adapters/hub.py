@@ -24,7 +24,14 @@ from datasets.exceptions import DatasetGenerationError, DatasetNotFoundError
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
 from hf_unified_embed.errors import InputError, InputNotFoundError, one_line, shown
-from hf_unified_embed.utils.readers import parse_score, record_field, record_text, record_texts, score_bounds
+from hf_unified_embed.utils.readers import (
+    ScoreRange,
+    parse_score,
+    record_field,
+    record_text,
+    record_texts,
+    score_bounds,
+)
 from hf_unified_embed.utils.table_blocks import table_reader
 
 
@@ -63,8 +70,21 @@ def open_dataset(
     streaming: bool = False,
     cache_dir: Path | None = None,
 ) -> Iterable[dict[str, Any]]:
-    """The records of one split: ``load_from_disk`` for a saved dataset, else ``datasets.load_dataset``."""
+    """The records of one split: ``load_from_disk`` for a saved dataset, else ``datasets.load_dataset``.
+
+    Raises:
+        SourceFormatError: ``path`` is one file: ``load_dataset`` reads a Hub id or a folder, and would say only
+            that it finds no data file there.
+    """
     where = f"dataset {shown(str(path))}" + (f", config {shown(config)}" if config else "") + f", split {shown(split)}"
+    if isinstance(path, Path) and path.is_file():
+        raise SourceFormatError(
+            "format 'hub' reads a Hub dataset id or a folder of data files (with datasets.load_dataset), not one file",
+            file=path,
+            field="data_files",
+            expected="the folder that holds the file as data_files; or, for this one file, format 'pairs' "
+            "(or 'triplets'), which reads a .jsonl/.json/.parquet/.csv/.tsv file with the same column options",
+        )
     try:
         if isinstance(path, Path) and _is_saved_dataset(path):
             dataset = datasets.load_from_disk(str(path))
@@ -111,7 +131,7 @@ def read_hub(
     positive_columns: str | list[str] = "positive",
     negative_columns: str | list[str] | None = None,
     score_column: str | None = None,
-    score_range: tuple[float, float] = (0.0, 1.0),
+    score_range: ScoreRange = (0.0, 1.0),
 ) -> Iterator[SourceRow]:
     """A Hub dataset or local folder via ``datasets.load_dataset``; columns mapped to query/positives/negatives/score.
 

@@ -7,6 +7,8 @@ A file is read by its suffix: ``.jsonl`` / ``.json`` / ``.ndjson`` as JSON, ``.p
 other as delimited text with a header row naming the columns. The ``delimiter`` option (one character;
 ``"\t"`` in YAML for a tab) says how its fields are separated; without it ``.csv`` is comma-separated,
 ``.tsv``, ``.tab`` and ``.txt`` tab-separated, and another suffix is refused (the error names the option).
+``decimal`` is the decimal mark of scores written as text (``","`` reads a spreadsheet's ``7,8``). In JSON and
+Parquet records a column option may be a dotted path into nested objects (``question.body``).
 
 JSON-lines and Parquet files are also read a block at a time with pyarrow (``read_batches``, used by
 the builder); a block pyarrow cannot convert exactly as the per-record code would (a missing or null
@@ -30,7 +32,9 @@ import pyarrow.compute as pc
 from hf_unified_embed.data.source_formats import AdapterContext, SourceRow, register_source_format
 from hf_unified_embed.utils.readers import (
     PARQUET_SUFFIXES,
-    Delimiter,
+    DecimalMark,
+    OptionalDelimiter,
+    ScoreRange,
     file_delimiter,
     is_json_lines,
     iter_parquet_batches,
@@ -165,6 +169,7 @@ def _pair_rows(
     score_column: str | None,
     low: float,
     high: float,
+    decimal: DecimalMark,
 ) -> Iterator[SourceRow]:
     for line, record in records:
         row: dict[str, Any] = {
@@ -179,6 +184,7 @@ def _pair_rows(
                 field=score_column,
                 low=low,
                 high=high,
+                decimal=decimal,
             )
             row["positive_scores"] = [score] * len(row["positives"])
         yield f"{path}:{line}", row
@@ -191,12 +197,15 @@ def _pair_table(
     score_column: str | None,
     low: float,
     high: float,
+    decimal: DecimalMark,
 ) -> pa.Table | None:
     query, positives = nonblank_texts(columns[anchor_column]), _text_lists(columns[positive_column])
     if query is None or positives is None:
         return None
     table = {"query": query, "positives": positives}
     if score_column is not None:
+        if decimal != "." and _is_text(columns[score_column].type):
+            return None  # Arrow parses only ".": scores written with another mark are read record by record
         scores = mapped_scores(columns[score_column], low, high)
         if scores is None:
             return None
@@ -211,8 +220,9 @@ def _pair_batches(
     anchor_column: str = "anchor",
     positive_column: str = "positive",
     score_column: str | None = None,
-    score_range: tuple[float, float] = (0.0, 1.0),
-    delimiter: Delimiter | None = None,
+    score_range: ScoreRange = (0.0, 1.0),
+    decimal: DecimalMark = ".",
+    delimiter: OptionalDelimiter = None,
     part: Part | None = None,
 ) -> Iterator[TableBatch]:
     check_part(files, part)
@@ -220,7 +230,7 @@ def _pair_batches(
     wanted = {positive_column: TEXTS, anchor_column: TEXT}
     if score_column is not None:
         wanted.setdefault(score_column, SCORE)
-    options = (anchor_column, positive_column, score_column, low, high)
+    options = (anchor_column, positive_column, score_column, low, high, decimal)
     named = _pair_columns(anchor_column, positive_column, score_column)
     for path in files:
         for columns, records in _record_batches(path, wanted, named, delimiter, part):
@@ -237,19 +247,22 @@ def read_pairs(
     anchor_column: str = "anchor",
     positive_column: str = "positive",
     score_column: str | None = None,
-    score_range: tuple[float, float] = (0.0, 1.0),
-    delimiter: Delimiter | None = None,
+    score_range: ScoreRange = (0.0, 1.0),
+    decimal: DecimalMark = ".",
+    delimiter: OptionalDelimiter = None,
 ) -> Iterator[SourceRow]:
     """(anchor, positive[, score]) records; ``score`` maps ``(s − low) / (high − low)`` with ``score_range``.
 
     ``delimiter`` (one character) separates the fields of a delimited text file of any suffix; default:
-    comma for ``.csv``, tab for ``.tsv`` / ``.tab`` / ``.txt``.
+    comma for ``.csv``, tab for ``.tsv`` / ``.tab`` / ``.txt``. ``decimal`` is the decimal mark of scores
+    written as text (``","`` for ``7,8``; no thousands separators). A column may be a dotted path into
+    nested JSON objects (``query.text``).
     """
     low, high = score_bounds(score_range)
     named = _pair_columns(anchor_column, positive_column, score_column)
     for path in files:
         records = iter_table_records(path, delimiter=delimiter, columns=named)
-        yield from _pair_rows(path, records, anchor_column, positive_column, score_column, low, high)
+        yield from _pair_rows(path, records, anchor_column, positive_column, score_column, low, high, decimal)
 
 
 def _triplet_columns(anchor_column: str, positive_column: str, negative_column: str) -> dict[str, str]:
@@ -290,7 +303,7 @@ def _triplet_batches(
     anchor_column: str = "anchor",
     positive_column: str = "positive",
     negative_column: str = "negative",
-    delimiter: Delimiter | None = None,
+    delimiter: OptionalDelimiter = None,
     part: Part | None = None,
 ) -> Iterator[TableBatch]:
     check_part(files, part)
@@ -312,7 +325,7 @@ def read_triplets(
     anchor_column: str = "anchor",
     positive_column: str = "positive",
     negative_column: str = "negative",
-    delimiter: Delimiter | None = None,
+    delimiter: OptionalDelimiter = None,
 ) -> Iterator[SourceRow]:
     """(anchor, positive, negative) records; list-valued positive/negative cells are kept whole.
 

@@ -18,9 +18,11 @@ import csv
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
+from typing import Annotated
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from annotated_types import Gt
 
 from hf_unified_embed.data.source_formats import AdapterContext, SourceFormatError, SourceRow, register_source_format
 from hf_unified_embed.utils.readers import column_positions, iter_delimited, parse_score, read_header, require_text
@@ -38,6 +40,8 @@ from hf_unified_embed.utils.table_blocks import (
 )
 
 Records = Iterable[tuple[int, list[str]]]
+#: SemEval's ``max_score`` option: the top of the score range, checked when the recipe is loaded.
+MaxScore = Annotated[float, Gt(0)]
 #: How to read scores of another range than a fixed-range format's (named in its score errors).
 _OTHER_RANGE = "for another range use format 'pairs' with options.score_column and options.score_range"
 #: What the tab formats' field-count errors expect besides the count (they take no delimiter option).
@@ -201,7 +205,7 @@ def _semeval_rows(path: Path, records: Records, context: AdapterContext, max_sco
 
 
 def _semeval_batches(
-    files: Sequence[Path], context: AdapterContext, *, max_score: float = 5.0, part: Part | None = None
+    files: Sequence[Path], context: AdapterContext, *, max_score: MaxScore = 5.0, part: Part | None = None
 ) -> Iterator[TableBatch]:
     check_part(files, part)
     for path in files:
@@ -223,7 +227,9 @@ def _semeval_batches(
 
 @register_source_format("semeval-sts")
 @table_reader(_semeval_batches, per_file=True, splittable=True)
-def read_semeval_sts(files: Sequence[Path], context: AdapterContext, *, max_score: float = 5.0) -> Iterator[SourceRow]:
+def read_semeval_sts(
+    files: Sequence[Path], context: AdapterContext, *, max_score: MaxScore = 5.0
+) -> Iterator[SourceRow]:
     """SemEval STS tsv: gold score (0–5), sentence1, sentence2.
 
     Rows with an empty score are unlabeled (several 2015 files have them): skipped and counted.

@@ -49,6 +49,7 @@ from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
 from hf_unified_embed.errors import SuiteError, shown
 from hf_unified_embed.evaluation.inputs import read_corpus_files
 from hf_unified_embed.evaluation.kinds.evaluation_kind import EvaluationKind, register_evaluation_kind
+from hf_unified_embed.utils.encoding_progress import encode_with_progress
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -119,7 +120,12 @@ class ForgettingEvaluator(BaseEvaluator):
         batch_size: encoding batch size.
         seed: seeds the pair sample.
         name: prefixes the metric keys.
+
+    Attributes:
+        show_encoding_progress: a bar counting the texts each model encodes (``run_suite`` sets it).
     """
+
+    show_encoding_progress: bool = False
 
     def __init__(
         self,
@@ -163,11 +169,13 @@ class ForgettingEvaluator(BaseEvaluator):
         return metrics
 
     def _embed(self, model: Any, texts: Sequence[str] | None = None) -> torch.Tensor:
-        embeddings = model.encode(
+        embeddings = encode_with_progress(
+            lambda part: model.encode(
+                list(part), batch_size=self.batch_size, convert_to_tensor=True, show_progress_bar=False
+            ),
             list(self.texts if texts is None else texts),
             batch_size=self.batch_size,
-            convert_to_tensor=True,
-            show_progress_bar=False,
+            show_progress_bar=self.show_encoding_progress,
         )
         return F.normalize(embeddings.float().cpu(), dim=-1)
 

@@ -12,6 +12,7 @@ from scipy.special import expit
 from hf_unified_embed.errors import MergeError, shown
 from hf_unified_embed.merge.methods.merge_method import LayerGroups, LinearMergeMethod
 from hf_unified_embed.merge.methods.registry import register_merge_method
+from hf_unified_embed.utils.figures import optional_figure
 
 if TYPE_CHECKING:
     from hf_unified_embed.merge.analysis import DeltaReport
@@ -155,10 +156,15 @@ class Hierarchical(LinearMergeMethod):
     def card_section(self, directory: Path) -> str | None:
         if self.report is None:
             return None
-        self.report.plot(directory / HEATMAP_FILE, title="Layer-wise deviation of the IR and STS specialists")
+        report = self.report
+        heatmap = optional_figure(
+            lambda: report.plot(directory / HEATMAP_FILE, title="Layer-wise deviation of the IR and STS specialists"),
+            "the layer-wise deviation heatmap",
+        )
+        picture = f"![Layer-wise parameter deviation]({HEATMAP_FILE})\n\n" if heatmap is not None else ""
         return (
             "### Layer-wise deviation of the specialists\n\n"
-            f"![Layer-wise parameter deviation]({HEATMAP_FILE})\n\n"
+            f"{picture}"
             "L2 norm of each layer's deviation from the base model in the IR-only and the STS-only specialist\n"
             "(CoDiEmb, Figure 4). The fusion weight of layer *l* is "
             "w_IR = exp(δ_IR/τ) / (exp(δ_IR/τ) + exp(δ_STS/τ)), "
