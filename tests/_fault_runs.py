@@ -246,7 +246,7 @@ def _torch_loaded(pid: int) -> bool:
 
 
 def _alive(pids: set[int]) -> list[psutil.Process]:
-    """The live processes among ``pids`` and in their sessions (a worker leads its own session)."""
+    """The live processes among ``pids`` and in their process sessions (a worker leads its own process session)."""
     found = []
     for process in psutil.process_iter():
         try:

@@ -94,7 +94,7 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) 
 
 @pytest.fixture(scope="session")
 def sample_unified_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bundled sample built once per session into a unified folder (``hf-unified-embed build`` of
+    """The bundled sample built once per test run into a unified folder (``hf-unified-embed build`` of
     ``examples/recipes/sample.yaml``); tests read it, never write into it."""
     from hf_unified_embed.data import build_unified, save_unified
     from hf_unified_embed.data.bundled_sample import sample_recipe

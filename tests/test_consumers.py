@@ -1,6 +1,6 @@
 """Every kind of artifact the command line writes, loaded the way its users load it: without hf_unified_embed.
 
-One session builds the artifacts (a MiniLM trained by a recipe over the bundled sample, a soup of two of
+The test run builds the artifacts once (a MiniLM trained by a recipe over the bundled sample, a soup of two of
 them, a causal Qwen2 LoRA adapter and its merge, bidirectional Qwen2 and Llama decoders in every layer
 and from layer 2 — trained, as a LoRA adapter, with the adapter merged, and merged with the merge
 tool), then one fresh process where ``import hf_unified_embed`` fails and whose working directory is
