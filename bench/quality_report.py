@@ -123,6 +123,26 @@ def chosen_row(table: Mapping[str, Mapping[str, tuple[float, float | None]]]) ->
     return max(eligible, key=eligible.__getitem__) if eligible else None
 
 
+def line_gaps(table: Mapping[str, Mapping[str, tuple[float, float | None]]]) -> dict[str, float]:
+    """Each trained row's six-column mean minus the kept–mean line through the base and the shipped
+    recipe (``recipe``) at the row's ``kept``: positive where a row learnt more for what it forgot than
+    moving along that line (what interpolating the recipe's run with the base roughly traces) gives.
+    Empty when the table lacks the base, the ``recipe`` row or their ``kept``."""
+    base, recipe = table.get("base"), table.get("recipe")
+    if not base or not recipe or FORGETTING_COLUMN not in base or FORGETTING_COLUMN not in recipe:
+        return {}
+    base_kept, recipe_kept = base[FORGETTING_COLUMN][0], recipe[FORGETTING_COLUMN][0]
+    if base_kept == recipe_kept:
+        return {}
+    base_mean, recipe_mean = six_column_mean(base), six_column_mean(recipe)
+    slope = (recipe_mean - base_mean) / (recipe_kept - base_kept)
+    return {
+        model: six_column_mean(row) - (base_mean + slope * (row[FORGETTING_COLUMN][0] - base_kept))
+        for model, row in table.items()
+        if model not in ("base", "recipe") and row and FORGETTING_COLUMN in row
+    }
+
+
 def six_column_mean(row: Mapping[str, tuple[float, float | None]]) -> float:
     """A row's mean over its quality columns (``kept`` and the unseen STS column are not quality columns)."""
     quality = [column for column in row if column not in (FORGETTING_COLUMN, UNSEEN_COLUMN)]
@@ -167,6 +187,12 @@ def markdown_table(
         f"Chosen by the rule (best six-column mean with kept ≥ {KEPT_FLOOR:.2f} and no column below the base by "
         f"more than one seed spread): " + (f"**{chosen}**" if chosen else "no row passes"),
     ]
+    if gaps := line_gaps(table):
+        lines += [
+            "",
+            "Mean (6) above the kept–mean line through `base` and `recipe`, at each row's kept: "
+            + ", ".join(f"{model} {gap:+.4f}" for model, gap in gaps.items()),
+        ]
     return "\n".join(lines)
 
 
@@ -257,6 +283,7 @@ def report(results: Mapping[str, Any], options: argparse.Namespace, argv: list[s
             for setting, table in tables.items()
         },
         "chosen": {setting: chosen_row(table) for setting, table in tables.items()},
+        "above_line": {setting: line_gaps(table) for setting, table in tables.items()},
     }
     text = json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
     (options.output_dir / "quality.json").write_text(text, encoding="utf-8")

@@ -247,6 +247,29 @@ def test_the_choice_rule_counts_what_is_kept_and_every_column_against_the_base(q
     assert quality.markdown_table({"base": table["base"]}, {}).splitlines()[-1].endswith("no row passes")
 
 
+def test_rows_are_placed_against_the_kept_mean_line_through_the_base_and_the_recipe(quality) -> None:
+    """A row's gap is its mean minus the straight line through (kept, mean) of ``base`` and ``recipe``."""
+
+    def row(mean: float, kept: float) -> dict:
+        return {"STS-B dev ρ": (mean, None), quality.FORGETTING_COLUMN: (kept, None)}
+
+    table = {
+        "base": row(0.80, 1.0),
+        "recipe": row(0.84, 0.80),
+        "outward": row(0.84, 0.90),  # the line gives 0.82 at kept 0.90
+        "on-the-line": row(0.86, 0.70),  # extrapolated: 0.80 + 0.04 * 1.5
+        "inward": row(0.81, 0.85),  # the line gives 0.83
+    }
+    gaps = quality.line_gaps(table)
+    assert gaps == pytest.approx({"outward": 0.02, "on-the-line": 0.0, "inward": -0.02}, abs=1e-12)
+    assert (
+        quality.markdown_table(table, {})
+        .splitlines()[-1]
+        .endswith("outward +0.0200, on-the-line +0.0000, inward -0.0200")
+    )
+    assert quality.line_gaps({key: table[key] for key in ("base", "outward")}) == {}
+
+
 def test_unseen_sts_column_is_reported_outside_the_six_column_mean(quality) -> None:
     with_unseen = suite_metrics(quality, sts=0.8)
     for index, name in enumerate(quality.UNSEEN_MEAN):

@@ -16,6 +16,7 @@ from typing import Any
 
 from datasets import Dataset
 
+from hf_unified_embed.data.adapters.beir_records import duplicate_id_error
 from hf_unified_embed.errors import EvaluationDataError, InputNotFoundError, SourceFormatError, shown
 from hf_unified_embed.utils.readers import iter_json_records, require_text, resolve_files
 
@@ -148,7 +149,12 @@ def reranking_samples(dataset: Dataset | Iterable[Mapping[str, Any]], evaluation
 
 @dataclass
 class RetrievalInputs:
-    """Queries, a corpus and graded judgements; texts double as ids (identical texts are one document)."""
+    """Queries, a corpus and graded judgements, keyed as sentence-transformers' evaluator keys them.
+
+    A document of a corpus file is keyed by its ``_id``, so identical texts under two ids stay two documents
+    (as ``InformationRetrievalEvaluator`` built from the same files ranks them); a text only the rows hold
+    is its own key, and a query text is its own key (identical query texts are one query).
+    """
 
     queries: dict[str, str]
     corpus: dict[str, str]
@@ -172,15 +178,27 @@ def entry_files(patterns: str | Sequence[str], base_dir: Path | None, *, evaluat
     return files
 
 
+def _free_key(text: str, taken: Mapping[str, str]) -> str:
+    """``text`` as a document's key, made distinct from every key in ``taken`` (a text may equal an ``_id``)."""
+    key = text
+    while key in taken:
+        key += "\0"
+    return key
+
+
 def read_corpus_files(
     data_files: str | Sequence[str], base_dir: Path | None, *, evaluation: str, include_title: bool = True
-) -> list[str]:
-    """Document texts of BEIR-style ``corpus.jsonl`` files (``{"_id", "title", "text"}`` records).
+) -> dict[str, str]:
+    """Documents of BEIR-style ``corpus.jsonl`` files (``{"_id", "title", "text"}`` records): key → text.
 
-    The title is prefixed to the text as BEIR and the ``beir`` source format do.
+    The title is prefixed to the text as BEIR and the ``beir`` source format do. The key is the record's
+    ``_id`` (prefixed with ``<n>:`` when the entry reads several files, whose ids may overlap), or its text
+    where the record has no ``_id``. An ``_id`` twice in one file is an error naming the file and its lines.
     """
-    texts = []
-    for path in entry_files(data_files, base_dir, evaluation=evaluation, field="corpus_files"):
+    files = entry_files(data_files, base_dir, evaluation=evaluation, field="corpus_files")
+    documents: dict[str, str] = {}
+    for position, path in enumerate(files):
+        ids: set[str] = set()
         for line, record in iter_json_records(path):
             if not isinstance(record, dict):
                 raise SourceFormatError(f"got {type(record).__name__}", file=path, line=line, expected="a JSON object")
@@ -188,20 +206,42 @@ def read_corpus_files(
             title = record.get("title")
             if include_title and isinstance(title, str) and title.strip():
                 text = f"{title.strip()} {text}"
-            texts.append(text)
-    return texts
+            if record.get("_id") is None:
+                if text not in documents.values():
+                    documents[_free_key(text, documents)] = text
+                continue
+            document_id = str(record["_id"])
+            if document_id in ids:
+                raise duplicate_id_error(path, document_id)
+            ids.add(document_id)
+            documents[f"{position}:{document_id}" if len(files) > 1 else document_id] = text
+    return documents
 
 
 def retrieval_inputs(
-    dataset: Dataset | Iterable[Mapping[str, Any]], evaluation: str, extra_corpus: Iterable[str] = ()
+    dataset: Dataset | Iterable[Mapping[str, Any]], evaluation: str, extra_corpus: Mapping[str, str] | None = None
 ) -> RetrievalInputs:
     """Each row's query against the corpus of every row's positives and negatives plus ``extra_corpus``.
 
-    A positive's grade is its score (1.0 when the row has no scores); negatives and unjudged
-    documents have grade 0. A query appearing in several rows collects all their judgements.
+    ``extra_corpus`` (key → text, :func:`read_corpus_files`) keeps its keys; a row's text names every
+    document of it with that text — a positive makes each of them relevant, as a judgement of each id in
+    the BEIR files that hold the text twice does — and a text no corpus file holds is its own document.
+    A positive's grade is its score (1.0 when the row has no scores); negatives and unjudged documents have
+    grade 0. A query appearing in several rows collects all their judgements.
     """
+    corpus: dict[str, str] = dict(extra_corpus or {})
+    keys_by_text: dict[str, list[str]] = {}
+    for key, text in corpus.items():
+        keys_by_text.setdefault(text, []).append(key)
+
+    def keys(text: str) -> list[str]:
+        if text not in keys_by_text:
+            key = _free_key(text, corpus)
+            corpus[key] = text
+            keys_by_text[text] = [key]
+        return keys_by_text[text]
+
     queries: dict[str, str] = {}
-    corpus: dict[str, str] = {}
     relevance: dict[str, dict[str, float]] = {}
     for index, row in enumerate(_rows(dataset)):
         query = row["query"]
@@ -216,12 +256,10 @@ def retrieval_inputs(
                     row=index,
                     field="positive_scores",
                 )
-            corpus[text] = text
-            grades[text] = max(grades.get(text, 0.0), float(score))
+            for key in keys(text):
+                grades[key] = max(grades.get(key, 0.0), float(score))
         for text in row["negatives"]:
-            corpus[text] = text
-    for text in extra_corpus:
-        corpus[text] = text
+            keys(text)
     if not relevance:
         raise EvaluationDataError("no queries with a relevant document", evaluation=evaluation)
     return RetrievalInputs(queries, corpus, relevance)

@@ -246,7 +246,7 @@ class ForgettingKind(EvaluationKind):
         if corpus_files is None and entry.source == "beir":
             data_files = [entry.data_files] if isinstance(entry.data_files, str) else list(entry.data_files or [])
             corpus_files = [str(Path(folder) / "corpus.jsonl") for folder in data_files]
-        corpus = read_corpus_files(corpus_files, data_root, evaluation=entry.name) if corpus_files else []
+        corpus = read_corpus_files(corpus_files, data_root, evaluation=entry.name).values() if corpus_files else []
         texts = list(dict.fromkeys([*EvaluationKind.texts(self, None, rows), *corpus]))  # type: ignore[arg-type]
         if len(texts) > max_texts:
             texts = random.Random(options.get("seed", 0)).sample(texts, max_texts)

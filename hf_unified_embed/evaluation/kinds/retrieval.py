@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 @register_evaluation_kind
 class RetrievalKind(EvaluationKind):
     """Queries against the corpus of all rows' texts plus ``corpus_files`` (a ``beir`` source adds its
-    ``corpus.jsonl``); :class:`GradedInformationRetrievalEvaluator` with cosine similarity."""
+    ``corpus.jsonl``, each document under its ``_id``); :class:`GradedInformationRetrievalEvaluator` with
+    cosine similarity."""
 
     name = "retrieval"
     task_type = "retrieval"
@@ -50,7 +51,7 @@ class RetrievalKind(EvaluationKind):
         if corpus_files is None and entry.source == "beir":
             data_files = [entry.data_files] if isinstance(entry.data_files, str) else list(entry.data_files or [])
             corpus_files = [str(Path(folder) / "corpus.jsonl") for folder in data_files]
-        extra = read_corpus_files(corpus_files, data_root, evaluation=entry.name) if corpus_files else []
+        extra = read_corpus_files(corpus_files, data_root, evaluation=entry.name) if corpus_files else {}
         inputs = retrieval_inputs(rows, entry.name, extra_corpus=extra)
         return self.make(
             entry,
