@@ -176,6 +176,20 @@ def test_recipe_default_prompt_task_picks_the_defaults(
     assert run.model.prompts["query"] == run.collator.prompts["trecqa"]["query"]
     assert run.model.prompts["document"] == run.collator.prompts["trecqa"]["positive"]
 
+    run = prepare_run(
+        preflight(recipe_from_dict({**raw, "default_prompt_task": False})), None, compute_curriculum=False
+    )
+    assert run.model.prompts["query"] == run.model.prompts["document"] == ""
+    assert run.model.prompts["trecqa"] == run.collator.prompts["trecqa"]["query"]
+    assert [row["purpose"] for row in prompt_table(run.model)][:2] == [
+        "queries without an instruction, as the base model encoded them (the default of encode_query)",
+        "documents without an instruction, as the base model encoded them (the default of encode_document)",
+    ]
+    with pytest.raises(
+        RecipeError, match=r"'default_prompt_task': input should be a string or False or null, got True"
+    ):
+        recipe_from_dict({**raw, "default_prompt_task": True}, origin="r.yaml")
+
     with pytest.raises(RecipeError, match=r"r\.yaml: default_prompt_task 'msrp' is not one of data\.tasks"):
         check_recipe(recipe_from_dict({**raw, "default_prompt_task": "msrp"}, origin="r.yaml"))
     with pytest.raises(RecipeError, match=r"default_prompt_task needs instructions: true"):
@@ -300,8 +314,11 @@ _task = st.tuples(st.sampled_from(["retrieval", "sts", "pair_classification"]), 
 
 
 @settings(max_examples=50, deadline=None)
-@given(tasks=st.dictionaries(_names, _task, min_size=1, max_size=5), chosen=st.none() | st.integers(0, 4))
-def test_the_saved_prompt_rule(tasks: dict[str, tuple[str, str, str]], chosen: int | None) -> None:
+@given(
+    tasks=st.dictionaries(_names, _task, min_size=1, max_size=5),
+    chosen=st.none() | st.just(False) | st.integers(0, 4),
+)
+def test_the_saved_prompt_rule(tasks: dict[str, tuple[str, str, str]], chosen: int | bool | None) -> None:
     types = {task: kind for task, (kind, _, _) in tasks.items()}
     training = {
         task: {
@@ -311,12 +328,15 @@ def test_the_saved_prompt_rule(tasks: dict[str, tuple[str, str, str]], chosen: i
         for task, (_, query, document) in tasks.items()
     }
     training = {task: columns for task, columns in training.items() if columns}
-    default_task = list(tasks)[chosen] if chosen is not None and chosen < len(tasks) else None
+    default_task: str | bool | None = (
+        False if chosen is False else list(tasks)[chosen] if chosen is not None and chosen < len(tasks) else None
+    )
     claims: dict[str, set[str]] = {}
-    default = default_prompt_task(training, types, default_task)
-    if default is not None and training:
-        claims.setdefault("query", set()).add(tasks[default][1])
-        claims.setdefault("document", set()).add(tasks[default][2])
+    default = default_prompt_task(training, types, default_task)  # type: ignore[arg-type]
+    if (default is not None or default_task is False) and training:
+        # default_prompt_task: false — encode_query / encode_document encode bare texts.
+        claims.setdefault("query", set()).add(tasks[default][1] if default else "")
+        claims.setdefault("document", set()).add(tasks[default][2] if default else "")
         for task, (_, query, document) in tasks.items():
             claims.setdefault(task, set()).add(query)
             claims.setdefault(f"{task}_document", set()).add(document)
@@ -326,13 +346,16 @@ def test_the_saved_prompt_rule(tasks: dict[str, tuple[str, str, str]], chosen: i
         return
     saved = published_prompts(training, types, default_task)
     if not training:
-        assert saved == {} and default == default_task
+        assert saved == {} and default == (None if default_task is False else default_task)
         return
     instructed = [task for task in tasks if task in training]
     retrieval = [task for task in instructed if types[task] == "retrieval"]
-    assert default == (default_task or (retrieval or instructed)[0])
+    if default_task is False:
+        assert default is None and saved["query"] == saved["document"] == ""
+    else:
+        assert default == (default_task or (retrieval or instructed)[0])
+        assert saved["query"] == tasks[default][1] and saved["document"] == tasks[default][2]
     assert saved == {name: next(iter(texts)) for name, texts in claims.items()}
-    assert saved["query"] == tasks[default][1] and saved["document"] == tasks[default][2]
     for task, (_, query, document) in tasks.items():
         assert saved[task] == query and saved[f"{task}_document"] == document
 

@@ -233,7 +233,7 @@ def quick_preflight(recipe: TrainRecipe) -> None:
     check_sampler_processes(recipe, world_size())
     check_sampler_tasks(recipe, recipe.data.tasks, origin)
     tasks, chosen = recipe.data.tasks, recipe.default_prompt_task
-    if chosen is not None and tasks is not None and chosen not in tasks:
+    if isinstance(chosen, str) and tasks is not None and chosen not in tasks:
         raise RecipeError(f"{origin}: default_prompt_task {shown(chosen)} is not one of data.tasks: {tasks}")
     check_streaming(recipe, origin)
     _check_path(recipe.data.path, "data.path", origin)

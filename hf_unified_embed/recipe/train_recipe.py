@@ -19,7 +19,8 @@ Example (``examples/recipes/train.yaml`` is a complete one)::
     max_seq_length: 128                   # default: the base model's
     instructions: true
     default_prompt_task: null             # the task encode_query / encode_document of the saved model use
-                                          # (default: the first retrieval task with an instruction)
+                                          # (default: the first retrieval task with an instruction;
+                                          # false: none, they encode bare texts)
     curriculum: null                      # or {plan: curriculum_plan.json} / {teacher: MODEL} (Data-CUBE),
                                           # with sampler {interleave: round_robin, instance_order: easy_to_hard}
     sampler: {interleave: shuffled, instance_order: random, batch_sizes: {wikiqa: 32}}
@@ -50,7 +51,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from hf_unified_embed.errors import RecipeError, shown
 from hf_unified_embed.schema import TASK_TYPES
@@ -322,7 +323,7 @@ class TrainRecipe:
     negatives_per_query: int = 1
     max_seq_length: int | None = None
     instructions: bool = True
-    default_prompt_task: str | None = None
+    default_prompt_task: str | Literal[False] | None = None
     curriculum: CurriculumConfig | None = None
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     training_args: dict[str, Any] = field(default_factory=dict)
@@ -423,7 +424,7 @@ def recipe_from_dict(raw: Mapping[str, Any], origin: str = "<recipe>") -> TrainR
             raise RecipeError(f"{origin}: '{key}' must be a positive integer, got {shown(value)}")
     if not 0 <= values.get("seed", 0) < 2**32:
         raise RecipeError(f"{origin}: 'seed' must be in [0, 2**32), got {shown(values['seed'])}")
-    if values.get("default_prompt_task") is not None:
+    if isinstance(values.get("default_prompt_task"), str):
         check_task_name(values["default_prompt_task"], f"{origin}: default_prompt_task")
         if values.get("instructions") is False:
             raise RecipeError(

@@ -17,7 +17,10 @@ prompt name                 text
 A task without one of its instructions gets the empty prompt under that name (its texts were encoded bare,
 and a user calling the name gets the same). The default task is the one a recipe's ``default_prompt_task``
 names; without it, the first retrieval task with an instruction, else the first task with one (the
-order of the tasks as trained). ``default_prompt_name`` stays unset: a plain ``encode`` puts no prompt in
+order of the tasks as trained). ``default_prompt_task: false`` names none: ``query`` and ``document`` are
+empty, so ``encode_query`` / ``encode_document`` encode bare texts as the base model did — what scored best
+on retrieval data unlike the training tasks (docs/quality.md) — and each task's instructions stay a name
+away. ``default_prompt_name`` stays unset: a plain ``encode`` puts no prompt in
 front, as it did before training, and the STS-style tasks keep their own names.
 
 The prompt text is the collator's, byte for byte: where the tokenizer needs a newline instead of a
@@ -29,7 +32,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from datasets import Dataset, DatasetDict
 
@@ -59,14 +62,19 @@ def training_sides(task_prompts: Mapping[str, str]) -> tuple[str, str]:
 
 
 def default_prompt_task(
-    training_prompts: Mapping[str, Mapping[str, str]], task_types: Mapping[str, str], chosen: str | None = None
+    training_prompts: Mapping[str, Mapping[str, str]],
+    task_types: Mapping[str, str],
+    chosen: str | Literal[False] | None = None,
 ) -> str | None:
     """The task whose prompts become ``query`` / ``document``: ``chosen``, else the first retrieval task with an
-    instruction, else the first task with one (``task_types`` order); ``None`` when no task has an instruction.
+    instruction, else the first task with one (``task_types`` order); ``None`` when no task has an instruction
+    or ``chosen`` is ``False`` (no default task).
 
     Raises:
         InputError: ``chosen`` is not one of the tasks.
     """
+    if chosen is False:
+        return None
     if chosen is not None:
         if chosen not in task_types:
             raise InputError(f"default_prompt_task: {shown(chosen)} is not a task of this run: {list(task_types)}")
@@ -78,14 +86,17 @@ def default_prompt_task(
 
 
 def published_prompts(
-    training_prompts: Mapping[str, Mapping[str, str]], task_types: Mapping[str, str], default_task: str | None = None
+    training_prompts: Mapping[str, Mapping[str, str]],
+    task_types: Mapping[str, str],
+    default_task: str | Literal[False] | None = None,
 ) -> dict[str, str]:
     """The named prompts a model trained with ``training_prompts`` carries (see the module docstring).
 
     Args:
         training_prompts: the collator's ``{task: {"query": ..., "positive": ..., "negative": ...}}``.
         task_types: ``{task: task_type}`` of every training task, in training order.
-        default_task: the task for ``query`` / ``document``; default: see :func:`default_prompt_task`.
+        default_task: the task for ``query`` / ``document``; default: see :func:`default_prompt_task`;
+            ``False``: none, ``query`` and ``document`` are empty (bare texts).
 
     Returns:
         ``{"query": ..., "document": ..., task: ..., "<task>_document": ...}``; empty when no task has an
@@ -96,7 +107,9 @@ def published_prompts(
             (a task named ``query``, or tasks ``a`` and ``a_document``).
     """
     default = default_prompt_task(training_prompts, task_types, default_task)
-    if default is None or not any(any(training_sides(columns)) for columns in training_prompts.values()):
+    if (default is None and default_task is not False) or not any(
+        any(training_sides(columns)) for columns in training_prompts.values()
+    ):
         return {}
     named: dict[str, tuple[str, str]] = {}  # name -> (text, what claims it)
 
@@ -108,9 +121,13 @@ def published_prompts(
             )
         named.setdefault(name, (text, what))
 
-    query, document = training_sides(training_prompts.get(default, {}))
-    claim(QUERY, query, f"the query instruction of the default task {shown(default)}")
-    claim(DOCUMENT, document, f"the document instruction of the default task {shown(default)}")
+    if default is None:
+        claim(QUERY, "", "no default task (default_prompt_task: false)")
+        claim(DOCUMENT, "", "no default task (default_prompt_task: false)")
+    else:
+        query, document = training_sides(training_prompts.get(default, {}))
+        claim(QUERY, query, f"the query instruction of the default task {shown(default)}")
+        claim(DOCUMENT, document, f"the document instruction of the default task {shown(default)}")
     for task in task_types:
         query, document = training_sides(training_prompts.get(task, {}))
         claim(task, query, f"the query instruction of task {shown(task)}")
@@ -129,7 +146,7 @@ def publish_prompts(
     model: Any,
     dataset_dict: DatasetDict | Mapping[str, Dataset],
     training_prompts: Mapping[str, Any] | str,
-    default_task: str | None = None,
+    default_task: str | Literal[False] | None = None,
 ) -> dict[str, str]:
     """Give ``model`` the named prompts of :func:`published_prompts`, so ``model.save`` writes them.
 
@@ -141,7 +158,8 @@ def publish_prompts(
         model: the ``SentenceTransformer`` being trained.
         dataset_dict: the unified training tasks (their ``task_type`` picks the default task).
         training_prompts: the collator's prompts (``UnifiedDataCollator.prompts``: ``{task: {column: text}}``).
-        default_task: the task for ``query`` / ``document`` (a recipe's ``default_prompt_task``).
+        default_task: the task for ``query`` / ``document`` (a recipe's ``default_prompt_task``; ``False``:
+            none, bare texts).
 
     Returns:
         The prompts set (empty: none set).
@@ -191,14 +209,19 @@ def prompt_table(model_or_folder: Any) -> list[dict[str, str]]:
     if not any(prompts.values()):
         return []
     tasks = [name for name in prompts if name not in (QUERY, DOCUMENT) and _document_of(name, prompts) is None]
-    default = next(
-        (
-            task
-            for task in tasks
-            if prompts[task] == prompts.get(QUERY, "")
-            and prompts.get(document_prompt_name(task), "") == prompts.get(DOCUMENT, "")
-        ),
-        "",
+    bare = not prompts.get(QUERY) and not prompts.get(DOCUMENT)  # default_prompt_task: false
+    default = (
+        ""
+        if bare
+        else next(
+            (
+                task
+                for task in tasks
+                if prompts[task] == prompts.get(QUERY, "")
+                and prompts.get(document_prompt_name(task), "") == prompts.get(DOCUMENT, "")
+            ),
+            "",
+        )
     )
     rows: list[dict[str, str]] = []
     for name, text in prompts.items():
@@ -207,6 +230,10 @@ def prompt_table(model_or_folder: Any) -> list[dict[str, str]]:
             call = f"model.encode_{name}(texts)"
             texts = "queries" if name == QUERY else "documents"
             purpose = f"{texts} of {task} (the default of encode_{name})" if task else f"the default of encode_{name}"
+            if bare:
+                purpose = (
+                    f"{texts} without an instruction, as the base model encoded them (the default of encode_{name})"
+                )
         else:
             stem = _document_of(name, prompts)
             side, task = ("query", name) if stem is None else ("document", stem)

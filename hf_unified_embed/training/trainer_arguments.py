@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from datasets import Dataset, DatasetDict
 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainingArguments
@@ -35,7 +35,7 @@ def unified_training(
     *,
     negatives_per_query: int | Mapping[str, int] = 1,
     instructions: bool = True,
-    default_prompt_task: str | None = None,
+    default_prompt_task: str | Literal[False] | None = None,
     sampler: Any = None,
 ) -> dict[str, Any]:
     """The keyword arguments that train ``model`` on unified ``dataset`` with ``SentenceTransformerTrainer``.
@@ -64,7 +64,8 @@ def unified_training(
             model then carries them as named prompts (``<task>``, ``<task>_document``, and ``query`` /
             ``document`` of the default task), so ``trainer.save_model`` / ``model.save`` publish them.
         default_prompt_task: The task whose instructions ``encode_query`` / ``encode_document`` use;
-            default: the first retrieval task with an instruction, else the first task with one.
+            default: the first retrieval task with an instruction, else the first task with one. ``False``:
+            none — they encode bare texts, as the base model did; each task's prompts stay named.
         sampler: The ``multi_dataset_batch_sampler``. Default: ``args``'s own when it names one other than
             sentence-transformers' default (proportional), else
             ``CurriculumBatchSampler.configure(interleave="shuffled")``: one task per optimizer step on every
