@@ -197,6 +197,7 @@ def read_corpus_files(
     """
     files = entry_files(data_files, base_dir, evaluation=evaluation, field="corpus_files")
     documents: dict[str, str] = {}
+    texts: set[str] = set()  # a record without an ``_id`` adds its text once, and only if no document has it
     for position, path in enumerate(files):
         ids: set[str] = set()
         for line, record in iter_json_records(path):
@@ -207,7 +208,8 @@ def read_corpus_files(
             if include_title and isinstance(title, str) and title.strip():
                 text = f"{title.strip()} {text}"
             if record.get("_id") is None:
-                if text not in documents.values():
+                if text not in texts:
+                    texts.add(text)
                     documents[_free_key(text, documents)] = text
                 continue
             document_id = str(record["_id"])
@@ -215,6 +217,7 @@ def read_corpus_files(
                 raise duplicate_id_error(path, document_id)
             ids.add(document_id)
             documents[f"{position}:{document_id}" if len(files) > 1 else document_id] = text
+            texts.add(text)
     return documents
 
 
