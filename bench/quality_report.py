@@ -123,24 +123,40 @@ def chosen_row(table: Mapping[str, Mapping[str, tuple[float, float | None]]]) ->
     return max(eligible, key=eligible.__getitem__) if eligible else None
 
 
-def line_gaps(table: Mapping[str, Mapping[str, tuple[float, float | None]]]) -> dict[str, float]:
-    """Each trained row's six-column mean minus the kept–mean line through the base and the shipped
-    recipe (``recipe``) at the row's ``kept``: positive where a row learnt more for what it forgot than
-    moving along that line (what interpolating the recipe's run with the base roughly traces) gives.
-    Empty when the table lacks the base, the ``recipe`` row or their ``kept``."""
-    base, recipe = table.get("base"), table.get("recipe")
-    if not base or not recipe or FORGETTING_COLUMN not in base or FORGETTING_COLUMN not in recipe:
+def line_gaps(per_seed: Mapping[str, Mapping[str, float]]) -> dict[str, tuple[float, float | None, int]]:
+    """Each trained recipe row's six-column mean minus the kept–mean line through the base and the same
+    seed's shipped recipe (``recipe@<seed>``) at the row's ``kept``, as (mean, sample standard deviation or
+    ``None``, seeds) over the row's seeds: positive where a row learnt more for what it forgot than moving
+    along that line (what interpolating the recipe's run with the base roughly traces) gives.
+
+    Paired by seed so that a row measured on fewer seeds than the recipe is placed against the line of its
+    own seeds, and the spread says whether a row sits on one side on every seed. ``per_seed`` maps results
+    keys (``base``, ``recipe+llrd@43``) to their :func:`summarize` rows; a seed without a ``recipe`` run, or
+    whose recipe kept what the base keeps, places nothing.
+    """
+    base = per_seed.get("base")
+    if not base or FORGETTING_COLUMN not in base:
         return {}
-    base_kept, recipe_kept = base[FORGETTING_COLUMN][0], recipe[FORGETTING_COLUMN][0]
-    if base_kept == recipe_kept:
-        return {}
-    base_mean, recipe_mean = six_column_mean(base), six_column_mean(recipe)
-    slope = (recipe_mean - base_mean) / (recipe_kept - base_kept)
+    base_kept, base_mean = base[FORGETTING_COLUMN], _mean_of(base)
+    gaps: dict[str, list[float]] = defaultdict(list)
+    for key, row in per_seed.items():
+        model, _, seed = key.partition("@")
+        recipe = per_seed.get(f"recipe@{seed}")
+        if not seed or model == "recipe" or not is_recipe_row(model) or not recipe or FORGETTING_COLUMN not in row:
+            continue
+        if FORGETTING_COLUMN not in recipe or recipe[FORGETTING_COLUMN] == base_kept:
+            continue
+        slope = (_mean_of(recipe) - base_mean) / (recipe[FORGETTING_COLUMN] - base_kept)
+        gaps[model].append(_mean_of(row) - (base_mean + slope * (row[FORGETTING_COLUMN] - base_kept)))
     return {
-        model: six_column_mean(row) - (base_mean + slope * (row[FORGETTING_COLUMN][0] - base_kept))
-        for model, row in table.items()
-        if model not in ("base", "recipe") and row and FORGETTING_COLUMN in row
+        model: (statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None, len(values))
+        for model, values in gaps.items()
     }
+
+
+def _mean_of(row: Mapping[str, float]) -> float:
+    """The six-column mean of one seed's :func:`summarize` row."""
+    return six_column_mean({column: (value, None) for column, value in row.items()})
 
 
 def six_column_mean(row: Mapping[str, tuple[float, float | None]]) -> float:
@@ -153,11 +169,13 @@ def markdown_table(
     table: Mapping[str, Mapping[str, tuple[float, float | None]]],
     step_ratio: Mapping[str, float | None],
     costs: Mapping[str, Mapping[str, str]] | None = None,
+    gaps: Mapping[str, tuple[float, float | None, int]] | None = None,
 ) -> str:
     """The rows (mean, ± standard deviation over seeds when several) with the best mean of each metric in
     bold, each row's mean over the six quality columns, then its step time relative to ST's — or, given
     ``costs`` (``{column: {row: text}}``, :func:`cost_columns`), those columns instead — and below the table
-    the row the choice rule picks (:func:`chosen_row`)."""
+    the row the choice rule picks (:func:`chosen_row`) and, given ``gaps`` (:func:`line_gaps`), each row's
+    place against the kept–mean line."""
     columns = list(dict.fromkeys(column for row in table.values() for column in row))
     header = [*columns, "mean (6)"]
     tail = list(costs) if costs is not None else [STEP_COLUMN]
@@ -187,21 +205,27 @@ def markdown_table(
         f"Chosen by the rule (best six-column mean with kept ≥ {KEPT_FLOOR:.2f} and no column below the base by "
         f"more than one seed spread): " + (f"**{chosen}**" if chosen else "no row passes"),
     ]
-    if gaps := line_gaps(table):
+    if gaps:
         lines += [
             "",
-            "Mean (6) above the kept–mean line through `base` and `recipe`, at each row's kept: "
-            + ", ".join(f"{model} {gap:+.4f}" for model, gap in gaps.items()),
+            "Mean (6) above the kept–mean line through `base` and the same seed's `recipe`, at each row's kept "
+            "(mean ± s.d. over the row's seeds): "
+            + ", ".join(
+                f"{model} {mean:+.4f}" + (f" ± {spread:.4f}" if spread is not None else "") + f" ({count} seed"
+                f"{'s' if count > 1 else ''})"
+                for model, (mean, spread, count) in gaps.items()
+            ),
         ]
     return "\n".join(lines)
 
 
-#: The cost columns of the recipe table: absolute, since its rows have no ``st-baseline`` of their own.
-COST_COLUMNS = ("steps", "s / step", "train min", "peak memory (MiB)")
+#: The cost columns of the recipe table: absolute, since its rows have no ``st-baseline`` of their own. "seeds"
+#: says how many runs a row's means are over, since rows measured on fewer seeds share the table.
+COST_COLUMNS = ("seeds", "steps", "s / step", "train min", "peak memory (MiB)")
 
 
 def cost_columns(results: Mapping[str, Any]) -> dict[str, dict[str, str]]:
-    """Per trained row, mean over its seeds: optimizer steps, seconds per step (after the first), the
+    """Per trained row: its seeds, and mean over them optimizer steps, seconds per step (after the first), the
     trainer's whole ``train()`` in minutes, and the run's peak memory (:class:`PeakMemory`)."""
     runs: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for key, result in results.items():
@@ -211,6 +235,7 @@ def cost_columns(results: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     for row, trainings in runs.items():
         timed = [t["seconds"] / t["timed_steps"] for t in trainings if t.get("timed_steps")]
         peaks = [t["peak_memory_mib"] for t in trainings if t.get("peak_memory_mib")]
+        columns["seeds"][row] = str(len(trainings))
         columns["steps"][row] = f"{statistics.fmean(t['steps'] for t in trainings):.0f}"
         columns["s / step"][row] = f"{statistics.fmean(timed):.2f}" if timed else "—"
         columns["train min"][row] = f"{statistics.fmean(t['train_runtime'] for t in trainings) / 60:.1f}"
@@ -225,9 +250,10 @@ def machine_note(device: str) -> str:
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     accelerator = f", {torch.cuda.get_device_name()}" if device.startswith("cuda") else ""
+    threads = torch.get_num_threads()
     return (
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores (load average {load:.1f} at the end)"
-        f"{accelerator}, device {device}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"{accelerator}, device {device}, torch {torch.__version__} ({threads} thread{'s' if threads != 1 else ''}), "
         f"transformers {transformers.__version__}, sentence-transformers {sentence_transformers.__version__}, "
         f"Python {platform.python_version()}"
     )
@@ -257,9 +283,11 @@ def step_ratios(results: Mapping[str, Any]) -> dict[str, float | None]:
 def report(results: Mapping[str, Any], options: argparse.Namespace, argv: list[str] | None) -> None:
     """Print the tables and write ``quality.json`` (and the Markdown blocks) for the rows so far."""
     ratios = step_ratios(results)
+    per_seed = {key: summarize(result) for key, result in results.items()}
     per_row: dict[str, list[dict[str, float]]] = defaultdict(list)
-    for key, result in results.items():
-        per_row[row_of(key)].append(summarize(result))
+    for key, row in per_seed.items():
+        per_row[row_of(key)].append(row)
+    gaps = line_gaps(per_seed)
     # The recipe table: its rows in the order they were measured, beside the base (none without a recipe row).
     recipe_rows = tuple(row for row in per_row if is_recipe_row(row))
     settings = {**SETTINGS, "recipe": ("base", *recipe_rows) if recipe_rows else ()}
@@ -277,20 +305,21 @@ def report(results: Mapping[str, Any], options: argparse.Namespace, argv: list[s
         "rows_missing": [row for row in options.rows if row not in per_row],
         "training": {key: result.get("training") for key, result in results.items()},
         "step_time_vs_st_baseline": ratios,
-        "per_seed": {key: summarize(result) for key, result in results.items()},
+        "per_seed": per_seed,
         "tables": {
             setting: {row: {column: list(value) for column, value in table[row].items()} for row in table}
             for setting, table in tables.items()
         },
         "chosen": {setting: chosen_row(table) for setting, table in tables.items()},
-        "above_line": {setting: line_gaps(table) for setting, table in tables.items()},
+        "above_line": {model: list(gap) for model, gap in gaps.items()},
     }
     text = json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
     (options.output_dir / "quality.json").write_text(text, encoding="utf-8")
     for setting, table in tables.items():
         if set(table) <= {"base"}:  # no row of this setting measured: the base alone is no table of it
             continue
-        markdown = markdown_table(table, ratios, cost_columns(results) if setting == "recipe" else None)
+        recipe = setting == "recipe"
+        markdown = markdown_table(table, ratios, cost_columns(results) if recipe else None, gaps if recipe else None)
         print(f"\n{setting} setting\n{markdown}")
         if options.markdown:
             write_report(options.markdown, f"{options.report_name}-{setting}", markdown, summary)

@@ -248,26 +248,43 @@ def test_the_choice_rule_counts_what_is_kept_and_every_column_against_the_base(q
 
 
 def test_rows_are_placed_against_the_kept_mean_line_through_the_base_and_the_recipe(quality) -> None:
-    """A row's gap is its mean minus the straight line through (kept, mean) of ``base`` and ``recipe``."""
+    """A row's gap is its mean minus the straight line through (kept, mean) of ``base`` and the same seed's
+    ``recipe``, then mean ± s.d. over the row's seeds: a row measured on one seed meets its own seed's line."""
 
     def row(mean: float, kept: float) -> dict:
-        return {"STS-B dev ρ": (mean, None), quality.FORGETTING_COLUMN: (kept, None)}
+        return {"STS-B dev ρ": mean, quality.FORGETTING_COLUMN: kept}
 
-    table = {
+    per_seed = {
         "base": row(0.80, 1.0),
-        "recipe": row(0.84, 0.80),
-        "outward": row(0.84, 0.90),  # the line gives 0.82 at kept 0.90
-        "on-the-line": row(0.86, 0.70),  # extrapolated: 0.80 + 0.04 * 1.5
-        "inward": row(0.81, 0.85),  # the line gives 0.83
+        "recipe@1": row(0.84, 0.80),
+        "recipe@2": row(0.82, 0.80),  # a weaker seed: its line gives 0.81 at kept 0.90
+        "recipe+outward@1": row(0.84, 0.90),  # the line of seed 1 gives 0.82 at kept 0.90
+        "recipe+outward@2": row(0.82, 0.90),
+        "recipe+on-the-line@1": row(0.86, 0.70),  # extrapolated: 0.80 + 0.04 * 1.5
+        "recipe+inward@2": row(0.80, 0.85),  # the line of seed 2 gives 0.815
+        "recipe+no-recipe-seed@3": row(0.90, 0.90),  # seed 3 has no recipe run: no line to meet
+        "codiemb@1": row(0.90, 0.90),  # not a recipe row
     }
-    gaps = quality.line_gaps(table)
-    assert gaps == pytest.approx({"outward": 0.02, "on-the-line": 0.0, "inward": -0.02}, abs=1e-12)
+    gaps = quality.line_gaps(per_seed)
+    assert set(gaps) == {"recipe+outward", "recipe+on-the-line", "recipe+inward"}
+    assert gaps["recipe+outward"][0] == pytest.approx(0.015, abs=1e-12)
+    assert gaps["recipe+outward"][1] == pytest.approx(0.005 * 2**0.5, abs=1e-12) and gaps["recipe+outward"][2] == 2
+    assert gaps["recipe+on-the-line"] == (pytest.approx(0.0, abs=1e-12), None, 1)
+    assert gaps["recipe+inward"] == (pytest.approx(-0.015, abs=1e-12), None, 1)
+    table = {
+        model: quality.aggregate([row for key, row in per_seed.items() if quality.row_of(key) == model])
+        for model in ("base", "recipe", "recipe+outward", "recipe+on-the-line", "recipe+inward")
+    }
     assert (
-        quality.markdown_table(table, {})
+        quality.markdown_table(table, {}, gaps=gaps)
         .splitlines()[-1]
-        .endswith("outward +0.0200, on-the-line +0.0000, inward -0.0200")
+        .endswith(
+            "recipe+outward +0.0150 ± 0.0071 (2 seeds), recipe+on-the-line +0.0000 (1 seed), recipe+inward -0.0150 (1 seed)"
+        )
     )
-    assert quality.line_gaps({key: table[key] for key in ("base", "outward")}) == {}
+    assert "kept–mean line" not in quality.markdown_table(table, {})
+    assert quality.line_gaps({key: per_seed[key] for key in ("base", "recipe+outward@1")}) == {}
+    assert quality.line_gaps({"base": row(0.80, 0.80), "recipe@1": row(0.84, 0.80), "recipe+x@1": row(0.8, 0.9)}) == {}
 
 
 def test_unseen_sts_column_is_reported_outside_the_six_column_mean(quality) -> None:
@@ -639,6 +656,7 @@ def test_recipe_table_gives_absolute_costs_and_a_peak_memory(quality) -> None:
     }
     costs = quality.cost_columns(results)
     assert {column: costs[column]["recipe"] for column in costs} == {
+        "seeds": "2",
         "steps": "10",
         "s / step": "1.50",
         "train min": "2.0",
@@ -647,7 +665,7 @@ def test_recipe_table_gives_absolute_costs_and_a_peak_memory(quality) -> None:
     rows = {"base": quality.aggregate([quality.summarize(results["base"])])}
     rows["recipe"] = quality.aggregate([quality.summarize(results[key]) for key in ("recipe@1", "recipe@2")])
     lines = quality.markdown_table(rows, {}, costs).splitlines()
-    assert lines[0].endswith("| mean (6) | steps | s / step | train min | peak memory (MiB) |")
-    assert lines[2].endswith("| — | — | — | — |") and lines[3].endswith("| 10 | 1.50 | 2.0 | 2,048 |")
+    assert lines[0].endswith("| mean (6) | seeds | steps | s / step | train min | peak memory (MiB) |")
+    assert lines[2].endswith("| — | — | — | — | — |") and lines[3].endswith("| 2 | 10 | 1.50 | 2.0 | 2,048 |")
     peak = quality.PeakMemory("cpu").peak_mib()
     assert peak is not None and peak > 0
