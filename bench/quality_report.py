@@ -243,17 +243,25 @@ def cost_columns(results: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     return columns
 
 
-def machine_note(device: str) -> str:
+def machine_note(device: str, results: Mapping[str, Any]) -> str:
+    """The machine, its load, and the torch threads the trained rows ran with.
+
+    The threads are those each run recorded (a ``--report-only`` process may run with others); this
+    process's own count stands in only where no run recorded one.
+    """
     import sentence_transformers
     import torch
     import transformers
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     accelerator = f", {torch.cuda.get_device_name()}" if device.startswith("cuda") else ""
-    threads = torch.get_num_threads()
+    recorded = sorted({t["threads"] for r in results.values() if (t := r.get("training")) and t.get("threads")})
+    counts = recorded or [torch.get_num_threads()]
+    threads = "–".join(str(n) for n in dict.fromkeys((counts[0], counts[-1])))
+    plural = "s" if counts != [1] else ""
     return (
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores (load average {load:.1f} at the end)"
-        f"{accelerator}, device {device}, torch {torch.__version__} ({threads} thread{'s' if threads != 1 else ''}), "
+        f"{accelerator}, device {device}, torch {torch.__version__} ({threads} thread{plural}), "
         f"transformers {transformers.__version__}, sentence-transformers {sentence_transformers.__version__}, "
         f"Python {platform.python_version()}"
     )
@@ -298,7 +306,7 @@ def report(results: Mapping[str, Any], options: argparse.Namespace, argv: list[s
     summary: dict[str, Any] = {
         "command": command,
         "settings": {key: str(value) for key, value in vars(options).items()},
-        "machine": machine_note(options.device),
+        "machine": machine_note(options.device, results),
         # Each row's own wall time (training, merge search, evaluation) summed, so that a --resume-d or
         # --report-only run states what the whole table cost, not how long this invocation took.
         "seconds": sum(float(result.get("seconds") or 0.0) for result in results.values()),

@@ -49,11 +49,14 @@ class Trained:
     seconds: float
     runtime: float
     peak_memory_mib: float | None = None
+    threads: int | None = None
 
 
 def train_recipe(recipe: Mapping[str, Any], device: str) -> Trained:
     """Train a recipe mapping as ``hf-unified-embed train`` does: ``recipe_from_dict`` + ``train_from_recipe``
     (the model, its card and the recipe land in the recipe's ``output_dir``), timing its steps."""
+    import torch
+
     from hf_unified_embed.recipe import recipe_from_dict, train_from_recipe
 
     name = Path(recipe["output_dir"]).name
@@ -69,6 +72,7 @@ def train_recipe(recipe: Mapping[str, Any], device: str) -> Trained:
         seconds=stamps[-1] - stamps[0] if len(stamps) > 1 else 0.0,
         runtime=timer.runtime,
         peak_memory_mib=memory.peak_mib(),
+        threads=torch.get_num_threads(),
     )
 
 
@@ -289,6 +293,7 @@ class Bench:
             timed_steps=training["timed_steps"],
             seconds=training["seconds"],
             runtime=training["train_runtime"],
+            threads=training.get("threads"),
         )
 
     def hierarchical_merge(self, name: str) -> Trained:
@@ -364,6 +369,7 @@ class Bench:
                 "seconds": trained.seconds,
                 "train_runtime": trained.runtime,
                 "peak_memory_mib": trained.peak_memory_mib,
+                "threads": trained.threads,
             }
         evaluation.save_json(saved, overwrite=True)
         self.results[key] = json.loads(saved.read_text(encoding="utf-8"))

@@ -319,6 +319,30 @@ def test_report_states_the_rows_own_time_so_a_resumed_table_is_not_0_min(quality
     assert "; 20.0 min in all." in doc.read_text(encoding="utf-8")
 
 
+def test_the_machine_line_names_the_threads_the_runs_recorded_not_the_report_s(
+    quality, tmp_path: Path, monkeypatch
+) -> None:
+    """A --report-only process may run with other threads than the runs it reports: the runs' own count wins."""
+    import argparse
+
+    import torch
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 7)
+    metrics = suite_metrics(quality, sts=0.7)
+    options = argparse.Namespace(output_dir=tmp_path, rows=["base", "codiemb"], device="cpu", markdown=None)
+
+    def machine(*threads: int | None) -> str:
+        results = {"base": {"results": metrics}}
+        for seed, count in enumerate(threads):
+            results[f"codiemb@{seed}"] = {"results": metrics, "training": {"steps": 1, "threads": count}}
+        quality.report(results, options, ["--report-only"])
+        return json.loads((tmp_path / "quality.json").read_text(encoding="utf-8"))["machine"]
+
+    assert "(1 thread)" in machine(1, 1)
+    assert "(1–2 threads)" in machine(2, 1)
+    assert "(7 threads)" in machine(None)  # runs from before threads were recorded
+
+
 def test_reduced_beir_keeps_the_first_queries_and_their_judged_passages(quality, tmp_path: Path) -> None:
     from hf_unified_embed.data import build_unified
     from hf_unified_embed.evaluation.inputs import retrieval_inputs
