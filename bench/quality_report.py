@@ -257,7 +257,7 @@ def machine_note(device: str, results: Mapping[str, Any]) -> str:
     accelerator = f", {torch.cuda.get_device_name()}" if device.startswith("cuda") else ""
     recorded = sorted({t["threads"] for r in results.values() if (t := r.get("training")) and t.get("threads")})
     counts = recorded or [torch.get_num_threads()]
-    threads = "–".join(str(n) for n in dict.fromkeys((counts[0], counts[-1])))
+    threads = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
     plural = "s" if counts != [1] else ""
     return (
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores (load average {load:.1f} at the end)"
